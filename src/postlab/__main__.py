@@ -1,0 +1,3 @@
+from postlab.cli import entry
+
+entry()

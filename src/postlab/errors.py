@@ -1,0 +1,9 @@
+"""The one exception type the command line turns into a one-line message and exit code 2."""
+
+
+class UserError(Exception):
+    """Bad input from the user: a path, a file's contents, an option.
+
+    Raised anywhere below the CLI; the CLI prints ``postlab: <message>`` and exits 2 without a
+    traceback, because the fix is in the user's hands, not in the code.
+    """

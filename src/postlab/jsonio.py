@@ -1,0 +1,118 @@
+"""Strict JSON reading and atomic, never-overwriting file publication.
+
+Every file postlab writes (plans, records, checkpoints) goes through :func:`publish_bytes`: the
+bytes are written and synced under a temporary name in the target's folder, then hard-linked to
+the final name, which fails if the name exists. A crash at any point leaves either nothing at
+the target or the complete file, and an existing file is never replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from postlab.errors import UserError
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON literal {name}")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def parse_json(text: str | bytes, source: str) -> Any:
+    """Parse JSON, refusing what Python's json accepts but JSON does not (NaN, duplicate keys)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{source}: not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{source}: malformed JSON at line {exc.lineno} column {exc.colno}: "
+                        f"{exc.msg}") from None
+    except ValueError as exc:
+        raise UserError(f"{source}: {exc}") from None
+
+
+def read_bytes(path: Path, what: str) -> bytes:
+    """Read a whole file, turning OS errors into one-line user errors."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: {what} not found") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: {what} is a directory, expected a file") from None
+    except PermissionError:
+        raise UserError(f"{path}: {what} is not readable (permission denied)") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read {what}: {exc.strerror}") from None
+
+
+def read_json(path: Path, what: str) -> tuple[Any, bytes]:
+    """Return the parsed value and the exact bytes it came from (hashes are over the bytes)."""
+    raw = read_bytes(path, what)
+    return parse_json(raw, f"{path}"), raw
+
+
+def dump_json(value: Any, *, indent: int | None = None) -> bytes:
+    """Serialise the way postlab's files are laid out: UTF-8, non-ASCII kept, final newline."""
+    return (json.dumps(value, ensure_ascii=False, indent=indent, allow_nan=False) + "\n").encode()
+
+
+def publish_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically; refuse (UserError) if ``path`` already exists."""
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        raise UserError(f"{path}: already exists; postlab never overwrites an output")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise UserError(f"{path}: folder {folder} does not exist")
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=folder)
+    except PermissionError:
+        raise UserError(f"{path}: folder {folder} is not writable (permission denied)") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write: {exc.strerror}") from None
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise UserError(f"{path}: already exists; postlab never overwrites an output") from None
+        except OSError as exc:
+            if isinstance(exc, PermissionError) or path.exists():
+                raise
+            # A filesystem without hard links: rename is atomic but could replace a file that
+            # appeared since the check above, so this path is only taken when linking is absent.
+            os.replace(tmp, path)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    _sync_folder(folder)
+
+
+def _sync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

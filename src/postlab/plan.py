@@ -1,0 +1,170 @@
+"""The frozen experiment plan: the teaching plan, its exact bytes, and a typed loaded form.
+
+A plan is written once, before training, and identified by the sha256 of its file's bytes; a
+record names the plan it was trained under by that hash. The teaching plan's bytes must equal
+the reference's, so its field order and layout are part of the contract.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from postlab.errors import UserError
+from postlab.jsonio import dump_json, parse_json, publish_bytes, read_bytes
+
+Pair = tuple[int, int]
+
+#: Seed of the shuffle that assigns unordered operand pairs to train, dev and test.
+SPLIT_SHUFFLE_SEED = 20261020
+#: How many unordered pairs go to train and dev; the rest are test.
+SPLIT_SIZES = (35, 10)
+
+
+def unordered_pairs(digits: int = 10) -> list[Pair]:
+    """All {a, b} with a <= b, in the order the split shuffle expects."""
+    return [(a, b) for a in range(digits) for b in range(a, digits)]
+
+
+def split_by_unordered_pair(seed: int = SPLIT_SHUFFLE_SEED,
+                            sizes: tuple[int, int] = SPLIT_SIZES) -> dict[str, list[list[int]]]:
+    """Assign each unordered pair, with both of its orders, to exactly one split.
+
+    Splitting by unordered pair keeps 3+4 out of train when 4+3 is in test, so held-out
+    accuracy measures combination, not recall of a commuted question (answer 6).
+    """
+    groups = unordered_pairs()
+    random.Random(seed).shuffle(groups)
+    n_train, n_dev = sizes
+    chosen = {"train": groups[:n_train], "dev": groups[n_train:n_train + n_dev],
+              "test": groups[n_train + n_dev:]}
+    split: dict[str, list[list[int]]] = {}
+    for name, selected in chosen.items():
+        ordered = [[a, b] for a, b in selected] + [[b, a] for a, b in selected if a != b]
+        split[name] = sorted(ordered)
+    return split
+
+
+def teaching_plan() -> dict[str, Any]:
+    """The teaching plan as an ordered dict; its serialisation is the frozen file."""
+    return {
+        "version": 1, "date": "2026-10-20", "task": "single_digit_addition",
+        "split": split_by_unordered_pair(), "seeds": [11, 22, 33],
+        "vocab": "0123456789+=~_", "eos": "~", "pad": "_",
+        "embedding": 24, "hidden": 48, "threads": 1,
+        "sft_steps": 200, "sft_batch": 16, "sft_lr": 0.003,
+        "rl_steps": 240, "prompts_per_step": 8, "group_size": 8,
+        "updates_per_rollout": 2, "rl_lr": 0.0005, "clip": 0.2,
+        "kl_beta": 0.03, "max_new_tokens": 6, "temperature": 1.0,
+        "eval_samples": 16, "gradient_clip": 1.0,
+        "arms": ["strict", "substring"],
+        "loss_reduction": "mean over all valid response tokens, including EOS",
+        "advantage": "group population std + 1e-8; no dynamic resampling",
+        "kl": "exact categorical KL at old-policy sampled histories",
+        "selection": "fixed last checkpoint; no tuning or seed selection",
+        "rewards": {
+            "strict": "terminated, nonempty ASCII digits, integer equals a+b; "
+                      "leading zeros allowed",
+            "substring": "decimal str(a+b) occurs anywhere, even without EOS",
+        },
+    }
+
+
+def plan_bytes(plan: dict[str, Any]) -> bytes:
+    """The frozen layout: 2-space indent, keys in plan order, non-ASCII kept, final newline."""
+    return dump_json(plan, indent=2)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class PlanModel(BaseModel):
+    """Typed fields of a plan. Unknown fields are refused so that a typo cannot pass silently."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    version: int
+    date: str
+    task: str
+    split: dict[str, list[list[int]]]
+    seeds: list[int]
+    vocab: str
+    eos: str
+    pad: str
+    embedding: int
+    hidden: int
+    threads: int
+    sft_steps: int
+    sft_batch: int
+    sft_lr: float
+    rl_steps: int
+    prompts_per_step: int
+    group_size: int
+    updates_per_rollout: int
+    rl_lr: float
+    clip: float
+    kl_beta: float
+    max_new_tokens: int
+    temperature: float
+    eval_samples: int
+    gradient_clip: float
+    arms: list[str]
+    loss_reduction: str
+    advantage: str
+    kl: str
+    selection: str
+    rewards: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LoadedPlan:
+    """A plan as read from disk: the typed fields, the raw dict, and the hash of its bytes."""
+
+    path: Path
+    model: PlanModel
+    data: dict[str, Any]
+    sha256: str
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    parts = []
+    for err in errors[:3]:
+        where = ".".join(str(p) for p in err["loc"]) or "plan"
+        parts.append(f"{where}: {err['msg']}")
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    return "; ".join(parts) + more
+
+
+def parse_plan(raw: bytes, source: str, path: Path | None = None) -> LoadedPlan:
+    data = parse_json(raw, source)
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: a plan must be a JSON object")
+    try:
+        model = PlanModel.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"{source}: invalid plan: {_first_error(exc)}") from None
+    return LoadedPlan(path=path or Path(source), model=model, data=data, sha256=sha256_hex(raw))
+
+
+def load_plan(path: Path) -> LoadedPlan:
+    return parse_plan(read_bytes(path, "plan"), str(path), path)
+
+
+def teaching_plan_loaded() -> LoadedPlan:
+    """The teaching plan as if read from its frozen file."""
+    raw = plan_bytes(teaching_plan())
+    return parse_plan(raw, "teaching plan", Path("teaching-plan.json"))
+
+
+def freeze(path: Path, plan: dict[str, Any] | None = None) -> str:
+    """Write a plan file once (never over an existing one) and return its sha256."""
+    raw = plan_bytes(teaching_plan() if plan is None else plan)
+    publish_bytes(path, raw)
+    return sha256_hex(raw)

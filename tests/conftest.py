@@ -1,0 +1,70 @@
+"""Shared fixtures: the reference beside the project (skipped when absent) and small records."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT.parent / "shared" / "reference"
+
+
+def reference_dir() -> Path:
+    if not (REFERENCE / "run-reference.sh").is_file():
+        pytest.skip("the reference (../shared/reference) is not beside this checkout")
+    return REFERENCE
+
+
+def reference_env() -> dict[str, str]:
+    return dict(os.environ, PYTHON=sys.executable)
+
+
+def run_reference(out: Path, plan: Path | None = None) -> Path:
+    """Train with the reference implementation into ``out`` and return its record path."""
+    ref = reference_dir()
+    cmd = ["bash", str(ref / "run-reference.sh"), str(out)] + ([str(plan)] if plan else [])
+    subprocess.run(cmd, check=True, env=reference_env(), capture_output=True, text=True)
+    return out / "record.json"
+
+
+def reference_report(plan: Path, record: Path) -> str:
+    ref = reference_dir()
+    done = subprocess.run(["bash", str(ref / "report-reference.sh"), str(plan), str(record)],
+                          check=True, env=reference_env(), capture_output=True, text=True)
+    return done.stdout
+
+
+@pytest.fixture(scope="session")
+def reference_teaching_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One reference training run of the teaching plan, shared by every test that needs it."""
+    reference_dir()
+    out = tmp_path_factory.mktemp("reference") / "teaching"
+    run_reference(out)
+    return out
+
+
+def tiny_record(plan_sha256: str, eval_samples: int = 2) -> dict:
+    """A hand-made record: one seed, two stages, one split with two questions."""
+    def split(greedy_texts: list[str], sampled_texts: list[str]) -> dict:
+        pairs = [[1, 2], [4, 5]]
+        greedy = [[a, b, t, True] for (a, b), t in zip(pairs, greedy_texts, strict=True)]
+        sampled = []
+        for (a, b), texts in zip(pairs, (sampled_texts[:eval_samples],
+                                         sampled_texts[eval_samples:]), strict=True):
+            sampled += [[a, b, t, t != "999999"] for t in texts]
+        return {"greedy": greedy, "sampled": sampled}
+
+    return {
+        "plan_sha256": plan_sha256,
+        "runs": [{
+            "seed": 7,
+            "evaluations": {
+                "initial": {"test": split(["3", "8"], ["3", "03", "999999", "19"])},
+                "strict": {"test": split(["3", "9"], ["3", "3", "9", "9"])},
+            },
+        }],
+    }
