@@ -68,3 +68,15 @@ def tiny_record(plan_sha256: str, eval_samples: int = 2) -> dict:
             },
         }],
     }
+
+
+@pytest.fixture(scope="session")
+def postlab_teaching_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One postlab training run of the teaching plan (two workers), shared by tests."""
+    from postlab.engine import RunOptions, run_plan
+    from postlab.plan import plan_bytes, teaching_plan, teaching_plan_loaded
+
+    out = tmp_path_factory.mktemp("postlab") / "teaching"
+    run_plan(teaching_plan_loaded(), plan_bytes(teaching_plan()),
+             RunOptions(out_dir=out, workers=2))
+    return out

@@ -130,3 +130,20 @@ def test_chinese_report_equals_the_reference(reference_teaching_run, tmp_path, c
     english = capsys.readouterr().out.splitlines()
     assert [line for line in english if line[:2].strip().isdigit()] == \
         [line for line in ours.splitlines() if line[:2].strip().isdigit()]
+
+
+def test_report_without_arguments_reads_the_bundled_record(capsys):
+    assert main(["report", "--lang", "en"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[5:]
+    assert len(table) == 9  # three seeds x (initial, strict, substring)
+    assert [line.split()[1] for line in table[:3]] == ["initial", "strict", "substring"]
+    assert all(line.split()[-1].endswith("/19") for line in table)
+
+
+def test_missing_bundled_record_is_explained(monkeypatch, capsys):
+    import postlab.record
+
+    monkeypatch.setattr(postlab.record, "bundled_record_path", lambda: None)
+    assert main(["report"]) == 2
+    assert "no bundled record" in capsys.readouterr().err

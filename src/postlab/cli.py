@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,6 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--record", type=Path, help="record file or run folder (default: "
                                                     "the record bundled with postlab)")
     report.add_argument("--lang", choices=LANGS, help="output language (default: from locale)")
+
+    run = sub.add_parser("run", help="train every seed and arm of a plan into a new folder")
+    run.add_argument("--plan", type=Path, help="plan file (default: the teaching plan)")
+    run.add_argument("--out-dir", type=Path, required=True,
+                     help="run folder; must not exist unless --resume")
+    run.add_argument("--workers", type=int, default=None,
+                     help="worker processes (default: number of cores); results do not "
+                          "depend on it")
+    run.add_argument("--resume", action="store_true",
+                     help="complete an interrupted run in --out-dir, keeping finished seeds")
+    run.add_argument("--quiet", action="store_true", help="print nothing while training")
 
     exercises = sub.add_parser("exercises", help="compute the worked answers arithmetic can show")
     exercises.add_argument("number", type=int, nargs="?", help="one answer's number")
@@ -122,7 +134,50 @@ def _cmd_exercises(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"freeze": _cmd_freeze, "report": _cmd_report, "exercises": _cmd_exercises}
+def _cmd_run(args: argparse.Namespace) -> int:
+    from postlab.engine import RunFailed, RunOptions, default_workers, run_plan
+    from postlab.plan import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
+    from postlab.progress import PLAIN_EVERY, Live, make_display
+    from postlab.train import NonFiniteError
+    from postlab.trainable import check_trainable
+
+    if args.plan is not None:
+        plan = load_plan(args.plan)
+        raw = args.plan.read_bytes()
+    elif args.resume:
+        plan, raw = None, None
+    else:
+        plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
+    if plan is not None:
+        check_trainable(plan.data, str(plan.path))
+    workers = args.workers if args.workers is not None else default_workers()
+    if workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    display = make_display(args.quiet)
+    every = 0 if args.quiet else (1 if isinstance(display, Live) else PLAIN_EVERY)
+    options = RunOptions(out_dir=args.out_dir, workers=workers, resume=args.resume,
+                         progress_every=every, display=display)
+    start = time.monotonic()
+    try:
+        run_plan(plan, raw, options)
+    except (NonFiniteError, RunFailed) as exc:
+        display.close()
+        print(f"postlab: training stopped: {exc}; completed seeds are kept in "
+              f"{args.out_dir} (continue with --resume)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        display.close()
+        print(f"postlab: interrupted; completed seeds are kept in {args.out_dir} "
+              "(continue with --resume)", file=sys.stderr)
+        return 130
+    display.close()
+    if not args.quiet:
+        print(f"done: {args.out_dir} in {time.monotonic() - start:.1f} s")
+    return 0
+
+
+COMMANDS = {"freeze": _cmd_freeze, "report": _cmd_report, "run": _cmd_run,
+            "exercises": _cmd_exercises}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,16 @@ from typing import Any
 from postlab.errors import UserError
 
 
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: Published files get the usual mode (0666 less the umask), not mkstemp's private 0600.
+FILE_MODE = 0o666 & ~_current_umask()
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON literal {name}")
 
@@ -84,6 +94,7 @@ def publish_bytes(path: Path, data: bytes) -> None:
         raise UserError(f"{path}: cannot write: {exc.strerror}") from None
     tmp = Path(tmp_name)
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as stream:
             stream.write(data)
             stream.flush()
@@ -116,3 +127,26 @@ def _sync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def replace_bytes(path: Path, data: bytes) -> None:
+    """Atomically replace a file that a run owns and grows step by step (its record).
+
+    Unlike :func:`publish_bytes` this may replace ``path``; it is used only for a run's own
+    record, rewritten after each completed seed, never for a user's file.
+    """
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    _sync_folder(path.parent)

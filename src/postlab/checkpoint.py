@@ -1,0 +1,62 @@
+"""Checkpoints: weights only, hashed, loaded without executing code.
+
+A checkpoint is ``{"plan": plan, "state_dict": weights}`` saved with ``torch.save`` (the same
+layout the reference writes, so either side loads the other's). Loading reads the bytes once,
+checks their sha256 against the expected one *before* deserialising, and deserialises with
+``weights_only=True``, which refuses arbitrary pickled objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from postlab.errors import UserError
+from postlab.jsonio import publish_bytes, read_bytes
+
+
+class CheckpointError(UserError):
+    """A checkpoint file does not match its record or cannot be loaded safely."""
+
+
+def checkpoint_bytes(plan: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save({"plan": plan, "state_dict": state_dict}, buffer)
+    return buffer.getvalue()
+
+
+def publish_checkpoint(path: Path, data: bytes) -> str:
+    """Write a checkpoint once; an existing file is accepted only if it holds the same bytes
+    (a resumed run re-creating what an interrupted one already wrote). Returns its sha256."""
+    try:
+        publish_bytes(path, data)
+    except UserError:
+        if not path.is_file() or path.read_bytes() != data:
+            raise CheckpointError(f"{path}: already exists with other contents; "
+                                  "postlab never overwrites an output") from None
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_checkpoint(path: Path, expected_sha256: str | None) -> dict[str, Any]:
+    """Load a checkpoint's payload, refusing it before deserialisation if the hash differs."""
+    raw = read_bytes(path, "checkpoint")
+    digest = hashlib.sha256(raw).hexdigest()
+    if expected_sha256 is not None and digest != expected_sha256:
+        raise CheckpointError(f"{path}: sha256 {digest} differs from the recorded "
+                              f"{expected_sha256}; refusing to load it")
+    return load_checkpoint_bytes(raw, str(path))
+
+
+def load_checkpoint_bytes(raw: bytes, source: str) -> dict[str, Any]:
+    try:
+        payload = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
+    except Exception as exc:  # torch raises many types for a foreign or damaged file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{source}: not a weights-only checkpoint ({first})") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("state_dict"), dict):
+        raise CheckpointError(f"{source}: checkpoint has no state_dict")
+    return payload

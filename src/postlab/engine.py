@@ -1,0 +1,353 @@
+"""Orchestration of a training run: seeds and arms as tasks, records, checkpoints, resume.
+
+Per seed: SFT and its evaluation (task ``sft``), then one RL run per arm from the SFT weights
+with the SFT model frozen as the KL reference (tasks ``arm``). Each task saves its stage's
+checkpoint, reloads it from disk and re-evaluates it. Tasks are independent given their inputs,
+so they run in single-threaded worker processes and the record does not depend on how many.
+The record is replaced atomically after each completed seed; ``resume`` keeps those seeds.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import copy
+import hashlib
+import json
+import multiprocessing
+import os
+import platform
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import postlab
+from postlab.checkpoint import checkpoint_bytes, load_checkpoint, publish_checkpoint
+from postlab.errors import UserError
+from postlab.jsonio import dump_json, parse_json, publish_bytes, read_bytes, replace_bytes
+from postlab.metrics import summarize
+from postlab.model import CharGRU
+from postlab.plan import LoadedPlan, parse_plan
+from postlab.progress import Quiet
+from postlab.rollout import evaluate_model
+from postlab.train import reinforce, rollout_rates, supervised
+
+PLAN_FILE = "plan.json"
+RECORD_FILE = "record.json"
+SUMMARY_FILE = "summary.json"
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+class RunFailed(Exception):
+    """Training stopped (non-finite values, a dead worker); completed seeds are kept."""
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path
+    workers: int = 1
+    resume: bool = False
+    progress_every: int = 0  # RL steps between progress events; 0 sends none
+    display: Quiet = field(default_factory=Quiet)
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def checkpoint_name(seed: int, stage: str) -> str:
+    return f"seed-{seed}-{stage}.pt"
+
+
+def source_hashes() -> dict[str, str]:
+    """sha256 of each of postlab's source files, so a record names the code that made it."""
+    root = Path(postlab.__file__).parent
+    return {str(p.relative_to(root.parent)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*.py"))}
+
+
+def configure_torch(threads: int) -> None:
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+
+
+# --- tasks: run in a worker process (or in-process when workers == 1) -----------------------
+
+_EMIT: Emit | None = None
+
+
+def _worker_init(queue: Any, threads: int) -> None:
+    global _EMIT
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
+    configure_torch(threads)
+    _EMIT = queue.put
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this worker if the main process dies, so no orphan keeps writing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _emit(event: dict[str, Any]) -> None:
+    if _EMIT is not None:
+        _EMIT(event)
+
+
+def _save_and_check(model: CharGRU, plan: dict[str, Any], seed: int, stage: str,
+                    out_dir: Path, rows: dict[str, Any]) -> dict[str, Any]:
+    """Publish the stage's checkpoint, reload it from disk by hash, and re-evaluate it."""
+    path = out_dir / checkpoint_name(seed, stage)
+    digest = publish_checkpoint(path, checkpoint_bytes(plan, model.state_dict()))
+    restored = CharGRU.from_plan(plan)
+    restored.load_state_dict(load_checkpoint(path, digest)["state_dict"])
+    equal = evaluate_model(restored, plan, seed) == rows
+    if not equal:
+        raise RunFailed(f"seed {seed}, stage {stage}: the reloaded checkpoint {path.name} "
+                        "re-evaluates differently")
+    return {"file": path.name, "sha256": digest, "reload_equal": equal}
+
+
+def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int) -> dict[str, Any]:
+    torch.manual_seed(seed)
+    model = CharGRU.from_plan(plan)
+    parameters = model.parameter_count()
+    total = plan["sft_steps"]
+
+    def hook(step: int, loss: float) -> None:
+        if every and (step % max(1, every // 4) == 0 or step == total):
+            _emit({"kind": "sft", "seed": seed, "step": step, "total": total, "loss": loss})
+
+    losses = supervised(model, plan, seed, hook)
+    rows = evaluate_model(model, plan, seed)
+    checkpoint = _save_and_check(model, plan, seed, "initial", out_dir, rows)
+    return {"seed": seed, "sft_loss": losses, "evaluation": rows, "checkpoint": checkpoint,
+            "parameters": parameters, "state_dict": model.state_dict()}
+
+
+def arm_task(plan: dict[str, Any], seed: int, arm: str, state_dict: dict[str, Any],
+             out_dir: Path, every: int) -> dict[str, Any]:
+    initial = CharGRU.from_plan(plan)
+    initial.load_state_dict(state_dict)
+    reference = copy.deepcopy(initial).requires_grad_(False)
+    total = plan["rl_steps"]
+
+    def hook(step: int, rows: list) -> None:
+        if every and (step % every == 0 or step == total):
+            strict, substring = rollout_rates(rows)
+            _emit({"kind": "rl", "seed": seed, "arm": arm, "step": step, "total": total,
+                   "strict": strict, "substring": substring})
+
+    model, history = reinforce(initial, reference, plan, seed, arm, hook)
+    rows = evaluate_model(model, plan, seed)
+    checkpoint = _save_and_check(model, plan, seed, arm, out_dir, rows)
+    return {"seed": seed, "arm": arm, "history": history, "evaluation": rows,
+            "checkpoint": checkpoint}
+
+
+# --- the run -------------------------------------------------------------------------------
+
+def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Path,
+                    resume: bool) -> tuple[LoadedPlan, dict[str, Any] | None]:
+    """Create the run folder with its plan, or, on resume, check and reopen it.
+
+    On resume the plan stored in the folder is the one trained; a plan given as well must be
+    byte-identical to it.
+    """
+    if not resume:
+        assert plan is not None and raw_plan is not None
+        if out_dir.exists():
+            raise UserError(f"{out_dir}: already exists; choose a new --out-dir, or pass "
+                            "--resume to complete an interrupted run there")
+        try:
+            out_dir.mkdir(parents=True)
+        except OSError as exc:
+            raise UserError(f"{out_dir}: cannot create the run folder: {exc.strerror}") from None
+        publish_bytes(out_dir / PLAN_FILE, raw_plan)
+        return plan, None
+    if not out_dir.is_dir():
+        raise UserError(f"{out_dir}: no run folder to resume")
+    plan_path = out_dir / PLAN_FILE
+    stored = parse_plan(read_bytes(plan_path, "plan"), str(plan_path), plan_path)
+    if plan is not None and stored.sha256 != plan.sha256:
+        raise UserError(f"{plan_path}: the run folder's plan (sha256 {stored.sha256}) is not "
+                        f"the plan given (sha256 {plan.sha256})")
+    for leftover in out_dir.glob(".*.partial"):
+        leftover.unlink()  # an interrupted atomic write; the published file was never made
+    record_path = out_dir / RECORD_FILE
+    if not record_path.exists():
+        return stored, None
+    record = parse_json(read_bytes(record_path, "record"), str(record_path))
+    if not isinstance(record, dict) or record.get("plan_sha256") != stored.sha256:
+        raise UserError(f"{record_path}: not a record of the plan in {plan_path}")
+    try:
+        for run in record["runs"]:
+            for info in run["checkpoints"].values():
+                # Refuses a changed file before deserialising it.
+                load_checkpoint(out_dir / info["file"], info["sha256"])
+    except (KeyError, TypeError, AttributeError):
+        raise UserError(f"{record_path}: damaged record; cannot resume from it") from None
+    return stored, record
+
+
+def new_record(plan: LoadedPlan, workers: int) -> dict[str, Any]:
+    return {"plan_sha256": plan.sha256, "source_sha256": source_hashes(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "platform": platform.platform(), "device": "cpu", "dtype": "float32",
+            "postlab_version": postlab.__version__, "threads": plan.data["threads"],
+            "workers": workers, "runs": []}
+
+
+class _SeedAssembly:
+    """Collects one seed's task results and builds its record entry in the plan's order."""
+
+    def __init__(self, arms: list[str]) -> None:
+        self.arms = arms
+        self.sft: dict[str, Any] | None = None
+        self.arm_results: dict[str, dict[str, Any]] = {}
+
+    def complete(self) -> bool:
+        return self.sft is not None and len(self.arm_results) == len(self.arms)
+
+    def entry(self) -> dict[str, Any]:
+        assert self.sft is not None
+        evaluations = {"initial": self.sft["evaluation"]}
+        checkpoints = {"initial": self.sft["checkpoint"]}
+        training = {}
+        for arm in self.arms:
+            result = self.arm_results[arm]
+            training[arm] = result["history"]
+            evaluations[arm] = result["evaluation"]
+            checkpoints[arm] = result["checkpoint"]
+        return {"seed": self.sft["seed"], "sft_loss": self.sft["sft_loss"],
+                "evaluations": evaluations, "training": training, "checkpoints": checkpoints}
+
+
+def _write_record(out_dir: Path, record: dict[str, Any], seeds: list[int]) -> None:
+    order = {seed: i for i, seed in enumerate(seeds)}
+    record["runs"].sort(key=lambda run: order[run["seed"]])
+    replace_bytes(out_dir / RECORD_FILE, dump_json(record))
+
+
+def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
+             options: RunOptions) -> dict[str, Any]:
+    """Train every seed and arm of ``plan`` into ``options.out_dir``; return the record."""
+    plan, previous = prepare_out_dir(plan, raw_plan, options.out_dir, options.resume)
+    data = plan.data
+    start = time.monotonic()
+    record = new_record(plan, options.workers)
+    if previous is not None:
+        record["runs"] = list(previous.get("runs", []))
+        for key in ("parameters", "wall_seconds"):
+            if key in previous:
+                record[key] = previous[key]
+    done = {run["seed"] for run in record["runs"]}
+    pending = [seed for seed in data["seeds"] if seed not in done]
+    display = options.display
+    if done:
+        display.message(f"resuming: seeds {sorted(done)} already complete")
+    if pending:
+        if options.workers <= 1:
+            _run_in_process(data, pending, options, record)
+        else:
+            _run_in_workers(data, pending, options, record)
+    if pending or "wall_seconds" not in record:
+        # Wall time of the invocation that finished the run (a resumed run's last part).
+        record["wall_seconds"] = time.monotonic() - start
+        _write_record(options.out_dir, record, data["seeds"])
+    summary_path = options.out_dir / SUMMARY_FILE
+    if summary_path.exists():
+        display.message("the run was already complete; nothing to do")
+    else:
+        summary = summarize(record, data["eval_samples"])
+        publish_bytes(summary_path, (json.dumps(summary, indent=2) + "\n").encode())
+    return record
+
+
+def _finish_seed(assembly: _SeedAssembly, record: dict[str, Any], options: RunOptions,
+                 seeds: list[int]) -> None:
+    record["runs"].append(assembly.entry())
+    record.setdefault("parameters", assembly.sft["parameters"] if assembly.sft else None)
+    _write_record(options.out_dir, record, seeds)
+    options.display.handle({"kind": "seed_done", "seed": assembly.sft["seed"]})
+
+
+def _run_in_process(data: dict[str, Any], pending: list[int], options: RunOptions,
+                    record: dict[str, Any]) -> None:
+    global _EMIT
+    configure_torch(data["threads"])
+    _EMIT = options.display.handle
+    try:
+        for seed in pending:
+            assembly = _SeedAssembly(data["arms"])
+            assembly.sft = sft_task(data, seed, options.out_dir, options.progress_every)
+            for arm in data["arms"]:
+                assembly.arm_results[arm] = arm_task(data, seed, arm, assembly.sft["state_dict"],
+                                                     options.out_dir, options.progress_every)
+            _finish_seed(assembly, record, options, data["seeds"])
+    finally:
+        _EMIT = None
+
+
+def _run_in_workers(data: dict[str, Any], pending: list[int], options: RunOptions,
+                    record: dict[str, Any]) -> None:
+    context = multiprocessing.get_context("fork")
+    queue = context.SimpleQueue()
+    pump = threading.Thread(target=_pump, args=(queue, options.display), daemon=True)
+    pump.start()
+    executor = cf.ProcessPoolExecutor(max_workers=options.workers, mp_context=context,
+                                      initializer=_worker_init,
+                                      initargs=(queue, data["threads"]))
+    assemblies = {seed: _SeedAssembly(data["arms"]) for seed in pending}
+    futures: dict[cf.Future, tuple] = {}
+    out, every = options.out_dir, options.progress_every
+    try:
+        for seed in pending:
+            futures[executor.submit(sft_task, data, seed, out, every)] = ("sft", seed)
+        while futures:
+            finished, _ = cf.wait(futures, return_when=cf.FIRST_COMPLETED)
+            for future in finished:
+                kind, seed, *rest = futures.pop(future)
+                result = future.result()
+                assembly = assemblies[seed]
+                if kind == "sft":
+                    assembly.sft = result
+                    for arm in data["arms"]:
+                        job = executor.submit(arm_task, data, seed, arm, result["state_dict"],
+                                              out, every)
+                        futures[job] = ("arm", seed, arm)
+                else:
+                    assembly.arm_results[rest[0]] = result
+                if assembly.complete():
+                    _finish_seed(assembly, record, options, data["seeds"])
+    except cf.process.BrokenProcessPool:
+        raise RunFailed("a worker process died; completed seeds are kept") from None
+    finally:
+        for process in list(getattr(executor, "_processes", {}).values()):
+            if process.is_alive():
+                process.kill()
+        executor.shutdown(wait=True, cancel_futures=True)
+        queue.put(None)
+        pump.join(timeout=5)
+
+
+def _pump(queue: Any, display: Quiet) -> None:
+    while True:
+        event = queue.get()
+        if event is None:
+            return
+        display.handle(event)

@@ -1,0 +1,41 @@
+"""Small plans for engine tests: each trains in a second or two."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from postlab.plan import freeze, split_by_unordered_pair, teaching_plan
+
+#: Fast but complete: every stage runs, every arm trains.
+SMALL = {"seeds": [3, 4], "embedding": 12, "hidden": 16, "sft_steps": 30, "sft_batch": 8,
+         "rl_steps": 6, "prompts_per_step": 3, "group_size": 4, "eval_samples": 3}
+
+#: Two plans that change every numeric field of the teaching plan (and the split).
+VARIANT_A = {
+    "version": 2, "date": "2026-11-01", "split": split_by_unordered_pair(seed=7),
+    "seeds": [5, 8], "embedding": 16, "hidden": 20, "threads": 1,
+    "sft_steps": 40, "sft_batch": 12, "sft_lr": 0.01, "rl_steps": 10,
+    "prompts_per_step": 4, "group_size": 4, "updates_per_rollout": 3, "rl_lr": 0.002,
+    "clip": 0.3, "kl_beta": 0.1, "max_new_tokens": 4, "temperature": 0.7,
+    "eval_samples": 4, "gradient_clip": 0.5,
+}
+VARIANT_B = {
+    "version": 3, "date": "2026-11-02", "split": split_by_unordered_pair(seed=99, sizes=(30, 12)),
+    "seeds": [1], "embedding": 8, "hidden": 12, "threads": 2,
+    "sft_steps": 25, "sft_batch": 20, "sft_lr": 0.02, "rl_steps": 8,
+    "prompts_per_step": 3, "group_size": 5, "updates_per_rollout": 1, "rl_lr": 0.003,
+    "clip": 0.1, "kl_beta": 0.0, "max_new_tokens": 5, "temperature": 1.3,
+    "eval_samples": 3, "gradient_clip": 2.0, "arms": ["substring", "strict"],
+}
+
+
+def write_plan(path: Path, **changes) -> Path:
+    freeze(path, teaching_plan() | changes)
+    return path
+
+
+def rows(record: dict) -> list[dict]:
+    """Everything a run computed, without provenance and timing."""
+    return [{key: run[key] for key in ("seed", "sft_loss", "evaluations", "training")}
+            | {"reload_equal": {k: v["reload_equal"] for k, v in run["checkpoints"].items()}}
+            for run in record["runs"]]

@@ -1,0 +1,161 @@
+import json
+
+import pytest
+import torch
+from plans import SMALL, rows, write_plan
+
+from postlab import engine, objective
+from postlab.cli import main
+from postlab.engine import RunOptions, run_plan
+from postlab.plan import load_plan
+from postlab.train import NonFiniteError
+
+
+def _run(plan_path, out, workers=1, **kw):
+    plan = load_plan(plan_path)
+    return run_plan(plan, plan_path.read_bytes(), RunOptions(out_dir=out, workers=workers, **kw))
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("small")
+    plan = write_plan(folder / "plan.json", **SMALL)
+    record = _run(plan, folder / "run")
+    return plan, folder / "run", record
+
+
+def test_run_folder_contents(small):
+    plan, out, record = small
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(["plan.json", "record.json", "summary.json"]
+                           + [f"seed-{s}-{stage}.pt" for s in (3, 4)
+                              for stage in ("initial", "strict", "substring")])
+    assert (out / "plan.json").read_bytes() == plan.read_bytes()
+    on_disk = json.loads((out / "record.json").read_text())
+    assert on_disk == record
+    assert record["plan_sha256"] == load_plan(plan).sha256
+    for key in ("postlab_version", "torch", "python", "platform", "threads", "workers",
+                "source_sha256", "parameters", "wall_seconds"):
+        assert key in record
+    run = record["runs"][0]
+    assert len(run["sft_loss"]) == SMALL["sft_steps"]
+    assert list(run["evaluations"]) == ["initial", "strict", "substring"]
+    history = run["training"]["strict"]
+    assert [h["step"] for h in history] == list(range(1, SMALL["rl_steps"] + 1))
+    assert len(history[0]["rows"]) == SMALL["prompts_per_step"] * SMALL["group_size"]
+    assert len(history[0]["updates"]) == 2
+    assert all(c["reload_equal"] for c in run["checkpoints"].values())
+
+
+def test_results_do_not_depend_on_workers(small, tmp_path):
+    plan, _, record = small
+    parallel = _run(plan, tmp_path / "w3", workers=3)
+    assert rows(parallel) == rows(record)
+    assert parallel["workers"] == 3
+
+
+def test_existing_out_dir_is_refused(small, capsys):
+    plan, out, _ = small
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "already exists" in err and err.count("\n") == 1
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_resume_of_a_complete_run_changes_nothing(small, capsys):
+    _, out, _ = small
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert main(["run", "--out-dir", str(out), "--resume", "--workers", "1"]) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_non_finite_loss_stops_with_seed_arm_step(tmp_path, monkeypatch, capsys):
+    plan = write_plan(tmp_path / "plan.json", **SMALL)
+    first_seed_calls = 2 * SMALL["rl_steps"] * 2  # arms x steps x updates
+    real = objective.token_mean_loss
+    calls = {"n": 0}
+
+    def poisoned(*args):
+        calls["n"] += 1
+        value = real(*args)
+        return value * float("nan") if calls["n"] == first_seed_calls + 5 else value
+
+    monkeypatch.setattr(objective, "token_mean_loss", poisoned)
+    out = tmp_path / "run"
+    code = main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
+                 "--quiet"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "seed 4, arm strict, RL step 3" in err and "non-finite" in err
+    record = json.loads((out / "record.json").read_text())
+    assert [run["seed"] for run in record["runs"]] == [3]
+    assert not (out / "summary.json").exists()
+
+
+def test_non_finite_gradient_is_caught(tmp_path, monkeypatch):
+    plan = write_plan(tmp_path / "plan.json", **(SMALL | {"seeds": [3]}))
+    real = torch.nn.utils.clip_grad_norm_
+
+    def exploding(params, max_norm):
+        real(params, max_norm)
+        return torch.tensor(float("inf"))
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", exploding)
+    with pytest.raises(NonFiniteError, match="gradient norm"):
+        _run(plan, tmp_path / "run")
+
+
+def test_tampered_checkpoint_is_refused_on_resume(small, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    _, out, _ = small
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "summary.json").unlink()
+    target = copy / "seed-4-strict.pt"
+    data = bytearray(target.read_bytes())
+    data[-30] ^= 1
+    target.write_bytes(bytes(data))
+    loaded = []
+    real_load = torch.load
+
+    def spy(source, *args, **kwargs):
+        loaded.append(source.getvalue())
+        return real_load(source, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    assert main(["run", "--out-dir", str(copy), "--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "seed-4-strict.pt" in err and "refusing to load" in err
+    assert loaded and bytes(data) not in loaded  # refused before deserialisation
+
+
+def test_progress_lines_and_quiet(tmp_path, capsys):
+    plan = write_plan(tmp_path / "plan.json", **(SMALL | {"seeds": [3]}))
+    assert main(["run", "--plan", str(plan), "--out-dir", str(tmp_path / "a"),
+                 "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "seed=3 arm=strict step=6 strict=" in out and "seed=3 done" in out
+    assert main(["run", "--plan", str(plan), "--out-dir", str(tmp_path / "b"),
+                 "--workers", "1", "--quiet"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"arms": ["strict", "lenient"]}, "arms"),
+    ({"task": "chess"}, "task"),
+    ({"clip": 1.5}, "clip"),
+    ({"eos": "x"}, "eos"),
+    ({"seeds": [1, 1]}, "seeds"),
+])
+def test_untrainable_plans_are_refused(tmp_path, capsys, change, field):
+    plan = write_plan(tmp_path / "plan.json", **(SMALL | change))
+    assert main(["run", "--plan", str(plan), "--out-dir", str(tmp_path / "run")]) == 2
+    assert field in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_default_workers_is_the_core_count():
+    assert engine.default_workers() >= 1

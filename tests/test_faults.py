@@ -1,0 +1,104 @@
+"""Interrupted runs: SIGKILL of the main process or a worker, and Ctrl-C, then --resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from plans import SMALL, rows, write_plan
+
+from postlab.engine import RunOptions, run_plan
+from postlab.plan import load_plan
+
+#: Long enough that a run can be caught mid-way, short enough for a test.
+SLOW = SMALL | {"seeds": [3, 4, 5, 6], "rl_steps": 40, "sft_steps": 60}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("faults")
+    plan = write_plan(folder / "plan.json", **SLOW)
+    out = folder / "run"
+    record = run_plan(load_plan(plan), plan.read_bytes(), RunOptions(out_dir=out, workers=1))
+    return plan, out, record
+
+
+def _start(plan: Path, out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "postlab", "run", "--plan", str(plan),
+                             "--out-dir", str(out), "--workers", "2", "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_first_seed(process: subprocess.Popen, out: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not (out / "record.json").exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(x) for x in text]
+    return found
+
+
+def _resume_and_compare(plan, out, uninterrupted_record, uninterrupted_out):
+    done = subprocess.run([sys.executable, "-m", "postlab", "run", "--out-dir", str(out),
+                           "--resume", "--workers", "2", "--quiet"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    record = json.loads((out / "record.json").read_text())
+    assert rows(record) == rows(uninterrupted_record)
+    assert (out / "summary.json").read_bytes() == \
+        (uninterrupted_out / "summary.json").read_bytes()
+    checkpoints = sorted(p.name for p in out.glob("*.pt"))
+    assert checkpoints == sorted(p.name for p in uninterrupted_out.glob("*.pt"))
+    for name in checkpoints:
+        assert (out / name).read_bytes() == (uninterrupted_out / name).read_bytes()
+    assert not list(out.glob(".*.partial"))
+
+
+def test_main_process_killed_then_resumed(uninterrupted, tmp_path):
+    plan, ref_out, ref_record = uninterrupted
+    out = tmp_path / "run"
+    process = _start(plan, out)
+    _wait_for_first_seed(process, out)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    partial = json.loads((out / "record.json").read_text())
+    assert 1 <= len(partial["runs"]) < len(SLOW["seeds"])
+    _resume_and_compare(plan, out, ref_record, ref_out)
+
+
+def test_worker_killed_then_resumed(uninterrupted, tmp_path):
+    plan, ref_out, ref_record = uninterrupted
+    out = tmp_path / "run"
+    process = _start(plan, out)
+    _wait_for_first_seed(process, out)
+    workers = _children(process.pid)
+    assert workers
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 1
+    assert "worker process died" in err and "--resume" in err
+    assert err.count("\n") == 1
+    _resume_and_compare(plan, out, ref_record, ref_out)
+
+
+def test_ctrl_c_keeps_completed_seeds(uninterrupted, tmp_path):
+    plan, ref_out, ref_record = uninterrupted
+    out = tmp_path / "run"
+    process = _start(plan, out)
+    _wait_for_first_seed(process, out)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err
+    _resume_and_compare(plan, out, ref_record, ref_out)
