@@ -1,26 +1,32 @@
 #!/usr/bin/env bash
-# Regenerate the teaching plan's record that ships inside the package.
+# Regenerate the teaching run that ships inside the package (record, plan, summary,
+# checkpoints), so that `postlab report` and `postlab verify` work with no arguments.
 # Usage: scripts/make-bundled-record.sh   (from the repository root, with postlab installed)
 set -euo pipefail
-out=$(mktemp -d)/teaching
-postlab run --out-dir "$out" --quiet
-python3 - "$out" <<'PY'
-import gzip, json, platform, sys
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+postlab run --out-dir "$work/teaching" --quiet
+python3 - "$work/teaching" <<'PY'
+import gzip, json, shutil, sys
 from pathlib import Path
-out = Path(sys.argv[1])
-data = Path("src/postlab/data")
-raw = (out / "record.json").read_bytes()
-(data / "teaching-record.json.gz").write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
+run = Path(sys.argv[1])
+target = Path("src/postlab/data/teaching-run")
+shutil.rmtree(target, ignore_errors=True)
+target.mkdir(parents=True)
+raw = (run / "record.json").read_bytes()
+(target / "record.json.gz").write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
+for name in ["plan.json", "summary.json"] + sorted(p.name for p in run.glob("*.pt")):
+    shutil.copyfile(run / name, target / name)
 record = json.loads(raw)
 provenance = {
-    "made_by": "postlab run --out-dir DIR (teaching plan, default workers), then gzip",
+    "made_by": "postlab run --out-dir DIR --quiet (teaching plan, default workers); "
+               "record.json gzipped, other files copied as written",
     "script": "scripts/make-bundled-record.sh",
     "postlab_version": record["postlab_version"], "torch": record["torch"],
     "python": record["python"], "platform": record["platform"],
     "workers": record["workers"], "plan_sha256": record["plan_sha256"],
-    "checkpoints": {f"{run['seed']}/{stage}": info["sha256"]
-                    for run in record["runs"] for stage, info in run["checkpoints"].items()},
 }
-(data / "teaching-record.provenance.json").write_text(json.dumps(provenance, indent=2) + "\n")
+(target / "PROVENANCE.json").write_text(json.dumps(provenance, indent=2) + "\n")
 PY
-echo "bundled record written to src/postlab/data/"
+rm -f src/postlab/data/teaching-record.json.gz src/postlab/data/teaching-record.provenance.json
+echo "bundled run written to src/postlab/data/teaching-run/"

@@ -144,6 +144,6 @@ def test_report_without_arguments_reads_the_bundled_record(capsys):
 def test_missing_bundled_record_is_explained(monkeypatch, capsys):
     import postlab.record
 
-    monkeypatch.setattr(postlab.record, "bundled_record_path", lambda: None)
+    monkeypatch.setattr(postlab.record, "bundled_run_dir", lambda: None)
     assert main(["report"]) == 2
     assert "no bundled record" in capsys.readouterr().err

@@ -41,16 +41,49 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"postlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    freeze = sub.add_parser("freeze", help="write the teaching plan to PATH (never overwrites)")
+    freeze = sub.add_parser("freeze", help="write the teaching plan, or a new version of a "
+                                           "plan, to PATH (never overwrites)")
     freeze.add_argument("path", type=Path)
+    freeze.add_argument("--from", dest="parent", type=Path,
+                        help="parent plan of a new version (default: the teaching plan)")
+    freeze.add_argument("--set", dest="settings", action="append", default=[],
+                        metavar="KEY=VALUE", help="change a key (value read as JSON when it "
+                                                  "parses); repeatable")
+
+    plan = sub.add_parser("plan", help="inspect plans")
+    plan_sub = plan.add_subparsers(dest="plan_command", required=True, parser_class=_Parser)
+    diff = plan_sub.add_parser("diff", help="show what changed from plan A to plan B")
+    diff.add_argument("a", type=Path)
+    diff.add_argument("b", type=Path)
+
+    verify = sub.add_parser("verify", help="re-check a run folder or record: hashes, "
+                                           "checkpoints, summary, counts, raw rows")
+    verify.add_argument("run", type=Path, nargs="?",
+                        help="run folder or record (default: the bundled teaching run)")
+
+    reproduce = sub.add_parser("reproduce", help="re-run a record's plan and compare every "
+                                                 "row with the record")
+    reproduce.add_argument("run", type=Path, nargs="?",
+                           help="run folder or record (default: the bundled teaching run)")
+    reproduce.add_argument("--out-dir", type=Path, required=True,
+                           help="new run folder; must not exist")
+    reproduce.add_argument("--workers", type=int, default=None)
+    reproduce.add_argument("--quiet", action="store_true")
 
     report = sub.add_parser("report", help="read a record and print the held-out report; "
                                            "trains nothing")
+    report.add_argument("run", type=Path, nargs="?", help="run folder or record file "
+                                                           "(same as --record)")
     report.add_argument("--plan", type=Path, help="plan file (default: plan.json beside the "
                                                   "record, else the teaching plan)")
     report.add_argument("--record", type=Path, help="record file or run folder (default: "
                                                     "the record bundled with postlab)")
     report.add_argument("--lang", choices=LANGS, help="output language (default: from locale)")
+    report.add_argument("--contract", dest="contracts", action="append", default=[],
+                        metavar="NAME", help="also re-score the stored outputs under this "
+                                             "contract (repeatable); the record is unchanged")
+    report.add_argument("--split", default="test",
+                        help="split for the re-scoring table, or 'all' (default: test)")
 
     run = sub.add_parser("run", help="train every seed and arm of a plan into a new folder")
     run.add_argument("--plan", type=Path, help="plan file (default: the teaching plan)")
@@ -69,25 +102,81 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_freeze(args: argparse.Namespace) -> int:
-    from postlab.plan import freeze
+    import datetime
 
-    digest = freeze(args.path)
-    print(f"froze the teaching plan: {args.path} (sha256 {digest})")
+    from postlab.plan import derive_plan, freeze, load_plan, teaching_plan_loaded
+    from postlab.trainable import check_trainable
+
+    if args.parent is None and not args.settings:
+        digest = freeze(args.path)
+        print(f"froze the teaching plan: {args.path} (sha256 {digest})")
+        return 0
+    parent = load_plan(args.parent) if args.parent else teaching_plan_loaded()
+    if args.path.exists():
+        raise UserError(f"{args.path}: already exists; postlab never overwrites an output")
+    data = derive_plan(parent, args.settings, datetime.date.today().isoformat())
+    check_trainable(data, "new plan")
+    digest = freeze(args.path, data)
+    print(f"froze plan version {data['version']}: {args.path} (sha256 {digest}); parent "
+          f"{parent.sha256[:16]}…, changed {', '.join(data['parent']['changes'])}")
     return 0
 
 
-def _resolve_record(path: Path | None) -> Path:
-    from postlab.record import bundled_record_path
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from postlab.plan import load_plan, plan_differences
 
-    if path is None:
-        bundled = bundled_record_path()
-        if bundled is None:
-            raise UserError("no bundled record exists yet in this build of postlab; "
-                            "pass --record RECORD")
-        return bundled
-    if path.is_dir():
-        return path / "record.json"
-    return path
+    a, b = load_plan(args.a), load_plan(args.b)
+    if a.sha256 == b.sha256:
+        print(f"identical plans (sha256 {a.sha256})")
+        return 0
+    parent = b.data.get("parent") or {}
+    if parent.get("sha256") == a.sha256:
+        print(f"{args.b} is a version of {args.a} (its parent sha256 matches)")
+    for line in plan_differences(a.data, b.data):
+        print(line)
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from postlab.engine import configure_torch
+    from postlab.record import locate_run
+    from postlab.verify import render_checks, verify_run
+
+    configure_torch(1)
+    checks = verify_run(locate_run(args.run))
+    text, code = render_checks(checks)
+    sys.stdout.write(text)
+    return code
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from postlab.compare import compare_records, render_comparison
+    from postlab.engine import RunOptions, default_workers, run_plan
+    from postlab.plan import parse_plan, plan_bytes, teaching_plan, teaching_plan_loaded
+    from postlab.progress import PLAIN_EVERY, Live, make_display
+    from postlab.record import check_plan_link, load_record, locate_run
+
+    files = locate_run(args.run)
+    record = load_record(files.record)
+    if files.plan.is_file():
+        raw = files.plan.read_bytes()
+        plan = parse_plan(raw, str(files.plan), files.plan)
+    else:
+        plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
+    check_plan_link(record, plan, str(files.record))
+    workers = args.workers if args.workers is not None else default_workers()
+    if workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    display = make_display(args.quiet)
+    every = 0 if args.quiet else (1 if isinstance(display, Live) else PLAIN_EVERY)
+    try:
+        fresh = run_plan(plan, raw, RunOptions(out_dir=args.out_dir, workers=workers,
+                                               progress_every=every, display=display))
+    finally:
+        display.close()
+    result = compare_records(record, fresh)
+    sys.stdout.write(render_comparison(result))
+    return 0 if result.identical else 1
 
 
 def _resolve_plan(plan_path: Path | None, record_path: Path):
@@ -102,10 +191,12 @@ def _resolve_plan(plan_path: Path | None, record_path: Path):
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from postlab.record import check_plan_link, load_record
+    from postlab.record import check_plan_link, load_record, locate_run
     from postlab.report import build_report, render_text
 
-    record_path = _resolve_record(args.record)
+    if args.run is not None and args.record is not None:
+        raise UserError("give the run either as RUN or as --record, not both")
+    record_path = locate_run(args.run or args.record).record
     record = load_record(record_path)
     plan = _resolve_plan(args.plan, record_path)
     check_plan_link(record, plan, str(record_path))
@@ -113,7 +204,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
         report = build_report(record, plan.data)
     except (KeyError, ValueError) as exc:
         raise UserError(f"{record_path}: record does not fit the plan: {exc}") from None
-    sys.stdout.write(render_text(report, args.lang or default_lang()))
+    lang = args.lang or default_lang()
+    sys.stdout.write(render_text(report, lang))
+    if args.contracts:
+        from postlab.contracts import CONTRACTS
+        from postlab.rescore import render_rescore, rescore
+
+        for name in args.contracts:
+            if name not in CONTRACTS:
+                raise UserError(f"--contract {name}: unknown; known: "
+                                f"{', '.join(sorted(CONTRACTS.names()))}")
+        if args.split != "all" and args.split not in plan.data["split"]:
+            raise UserError(f"--split {args.split}: the plan's splits are "
+                            f"{', '.join(plan.data['split'])}")
+        contracts = list(dict.fromkeys(args.contracts))
+        split = None if args.split == "all" else args.split
+        result = rescore(record, plan.data["arms"], contracts, split)
+        sys.stdout.write("\n" + render_rescore(result, lang))
     return 0
 
 
@@ -176,7 +283,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"freeze": _cmd_freeze, "report": _cmd_report, "run": _cmd_run,
+COMMANDS = {"freeze": _cmd_freeze, "plan": _cmd_plan, "report": _cmd_report,
+            "run": _cmd_run, "verify": _cmd_verify, "reproduce": _cmd_reproduce,
             "exercises": _cmd_exercises}
 
 

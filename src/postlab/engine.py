@@ -29,6 +29,7 @@ import torch
 import postlab
 from postlab.checkpoint import checkpoint_bytes, load_checkpoint, publish_checkpoint
 from postlab.errors import UserError
+from postlab.integrity import run_digests
 from postlab.jsonio import dump_json, parse_json, publish_bytes, read_bytes, replace_bytes
 from postlab.metrics import summarize
 from postlab.model import CharGRU
@@ -233,8 +234,10 @@ class _SeedAssembly:
             training[arm] = result["history"]
             evaluations[arm] = result["evaluation"]
             checkpoints[arm] = result["checkpoint"]
-        return {"seed": self.sft["seed"], "sft_loss": self.sft["sft_loss"],
-                "evaluations": evaluations, "training": training, "checkpoints": checkpoints}
+        entry = {"seed": self.sft["seed"], "sft_loss": self.sft["sft_loss"],
+                 "evaluations": evaluations, "training": training, "checkpoints": checkpoints}
+        entry["digests"] = run_digests(entry)
+        return entry
 
 
 def _write_record(out_dir: Path, record: dict[str, Any], seeds: list[int]) -> None:

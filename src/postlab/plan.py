@@ -8,6 +8,7 @@ the reference's, so its field order and layout are part of the contract.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,15 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class PlanParent(BaseModel):
+    """Where a derived plan came from: its parent's file hash and the keys changed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    sha256: str
+    changes: list[str]
+
+
 class PlanModel(BaseModel):
     """Typed fields of a plan. Unknown fields are refused so that a typo cannot pass silently."""
 
@@ -120,6 +130,7 @@ class PlanModel(BaseModel):
     kl: str
     selection: str
     rewards: dict[str, str]
+    parent: PlanParent | None = None
 
 
 @dataclass(frozen=True)
@@ -168,3 +179,70 @@ def freeze(path: Path, plan: dict[str, Any] | None = None) -> str:
     raw = plan_bytes(teaching_plan() if plan is None else plan)
     publish_bytes(path, raw)
     return sha256_hex(raw)
+
+
+#: Keys a derived plan sets itself; ``--set`` may not change them.
+AUTOMATIC_KEYS = ("version", "date", "parent")
+
+
+def parse_setting(setting: str) -> tuple[str, Any]:
+    """``key=value``; the value is read as JSON when it parses (numbers, lists), else text."""
+    key, sep, text = setting.partition("=")
+    if not sep or not key:
+        raise UserError(f"--set {setting!r}: expected key=value")
+    def refuse(name: str) -> Any:
+        raise UserError(f"--set {key}: {name} is not a valid value")
+
+    try:
+        value = json.loads(text, parse_constant=refuse)
+    except json.JSONDecodeError:
+        value = text
+    return key, value
+
+
+def derive_plan(parent: LoadedPlan, settings: list[str], today: str) -> dict[str, Any]:
+    """A new plan version: ``settings`` applied, version + 1, today's date, parent recorded."""
+    data = {k: v for k, v in parent.data.items() if k != "parent"}
+    changes: list[str] = []
+    for setting in settings:
+        key, value = parse_setting(setting)
+        if key in AUTOMATIC_KEYS:
+            raise UserError(f"--set {key}: set automatically for a new version")
+        if key not in PlanModel.model_fields:
+            known = ", ".join(k for k in PlanModel.model_fields if k not in AUTOMATIC_KEYS)
+            raise UserError(f"--set {key}: unknown plan key; known: {known}")
+        if key in changes:
+            raise UserError(f"--set {key}: given twice")
+        if data.get(key) == value:
+            raise UserError(f"--set {key}: the parent plan already has this value")
+        data[key] = value
+        changes.append(key)
+    if not changes:
+        raise UserError("a new plan version needs at least one --set key=value")
+    data["version"] = parent.data["version"] + 1
+    data["date"] = today
+    data["parent"] = {"sha256": parent.sha256, "changes": changes}
+    try:
+        PlanModel.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"new plan: invalid value: {_first_error(exc)}") from None
+    return data
+
+
+def plan_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Human lines naming each changed key; splits are compared by pair."""
+    lines = []
+    for key in list(old) + [k for k in new if k not in old]:
+        if old.get(key) == new.get(key):
+            continue
+        if key == "split" and isinstance(old.get(key), dict) and isinstance(new.get(key), dict):
+            for name in list(old[key]) + [n for n in new[key] if n not in old[key]]:
+                before = {tuple(p) for p in old[key].get(name, [])}
+                after = {tuple(p) for p in new[key].get(name, [])}
+                if before != after:
+                    lines.append(f"split.{name}: added {sorted(after - before)}, removed "
+                                 f"{sorted(before - after)}")
+            continue
+        lines.append(f"{key}: {json.dumps(old.get(key), ensure_ascii=False)} -> "
+                     f"{json.dumps(new.get(key), ensure_ascii=False)}")
+    return lines

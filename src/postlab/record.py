@@ -8,6 +8,7 @@ instead of a traceback or, worse, a quietly wrong table.
 from __future__ import annotations
 
 import gzip
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,52 @@ from postlab.errors import UserError
 from postlab.jsonio import parse_json, read_bytes
 from postlab.plan import LoadedPlan
 
-BUNDLED_RECORD = "teaching-record.json.gz"
+BUNDLED_RUN = "teaching-run"
+RECORD_NAMES = ("record.json", "record.json.gz")
+
+
+def bundled_run_dir() -> Path | None:
+    """The teaching plan's run folder shipped with the package (record, plan, checkpoints)."""
+    path = Path(str(resources.files("postlab") / "data" / BUNDLED_RUN))
+    return path if record_in(path).is_file() else None
 
 
 def bundled_record_path() -> Path | None:
-    """The teaching plan's record shipped with the package, or None if this build has none."""
-    path = Path(str(resources.files("postlab") / "data" / BUNDLED_RECORD))
-    return path if path.is_file() else None
+    """The bundled teaching record, or None if this build has none."""
+    folder = bundled_run_dir()
+    return None if folder is None else record_in(folder)
+
+
+def record_in(folder: Path) -> Path:
+    """A run folder's record: ``record.json``, or its compressed form."""
+    for name in RECORD_NAMES:
+        if (folder / name).is_file():
+            return folder / name
+    return folder / RECORD_NAMES[0]
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """Where a run's files are: given a run folder, a record file, or nothing (bundled)."""
+
+    record: Path
+    folder: Path | None  # None when only a record file was named
+
+    @property
+    def plan(self) -> Path:
+        return self.record.parent / "plan.json"
+
+
+def locate_run(target: Path | None) -> RunFiles:
+    if target is None:
+        folder = bundled_run_dir()
+        if folder is None:
+            raise UserError("no bundled record exists in this build of postlab; "
+                            "name a record or run folder")
+        return RunFiles(record=record_in(folder), folder=folder)
+    if target.is_dir():
+        return RunFiles(record=record_in(target), folder=target)
+    return RunFiles(record=target, folder=None)
 
 
 def _check_row(row: Any, where: str) -> None:
@@ -65,6 +105,42 @@ def check_record(record: Any, source: str) -> None:
                 at = f"{where}.evaluations.{stage}.{split}"
                 _check_rows(_require(decoded, "greedy", list, at), f"{at}.greedy")
                 _check_rows(_require(decoded, "sampled", list, at), f"{at}.sampled")
+        if "sft_loss" in run:
+            losses = _require(run, "sft_loss", list, where)
+            if not all(isinstance(v, float | int) and not isinstance(v, bool) for v in losses):
+                raise UserError(f"{where}.sft_loss: expected numbers")
+        _check_training(run.get("training", {}), f"{where}.training")
+        _check_checkpoints(run.get("checkpoints", {}), f"{where}.checkpoints")
+
+
+def _check_training(training: Any, where: str) -> None:
+    if not isinstance(training, dict):
+        raise UserError(f"{where}: expected an object of arms")
+    for arm, history in training.items():
+        if not isinstance(history, list):
+            raise UserError(f"{where}.{arm}: expected a list of steps")
+        for index, step in enumerate(history):
+            at = f"{where}.{arm}[{index}]"
+            _require(step, "step", int, at)
+            _check_rows(_require(step, "rows", list, at), f"{at}.rows")
+            _require(step, "zero_variance_groups", int, at)
+            for u, update in enumerate(_require(step, "updates", list, at)):
+                if not isinstance(update, dict) or not all(
+                        isinstance(v, float | int) and not isinstance(v, bool)
+                        for v in update.values()):
+                    raise UserError(f"{at}.updates[{u}]: expected an object of numbers")
+
+
+def _check_checkpoints(checkpoints: Any, where: str) -> None:
+    if not isinstance(checkpoints, dict):
+        raise UserError(f"{where}: expected an object of stages")
+    for stage, info in checkpoints.items():
+        at = f"{where}.{stage}"
+        _require(info, "file", str, at)
+        _require(info, "sha256", str, at)
+        _require(info, "reload_equal", bool, at)
+        if "/" in info["file"] or info["file"].startswith("."):
+            raise UserError(f"{at}.file: must be a file name in the run folder")
 
 
 def decode_record_bytes(raw: bytes, source: str) -> dict[str, Any]:
