@@ -82,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--contract", dest="contracts", action="append", default=[],
                         metavar="NAME", help="also re-score the stored outputs under this "
                                              "contract (repeatable); the record is unchanged")
+    report.add_argument("--format", dest="format_", default="text",
+                        choices=("text", "table", "json", "markdown"),
+                        help="text: the reference layout (default); table: aggregates over "
+                             "seeds with intervals, pass@k and dynamics as terminal tables; "
+                             "json: the same data (docs/report-json.md); markdown")
+    report.add_argument("--html", type=Path, metavar="FILE",
+                        help="also write one self-contained HTML page with tables and figures "
+                             "(never overwrites)")
     report.add_argument("--split", default="test",
                         help="split for the re-scoring table, or 'all' (default: test)")
 
@@ -95,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true",
                      help="complete an interrupted run in --out-dir, keeping finished seeds")
     run.add_argument("--quiet", action="store_true", help="print nothing while training")
+
+    plot = sub.add_parser("plot", help="write PNG and SVG figures of a run")
+    plot.add_argument("run", type=Path, nargs="?",
+                      help="run folder or record (default: the bundled teaching run)")
+    plot.add_argument("--out-dir", type=Path, help="new folder for the figures (default: "
+                                                   "RUN/figures; required for the bundled run)")
+    plot.add_argument("--lang", choices=LANGS, help="label language (default: from locale)")
+    plot.add_argument("--split", default="test", help="split the figures show (default: test)")
 
     exercises = sub.add_parser("exercises", help="compute the worked answers arithmetic can show")
     exercises.add_argument("number", type=int, nargs="?", help="one answer's number")
@@ -205,7 +221,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     except (KeyError, ValueError) as exc:
         raise UserError(f"{record_path}: record does not fit the plan: {exc}") from None
     lang = args.lang or default_lang()
-    sys.stdout.write(render_text(report, lang))
+    if args.format_ == "text":
+        sys.stdout.write(render_text(report, lang))
+    if args.format_ != "text" or args.html is not None:
+        _rich_report(args, record, plan, lang)
     if args.contracts:
         from postlab.contracts import CONTRACTS
         from postlab.rescore import render_rescore, rescore
@@ -221,6 +240,78 @@ def _cmd_report(args: argparse.Namespace) -> int:
         split = None if args.split == "all" else args.split
         result = rescore(record, plan.data["arms"], contracts, split)
         sys.stdout.write("\n" + render_rescore(result, lang))
+    return 0
+
+
+def _analysis(record, plan, split: str):
+    from postlab.analysis import analyse
+
+    if split not in plan.data["split"]:
+        raise UserError(f"--split {split}: the plan's splits are "
+                        f"{', '.join(plan.data['split'])}")
+    _require_report_extra()
+    try:
+        return analyse(record, plan.data)
+    except (KeyError, ValueError) as exc:
+        raise UserError(f"record does not fit the plan: {exc}") from None
+
+
+def _require_report_extra() -> None:
+    import importlib.util
+
+    missing = [m for m in ("matplotlib", "scipy") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"this report needs {', '.join(missing)}: "
+                        "pip install 'postlab[report]'")
+
+
+def _rich_report(args: argparse.Namespace, record, plan, lang: str) -> None:
+    from postlab.jsonio import publish_bytes
+    from postlab.tables import to_json, to_markdown, to_terminal
+
+    split = "test" if args.split == "all" else args.split
+    if args.html is not None and args.html.exists():
+        raise UserError(f"{args.html}: already exists; postlab never overwrites an output")
+    analysis = _analysis(record, plan, split)
+    if args.format_ == "json":
+        sys.stdout.write(to_json(analysis))
+    elif args.format_ == "markdown":
+        sys.stdout.write(to_markdown(analysis, lang, split))
+    elif args.format_ == "table":
+        to_terminal(analysis, lang, split)
+    if args.html is not None:
+        from postlab.figures import draw_figures
+        from postlab.html import render_html
+
+        page = render_html(analysis, draw_figures(analysis, lang, split), lang, split)
+        publish_bytes(args.html, page.encode())
+        print(f"wrote {args.html}", file=sys.stderr)
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from postlab.figures import draw_figures
+    from postlab.jsonio import publish_bytes
+    from postlab.record import check_plan_link, load_record, locate_run
+
+    if args.run is None and args.out_dir is None:
+        raise UserError("--out-dir is required when plotting the bundled run")
+    files = locate_run(args.run)
+    record = load_record(files.record)
+    plan = _resolve_plan(None, files.record)
+    check_plan_link(record, plan, str(files.record))
+    out = args.out_dir or files.record.parent / "figures"
+    if out.exists():
+        raise UserError(f"{out}: already exists; postlab never overwrites an output")
+    analysis = _analysis(record, plan, args.split)
+    figures = draw_figures(analysis, args.lang or default_lang(), args.split)
+    try:
+        out.mkdir(parents=True)
+    except OSError as exc:
+        raise UserError(f"{out}: cannot create: {exc.strerror}") from None
+    for figure in figures:
+        publish_bytes(out / f"{figure.name}.png", figure.png)
+        publish_bytes(out / f"{figure.name}.svg", figure.svg)
+    print(f"wrote {2 * len(figures)} figures to {out}")
     return 0
 
 
@@ -285,6 +376,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 COMMANDS = {"freeze": _cmd_freeze, "plan": _cmd_plan, "report": _cmd_report,
             "run": _cmd_run, "verify": _cmd_verify, "reproduce": _cmd_reproduce,
+            "plot": _cmd_plot,
             "exercises": _cmd_exercises}
 
 

@@ -1,0 +1,248 @@
+"""Everything a report shows, computed once from a record's raw rows.
+
+Renderers (terminal, JSON, Markdown, HTML, figures) take the :class:`Analysis` this module
+returns and lay it out; none of them computes a number. Intervals are Student-t over seeds
+(95%, seeds - 1 degrees of freedom): seeds are the independent repetitions of the experiment,
+while questions within a seed share a model and are not independent draws of it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from postlab.contracts import CONTRACTS
+from postlab.metrics import evaluate, question_groups
+
+SCHEMA = "postlab.analysis/1"
+CONFIDENCE = 0.95
+INTERVAL_METHOD = ("Student t over seeds, 95% two-sided, seeds - 1 degrees of freedom; "
+                   "no interval with one seed")
+BAND_METHOD = "mean over seeds, band from the lowest to the highest seed"
+
+#: Outcome metrics per decoding: the share of outputs (or questions) accepted.
+OUTCOME_METRICS = {"greedy": ("strict_rate", "substring_rate"),
+                   "sampled": ("strict_rate", "substring_rate", "coverage")}
+
+#: Per-step training series: rollout rates from the rows, the rest from the update statistics.
+DYNAMICS_SERIES = ("strict_reward", "substring_reward", "zero_variance_groups", "kl", "entropy",
+                   "ratio_outside_clip", "gradient_norm_before_clip", "loss", "mean_tokens",
+                   "truncated")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interval:
+    """Mean over seeds with its 95% interval (None when there is a single seed)."""
+
+    per_seed: tuple[float, ...]
+    mean: float
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    stage: str
+    split: str
+    decoding: str
+    metric: str
+    value: Interval
+    change_from_sft: Interval | None  # paired by seed; None for the SFT stage itself
+
+
+@dataclass(frozen=True, kw_only=True)
+class HackingGap:
+    """Substring acceptance minus strict success of sampled outputs: reward a checker pays
+    for answers that are not right."""
+
+    stage: str
+    split: str
+    gap: Interval
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassAtK:
+    stage: str
+    split: str
+    k: tuple[int, ...]
+    per_seed: tuple[tuple[float, ...], ...]
+    mean: tuple[float, ...]
+    low: tuple[float | None, ...]
+    high: tuple[float | None, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Band:
+    mean: tuple[float, ...]
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dynamics:
+    arm: str
+    steps: tuple[int, ...]
+    series: dict[str, Band]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Analysis:
+    schema: str
+    plan_sha256: str
+    seeds: tuple[int, ...]
+    stages: tuple[str, ...]
+    arms: tuple[str, ...]
+    splits: tuple[str, ...]
+    eval_samples: int
+    interval_method: str
+    band_method: str
+    outcomes: tuple[Outcome, ...]
+    hacking_gaps: tuple[HackingGap, ...]
+    pass_at_k: tuple[PassAtK, ...]
+    dynamics: tuple[Dynamics, ...]
+    sft_loss: Band
+
+    def outcome(self, stage: str, split: str, decoding: str, metric: str) -> Outcome:
+        for item in self.outcomes:
+            if (item.stage, item.split, item.decoding, item.metric) == \
+                    (stage, split, decoding, metric):
+                return item
+        raise KeyError((stage, split, decoding, metric))
+
+
+def t_quantile(confidence: float, df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + confidence / 2, df))
+
+
+def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """Student-t interval of the mean of ``values`` (one value per seed)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return Interval(per_seed=tuple(values), mean=mean, low=None, high=None)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile(confidence, n - 1) * sd / math.sqrt(n)
+    return Interval(per_seed=tuple(values), mean=mean, low=mean - half, high=mean + half)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one question with c correct among n samples (Chen et al. 2021):
+    1 - C(n-c, k) / C(n, k)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def mean_pass_at_k(rows: Sequence[Sequence[Any]], samples: int, k: int,
+                   contract: str = "strict") -> float:
+    """pass@k averaged over the questions of an evaluation's sampled rows."""
+    check = CONTRACTS[contract]
+    groups = question_groups(rows, samples)
+    values = [pass_at_k(samples, sum(check(r[:2], r[2], r[3]) for r in group), k)
+              for group in groups]
+    return sum(values) / len(values)
+
+
+def _band(columns: Sequence[Sequence[float]]) -> Band:
+    """Per-position mean, min and max over seeds (``columns`` is seeds x positions)."""
+    by_position = list(zip(*columns, strict=True))
+    return Band(mean=tuple(sum(v) / len(v) for v in by_position),
+                low=tuple(min(v) for v in by_position),
+                high=tuple(max(v) for v in by_position))
+
+
+def _step_series(step: dict[str, Any]) -> dict[str, float]:
+    rows = step["rows"]
+    n = len(rows)
+    updates = step["updates"]
+
+    def mean_update(key: str) -> float:
+        return sum(u[key] for u in updates) / len(updates)
+
+    return {
+        "strict_reward": sum(CONTRACTS["strict"](r[:2], r[2], r[3]) for r in rows) / n,
+        "substring_reward": sum(CONTRACTS["substring"](r[:2], r[2], r[3]) for r in rows) / n,
+        "zero_variance_groups": float(step["zero_variance_groups"]),
+        "kl": mean_update("kl"), "entropy": mean_update("entropy"),
+        "ratio_outside_clip": mean_update("ratio_outside_clip"),
+        "gradient_norm_before_clip": mean_update("gradient_norm_before_clip"),
+        "loss": mean_update("loss"),
+        "mean_tokens": sum(len(r[2]) + int(r[3]) for r in rows) / n,
+        "truncated": sum(not r[3] for r in rows) / n,
+    }
+
+
+def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
+    runs = record["runs"]
+    if not runs:
+        raise ValueError("the record holds no completed seed")
+    samples = plan["eval_samples"]
+    stages = tuple(runs[0]["evaluations"])
+    splits = tuple(runs[0]["evaluations"][stages[0]])
+    arms = tuple(a for a in plan["arms"] if all(a in run.get("training", {}) for run in runs))
+
+    # per (stage, split, decoding, metric): one value per seed, in seed order
+    values: dict[tuple[str, str, str, str], list[float]] = {}
+    for run in runs:
+        for stage in stages:
+            for split in splits:
+                decoded = run["evaluations"][stage][split]
+                for decoding, count in (("greedy", 1), ("sampled", samples)):
+                    result = evaluate(decoded[decoding], count)
+                    computed = {"strict_rate": result["strict_rate"],
+                                "substring_rate": result["substring_rate"],
+                                "coverage": result["covered"] / result["questions"]}
+                    for metric in OUTCOME_METRICS[decoding]:
+                        values.setdefault((stage, split, decoding, metric), []).append(
+                            computed[metric])
+
+    outcomes = []
+    for (stage, split, decoding, metric), per_seed in values.items():
+        change = None
+        if stage != "initial" and "initial" in stages:
+            base = values[("initial", split, decoding, metric)]
+            change = interval([a - b for a, b in zip(per_seed, base, strict=True)])
+        outcomes.append(Outcome(stage=stage, split=split, decoding=decoding, metric=metric,
+                                value=interval(per_seed), change_from_sft=change))
+
+    gaps = []
+    for stage in stages:
+        for split in splits:
+            strict = values[(stage, split, "sampled", "strict_rate")]
+            substring = values[(stage, split, "sampled", "substring_rate")]
+            gaps.append(HackingGap(stage=stage, split=split, gap=interval(
+                [s - t for s, t in zip(substring, strict, strict=True)])))
+
+    ks = tuple(range(1, samples + 1))
+    curves = []
+    for stage in stages:
+        for split in splits:
+            per_seed = tuple(tuple(mean_pass_at_k(run["evaluations"][stage][split]["sampled"],
+                                                  samples, k) for k in ks) for run in runs)
+            per_k = [interval([curve[i] for curve in per_seed]) for i in range(len(ks))]
+            curves.append(PassAtK(stage=stage, split=split, k=ks, per_seed=per_seed,
+                                  mean=tuple(i.mean for i in per_k),
+                                  low=tuple(i.low for i in per_k),
+                                  high=tuple(i.high for i in per_k)))
+
+    dynamics = []
+    for arm in arms:
+        per_seed_steps = [[_step_series(step) for step in run["training"][arm]] for run in runs]
+        steps = tuple(step["step"] for step in runs[0]["training"][arm])
+        series = {name: _band([[s[name] for s in seed_steps] for seed_steps in per_seed_steps])
+                  for name in DYNAMICS_SERIES}
+        dynamics.append(Dynamics(arm=arm, steps=steps, series=series))
+
+    sft_loss = _band([run["sft_loss"] for run in runs])
+    return Analysis(schema=SCHEMA, plan_sha256=record["plan_sha256"],
+                    seeds=tuple(run["seed"] for run in runs), stages=stages, arms=arms,
+                    splits=splits, eval_samples=samples, interval_method=INTERVAL_METHOD,
+                    band_method=BAND_METHOD, outcomes=tuple(outcomes),
+                    hacking_gaps=tuple(gaps), pass_at_k=tuple(curves),
+                    dynamics=tuple(dynamics), sft_loss=sft_loss)

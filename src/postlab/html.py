@@ -1,0 +1,51 @@
+"""One self-contained HTML page: tables and figures embedded, nothing loaded from elsewhere."""
+
+from __future__ import annotations
+
+import base64
+import html
+
+from postlab.analysis import Analysis
+from postlab.figures import Figure
+from postlab.labels import LABELS
+from postlab.tables import build_tables
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
+th { background: #f2f2f2; }
+figure { margin: 1em 0; }
+figcaption { font-size: 0.9em; color: #555; }
+img { max-width: 100%; }
+.note { color: #555; font-size: 0.9em; }
+"""
+
+
+def render_html(analysis: Analysis, figures: list[Figure], lang: str,
+                split: str = "test") -> str:
+    words = LABELS[lang]
+    esc = html.escape
+    parts = [f'<!DOCTYPE html>\n<html lang="{lang}"><head><meta charset="utf-8">',
+             f"<title>{esc(words['title'])}</title><style>{STYLE}</style></head><body>",
+             f"<h1>{esc(words['title'])}</h1>",
+             f"<p>{esc(words['plan_sha256'])}: <code>{esc(analysis.plan_sha256)}</code> · "
+             f"{esc(words['seeds'])}: {esc(', '.join(map(str, analysis.seeds)))}</p>",
+             f"<p class=\"note\">{esc(words['reading'])}</p>"]
+    for table in build_tables(analysis, lang, split):
+        parts.append(f"<h2>{esc(table.title)}</h2><table><thead><tr>"
+                     + "".join(f"<th>{esc(c)}</th>" for c in table.columns)
+                     + "</tr></thead><tbody>")
+        for row in table.rows:
+            parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
+        parts.append("</tbody></table>")
+    parts.append(f"<h2>{esc(words['figures'])}</h2>")
+    for figure in figures:
+        data = base64.b64encode(figure.png).decode()
+        parts.append(f'<figure><img alt="{esc(figure.title)}" '
+                     f'src="data:image/png;base64,{data}"><figcaption>{esc(figure.title)}'
+                     "</figcaption></figure>")
+    method = words["interval_method"].format(method=analysis.interval_method)
+    parts.append(f'<p class="note">{esc(method)} {esc(analysis.band_method)}.</p>'
+                 "</body></html>\n")
+    return "\n".join(parts)

@@ -1,0 +1,73 @@
+"""Words of the reports in each language, kept apart from layout and from numbers."""
+
+from __future__ import annotations
+
+LABELS: dict[str, dict[str, str]] = {
+    "en": {
+        "title": "postlab report",
+        "run": "Run", "plan_sha256": "plan sha256", "seeds": "seeds",
+        "outcomes": "Results by stage ({split} split)",
+        "stage": "stage", "decoding": "decoding", "metric": "metric",
+        "per_seed": "per seed", "mean_ci": "mean [95% CI]",
+        "change": "change from SFT [95% CI]",
+        "hacking": "Reward hacking gap: substring acceptance minus strict success "
+                   "(sampled, {split} split)",
+        "gap": "gap [95% CI]",
+        "pass_at_k": "pass@k on the {split} split (unbiased estimator, strict contract)",
+        "dynamics": "Training dynamics (mean over seeds; band: lowest to highest seed)",
+        "series": "series", "first_steps": "first 10% of steps", "last_steps": "last 10% of steps",
+        "sft_loss": "SFT loss", "step": "step",
+        "interval_method": "Intervals: {method}.",
+        "greedy": "greedy", "sampled": "sampled",
+        "strict_rate": "strict success", "substring_rate": "substring acceptance",
+        "coverage": "coverage",
+        "initial": "SFT", "arm": "RL under {arm}",
+        "strict_reward": "strict reward rate", "substring_reward": "substring reward rate",
+        "zero_variance_groups": "zero-variance groups", "kl": "KL to SFT", "entropy": "entropy",
+        "ratio_outside_clip": "ratio outside clip", "gradient_norm_before_clip":
+            "gradient norm before clip", "loss": "loss", "mean_tokens": "mean tokens",
+        "truncated": "truncated share",
+        "figures": "Figures", "fig_outcomes": "Held-out results by stage",
+        "fig_gap": "Reward hacking gap by stage", "fig_pass": "pass@k by stage",
+        "fig_dynamics": "Training dynamics by arm", "fig_sft": "SFT loss",
+        "k": "k", "rate": "rate", "no_interval": "n/a",
+        "reading": "How to read this: a stage helped on held-out pairs when its change from "
+                   "SFT has an interval above zero; an arm gamed its reward when its hacking "
+                   "gap is large; RL narrowed coverage when pass@k at large k fell below the "
+                   "SFT curve.",
+    },
+    "zh": {
+        "title": "postlab 报告",
+        "run": "运行", "plan_sha256": "计划 sha256", "seeds": "种子",
+        "outcomes": "各阶段结果（{split} 划分）",
+        "stage": "阶段", "decoding": "解码", "metric": "指标",
+        "per_seed": "各种子", "mean_ci": "均值 [95% 区间]",
+        "change": "相对 SFT 的变化 [95% 区间]",
+        "hacking": "奖励投机差距：子串接受率减严格正确率（采样，{split} 划分）",
+        "gap": "差距 [95% 区间]",
+        "pass_at_k": "{split} 划分上的 pass@k（无偏估计，严格契约）",
+        "dynamics": "训练动态（种子均值；带：最低到最高种子）",
+        "series": "序列", "first_steps": "前 10% 步", "last_steps": "后 10% 步",
+        "sft_loss": "SFT 损失", "step": "步",
+        "interval_method": "区间：{method}。",
+        "greedy": "贪心", "sampled": "采样",
+        "strict_rate": "严格正确率", "substring_rate": "子串接受率",
+        "coverage": "覆盖率",
+        "initial": "SFT", "arm": "RL（{arm}）",
+        "strict_reward": "严格奖励率", "substring_reward": "子串奖励率",
+        "zero_variance_groups": "零方差组数", "kl": "对 SFT 的 KL", "entropy": "熵",
+        "ratio_outside_clip": "比值出界比例", "gradient_norm_before_clip": "裁剪前梯度范数",
+        "loss": "损失", "mean_tokens": "平均词元数", "truncated": "截断比例",
+        "figures": "图", "fig_outcomes": "各阶段留出结果",
+        "fig_gap": "各阶段奖励投机差距", "fig_pass": "各阶段 pass@k",
+        "fig_dynamics": "各组训练动态", "fig_sft": "SFT 损失",
+        "k": "k", "rate": "比率", "no_interval": "无",
+        "reading": "读法：相对 SFT 的变化区间高于零，说明该阶段在留出组合上有帮助；投机差距大，"
+                   "说明该组钻了奖励的空子；大 k 的 pass@k 低于 SFT 曲线，说明 RL 收窄了覆盖。",
+    },
+}
+
+
+def stage_label(stage: str, lang: str) -> str:
+    words = LABELS[lang]
+    return words["initial"] if stage == "initial" else words["arm"].format(arm=stage)

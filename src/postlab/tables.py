@@ -1,0 +1,123 @@
+"""The report's tables as plain text cells, shared by the terminal, Markdown and HTML views."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from postlab.analysis import Analysis, Interval
+from postlab.labels import LABELS, stage_label
+
+#: k values shown in the pass@k table (the figure shows every k).
+SHOWN_K = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+def fmt_interval(value: Interval, lang: str, digits: int = 3) -> str:
+    if value.low is None or value.high is None:
+        return f"{value.mean:.{digits}f} [{LABELS[lang]['no_interval']}]"
+    return f"{value.mean:.{digits}f} [{value.low:.{digits}f}, {value.high:.{digits}f}]"
+
+
+def fmt_seeds(values: tuple[float, ...], digits: int = 3) -> str:
+    return " ".join(f"{v:.{digits}f}" for v in values)
+
+
+def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Table]:
+    words = LABELS[lang]
+    outcome_rows = []
+    for stage in analysis.stages:
+        for decoding in ("greedy", "sampled"):
+            for item in analysis.outcomes:
+                if (item.stage, item.split, item.decoding) != (stage, split, decoding):
+                    continue
+                change = (fmt_interval(item.change_from_sft, lang)
+                          if item.change_from_sft else "—")
+                outcome_rows.append((stage_label(stage, lang), words[decoding],
+                                     words[item.metric], fmt_seeds(item.value.per_seed),
+                                     fmt_interval(item.value, lang), change))
+    tables = [Table(words["outcomes"].format(split=split),
+                    (words["stage"], words["decoding"], words["metric"], words["per_seed"],
+                     words["mean_ci"], words["change"]), tuple(outcome_rows))]
+
+    gap_rows = tuple((stage_label(g.stage, lang), fmt_seeds(g.gap.per_seed),
+                      fmt_interval(g.gap, lang))
+                     for g in analysis.hacking_gaps if g.split == split)
+    tables.append(Table(words["hacking"].format(split=split),
+                        (words["stage"], words["per_seed"], words["gap"]), gap_rows))
+
+    shown = [k for k in SHOWN_K if k <= analysis.eval_samples]
+    if analysis.eval_samples not in shown:
+        shown.append(analysis.eval_samples)
+    pass_rows = []
+    for curve in analysis.pass_at_k:
+        if curve.split != split:
+            continue
+        cells = []
+        for k in shown:
+            i = curve.k.index(k)
+            cells.append(fmt_interval(Interval(per_seed=(), mean=curve.mean[i], low=curve.low[i],
+                                               high=curve.high[i]), lang))
+        pass_rows.append((stage_label(curve.stage, lang), *cells))
+    tables.append(Table(words["pass_at_k"].format(split=split),
+                        (words["stage"], *[f"pass@{k}" for k in shown]), tuple(pass_rows)))
+
+    dyn_rows = []
+    for dyn in analysis.dynamics:
+        n = len(dyn.steps)
+        tenth = max(1, n // 10)
+        for name, band in dyn.series.items():
+            first = sum(band.mean[:tenth]) / tenth
+            last = sum(band.mean[-tenth:]) / tenth
+            dyn_rows.append((stage_label(dyn.arm, lang), words[name], f"{first:.3f}",
+                             f"{last:.3f}"))
+    tables.append(Table(words["dynamics"], (words["stage"], words["series"],
+                                            words["first_steps"], words["last_steps"]),
+                        tuple(dyn_rows)))
+    return tables
+
+
+def to_json(analysis: Analysis) -> str:
+    """The documented, stable JSON form (docs/report-json.md): the analysis as plain data."""
+    return json.dumps(dataclasses.asdict(analysis), ensure_ascii=False, indent=2,
+                      allow_nan=False) + "\n"
+
+
+def to_markdown(analysis: Analysis, lang: str, split: str = "test") -> str:
+    words = LABELS[lang]
+    lines = [f"# {words['title']}", "",
+             f"{words['plan_sha256']}: `{analysis.plan_sha256}` · {words['seeds']}: "
+             f"{', '.join(map(str, analysis.seeds))}", "",
+             words["interval_method"].format(method=analysis.interval_method), ""]
+    for table in build_tables(analysis, lang, split):
+        lines += [f"## {table.title}", "", "| " + " | ".join(table.columns) + " |",
+                  "|" + "---|" * len(table.columns)]
+        lines += ["| " + " | ".join(row) + " |" for row in table.rows]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def to_terminal(analysis: Analysis, lang: str, split: str = "test") -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    console = Console()
+    words = LABELS[lang]
+    console.print(f"[bold]{words['title']}[/bold]  {words['plan_sha256']} "
+                  f"{analysis.plan_sha256[:16]}…  {words['seeds']} "
+                  f"{', '.join(map(str, analysis.seeds))}")
+    for table in build_tables(analysis, lang, split):
+        view = RichTable(title=table.title, title_justify="left")
+        for column in table.columns:
+            view.add_column(column)
+        for row in table.rows:
+            view.add_row(*row)
+        console.print(view)
+    console.print(words["interval_method"].format(method=analysis.interval_method))

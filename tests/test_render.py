@@ -1,0 +1,183 @@
+"""Renderers over one computed analysis: JSON stability, tables, figures, HTML, plot."""
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from postlab import figures as figures_module
+from postlab.analysis import analyse
+from postlab.cli import main
+from postlab.plan import teaching_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bundled_analysis():
+    import gzip
+
+    from postlab.record import bundled_record_path
+
+    record = json.loads(gzip.decompress(bundled_record_path().read_bytes()))
+    return analyse(record, teaching_plan())
+
+
+def _keys(value, prefix=""):
+    """Every key path in a JSON value, lists collapsed to []."""
+    found = set()
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{prefix}.{key}" if prefix else key
+            found.add(path)
+            found |= _keys(item, path)
+    elif isinstance(value, list) and value:
+        found |= _keys(value[0], prefix + "[]")
+    return found
+
+
+EXPECTED_KEYS = {
+    "schema", "plan_sha256", "seeds", "stages", "arms", "splits", "eval_samples",
+    "interval_method", "band_method", "outcomes", "hacking_gaps", "pass_at_k", "dynamics",
+    "sft_loss", "outcomes[].stage", "outcomes[].split", "outcomes[].decoding",
+    "outcomes[].metric", "outcomes[].value", "outcomes[].change_from_sft",
+    "hacking_gaps[].stage", "hacking_gaps[].split", "hacking_gaps[].gap",
+    "pass_at_k[].stage", "pass_at_k[].split", "pass_at_k[].k", "pass_at_k[].per_seed",
+    "pass_at_k[].mean", "pass_at_k[].low", "pass_at_k[].high", "dynamics[].arm",
+    "dynamics[].steps", "dynamics[].series", "sft_loss.mean", "sft_loss.low", "sft_loss.high",
+}
+
+
+def test_json_schema_is_stable_and_documented(capsys):
+    assert main(["report", "--format", "json"]) == 0
+    first = capsys.readouterr().out
+    data = json.loads(first)
+    assert data["schema"] == "postlab.analysis/1"
+    keys = _keys(data)
+    assert keys >= EXPECTED_KEYS
+    assert {"mean", "low", "high", "per_seed"} == set(data["outcomes"][0]["value"])
+    series = set(data["dynamics"][0]["series"])
+    assert series == {"strict_reward", "substring_reward", "zero_variance_groups", "kl",
+                      "entropy", "ratio_outside_clip", "gradient_norm_before_clip", "loss",
+                      "mean_tokens", "truncated"}
+    doc = (ROOT / "docs" / "report-json.md").read_text()
+    for key in EXPECTED_KEYS | series:
+        assert f"`{key}`" in doc, key
+    assert main(["report", "--format", "json"]) == 0
+    assert capsys.readouterr().out == first  # deterministic
+
+
+def test_markdown_and_table(capsys):
+    assert main(["report", "--format", "markdown", "--lang", "en"]) == 0
+    out = capsys.readouterr().out
+    assert "## Results by stage (test split)" in out
+    assert "| RL under substring | sampled | coverage |" in out
+    assert "pass@16" in out and "Student t over seeds" in out
+    assert main(["report", "--format", "table", "--lang", "zh"]) == 0
+    out = capsys.readouterr().out
+    assert "奖励投机差距" in out and "pass@16" in out
+
+
+def test_every_figure_has_data(bundled_analysis, monkeypatch):
+    captured = []
+    real_save = figures_module._save
+
+    def spy(fig, name, title):
+        captured.append((name, fig))
+        for ax in fig.axes:
+            if not ax.axison:
+                continue
+            drawn = [line for line in ax.get_lines() if len(line.get_xdata())]
+            drawn += [p for p in ax.patches if p.get_height() != 0]
+            drawn += [c for c in ax.collections if len(c.get_paths())]
+            assert drawn, f"{name}: an axis without data"
+        return real_save(fig, name, title)
+
+    monkeypatch.setattr(figures_module, "_save", spy)
+    result = figures_module.draw_figures(bundled_analysis, "en")
+    assert [f.name for f in result] == ["outcomes", "hacking_gap", "pass_at_k", "dynamics",
+                                        "sft_loss"]
+    for figure in result:
+        assert figure.png.startswith(b"\x89PNG") and len(figure.png) > 5000
+        assert b"<svg" in figure.svg
+
+
+def test_chinese_figures_fall_back_without_a_cjk_font(bundled_analysis, monkeypatch):
+    monkeypatch.setattr(figures_module, "CJK_FONTS", ("No Such Font",))
+    assert figures_module.figure_language("zh") == ("en", None)
+    assert figures_module.figure_language("en") == ("en", None)
+
+
+def test_plot_writes_png_and_svg(tmp_path, capsys):
+    out = tmp_path / "figures"
+    assert main(["plot", "--out-dir", str(out), "--lang", "en"]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(f"{n}.{ext}" for n in ("outcomes", "hacking_gap", "pass_at_k",
+                                                   "dynamics", "sft_loss")
+                           for ext in ("png", "svg"))
+    assert main(["plot", "--out-dir", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["plot"]) == 2
+
+
+def test_plot_defaults_to_the_run_folder(tmp_path, capsys):
+    from postlab.record import bundled_run_dir
+
+    run = tmp_path / "run"
+    shutil.copytree(bundled_run_dir(), run)
+    assert main(["plot", str(run), "--lang", "en"]) == 0
+    assert (run / "figures" / "pass_at_k.png").is_file()
+
+
+def test_html_is_self_contained(tmp_path, capsys):
+    page = tmp_path / "report.html"
+    assert main(["report", "--html", str(page), "--lang", "en"]) == 0
+    text = page.read_text()
+    assert text.count("<img") == 5 and text.count("data:image/png;base64,") == 5
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:)""", text)
+    assert "http://" not in text and "https://" not in text
+    assert "Reward hacking gap" in text and "pass@16" in text
+    before = page.read_bytes()
+    assert main(["report", "--html", str(page)]) == 2
+    assert page.read_bytes() == before
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Chromium is not installed (Debian package "
+                                                "'chromium'); .ci/run installs it when it can")
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_html_renders_in_headless_chromium(tmp_path, capsys, lang):
+    page = tmp_path / "report.html"
+    assert main(["report", "--html", str(page), "--lang", lang]) == 0
+    shot = tmp_path / "shot.png"
+    profile = tempfile.mkdtemp()
+    try:
+        done = subprocess.run(
+            [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+             "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
+            capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    assert shot.is_file(), done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if "CONSOLE" in line.upper()]
+    assert console == []
+    from matplotlib import image
+
+    pixels = image.imread(str(shot))
+    assert pixels.shape[0] == 2400 and pixels.shape[1] == 1280
+    assert float(pixels[..., :3].std()) > 0.05  # not a blank page
+    dark = (pixels[..., :3].mean(axis=2) < 0.5).mean()
+    assert dark > 0.01  # text and figures are drawn
