@@ -74,7 +74,7 @@ def test_resume_of_a_complete_run_changes_nothing(small, capsys):
 def test_non_finite_loss_stops_with_seed_arm_step(tmp_path, monkeypatch, capsys):
     plan = write_plan(tmp_path / "plan.json", **SMALL)
     first_seed_calls = 2 * SMALL["rl_steps"] * 2  # arms x steps x updates
-    real = objective.token_mean_loss
+    real = objective.per_token_loss
     calls = {"n": 0}
 
     def poisoned(*args):
@@ -82,7 +82,7 @@ def test_non_finite_loss_stops_with_seed_arm_step(tmp_path, monkeypatch, capsys)
         value = real(*args)
         return value * float("nan") if calls["n"] == first_seed_calls + 5 else value
 
-    monkeypatch.setattr(objective, "token_mean_loss", poisoned)
+    monkeypatch.setattr(objective, "per_token_loss", poisoned)
     out = tmp_path / "run"
     code = main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
                  "--quiet"])

@@ -37,6 +37,6 @@ def test_bad_lengths_and_names():
     with pytest.raises(ValueError):
         token_coefficients([], "token-mean")
     with pytest.raises(ValueError):
-        token_coefficients([3], "constant-normaliser")
+        token_coefficients([3, 7], "constant-normaliser", max_tokens=6)
     with pytest.raises(KeyError, match="known"):
         token_coefficients([3], "sum")

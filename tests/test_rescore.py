@@ -22,7 +22,7 @@ def _record_with_leading_zeros():
 
 
 def test_rescore_by_hand():
-    result = rescore(_record_with_leading_zeros(), ["strict"], ["strict", "exact"])
+    result = rescore(_record_with_leading_zeros(), {"strict": "strict"}, ["strict", "exact"])
     by_key = {(r.stage, r.decoding): r for r in result.rows}
     strict_greedy = by_key[("strict", "greedy")]
     assert strict_greedy.trained_on == "strict" and strict_greedy.n == 2

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from postlab.arms import arm_names
 from postlab.contracts import CONTRACTS
-from postlab.metrics import evaluate, question_groups
+from postlab.metrics import Answer, count_under, evaluate, question_groups
+from postlab.tasks import answer_function
 
 SCHEMA = "postlab.analysis/1"
 CONFIDENCE = 0.95
@@ -140,11 +142,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def mean_pass_at_k(rows: Sequence[Sequence[Any]], samples: int, k: int,
-                   contract: str = "strict") -> float:
+                   contract: str = "strict", answer: Answer = sum) -> float:
     """pass@k averaged over the questions of an evaluation's sampled rows."""
     check = CONTRACTS[contract]
     groups = question_groups(rows, samples)
-    values = [pass_at_k(samples, sum(check(r[:2], r[2], r[3]) for r in group), k)
+    values = [pass_at_k(samples, sum(check(r[:2], r[2], r[3], answer(r[:2])) for r in group), k)
               for group in groups]
     return sum(values) / len(values)
 
@@ -157,7 +159,7 @@ def _band(columns: Sequence[Sequence[float]]) -> Band:
                 high=tuple(max(v) for v in by_position))
 
 
-def _step_series(step: dict[str, Any]) -> dict[str, float]:
+def _step_series(step: dict[str, Any], answer: Answer) -> dict[str, float]:
     rows = step["rows"]
     n = len(rows)
     updates = step["updates"]
@@ -166,8 +168,8 @@ def _step_series(step: dict[str, Any]) -> dict[str, float]:
         return sum(u[key] for u in updates) / len(updates)
 
     return {
-        "strict_reward": sum(CONTRACTS["strict"](r[:2], r[2], r[3]) for r in rows) / n,
-        "substring_reward": sum(CONTRACTS["substring"](r[:2], r[2], r[3]) for r in rows) / n,
+        "strict_reward": count_under(rows, "strict", answer) / n,
+        "substring_reward": count_under(rows, "substring", answer) / n,
         "zero_variance_groups": float(step["zero_variance_groups"]),
         "kl": mean_update("kl"), "entropy": mean_update("entropy"),
         "ratio_outside_clip": mean_update("ratio_outside_clip"),
@@ -183,9 +185,10 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
     if not runs:
         raise ValueError("the record holds no completed seed")
     samples = plan["eval_samples"]
+    answer = answer_function(plan)
     stages = tuple(runs[0]["evaluations"])
     splits = tuple(runs[0]["evaluations"][stages[0]])
-    arms = tuple(a for a in plan["arms"] if all(a in run.get("training", {}) for run in runs))
+    arms = tuple(a for a in arm_names(plan) if all(a in run.get("training", {}) for run in runs))
 
     # per (stage, split, decoding, metric): one value per seed, in seed order
     values: dict[tuple[str, str, str, str], list[float]] = {}
@@ -194,7 +197,7 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
             for split in splits:
                 decoded = run["evaluations"][stage][split]
                 for decoding, count in (("greedy", 1), ("sampled", samples)):
-                    result = evaluate(decoded[decoding], count)
+                    result = evaluate(decoded[decoding], count, answer)
                     computed = {"strict_rate": result["strict_rate"],
                                 "substring_rate": result["substring_rate"],
                                 "coverage": result["covered"] / result["questions"]}
@@ -224,7 +227,8 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
     for stage in stages:
         for split in splits:
             per_seed = tuple(tuple(mean_pass_at_k(run["evaluations"][stage][split]["sampled"],
-                                                  samples, k) for k in ks) for run in runs)
+                                                  samples, k, answer=answer) for k in ks)
+                             for run in runs)
             per_k = [interval([curve[i] for curve in per_seed]) for i in range(len(ks))]
             curves.append(PassAtK(stage=stage, split=split, k=ks, per_seed=per_seed,
                                   mean=tuple(i.mean for i in per_k),
@@ -233,7 +237,8 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
 
     dynamics = []
     for arm in arms:
-        per_seed_steps = [[_step_series(step) for step in run["training"][arm]] for run in runs]
+        per_seed_steps = [[_step_series(step, answer) for step in run["training"][arm]]
+                          for run in runs]
         steps = tuple(step["step"] for step in runs[0]["training"][arm])
         series = {name: _band([[s[name] for s in seed_steps] for seed_steps in per_seed_steps])
                   for name in DYNAMICS_SERIES}

@@ -226,8 +226,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.format_ != "text" or args.html is not None:
         _rich_report(args, record, plan, lang)
     if args.contracts:
+        from postlab.arms import rl_contracts
         from postlab.contracts import CONTRACTS
         from postlab.rescore import render_rescore, rescore
+        from postlab.tasks import answer_function
 
         for name in args.contracts:
             if name not in CONTRACTS:
@@ -238,7 +240,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
                             f"{', '.join(plan.data['split'])}")
         contracts = list(dict.fromkeys(args.contracts))
         split = None if args.split == "all" else args.split
-        result = rescore(record, plan.data["arms"], contracts, split)
+        result = rescore(record, rl_contracts(plan.data), contracts, split,
+                         answer_function(plan.data))
         sys.stdout.write("\n" + render_rescore(result, lang))
     return 0
 

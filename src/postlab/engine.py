@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 import postlab
+from postlab.arms import arm_names, arm_specs
 from postlab.checkpoint import checkpoint_bytes, load_checkpoint, publish_checkpoint
 from postlab.errors import UserError
 from postlab.integrity import run_digests
@@ -36,7 +37,8 @@ from postlab.model import CharGRU
 from postlab.plan import LoadedPlan, parse_plan
 from postlab.progress import Quiet
 from postlab.rollout import evaluate_model
-from postlab.train import reinforce, rollout_rates, supervised
+from postlab.tasks import answer_function
+from postlab.train import reinforce, rollout_rates, sft_compute, supervised
 
 PLAN_FILE = "plan.json"
 RECORD_FILE = "record.json"
@@ -127,6 +129,9 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int) -> dict
     torch.manual_seed(seed)
     model = CharGRU.from_plan(plan)
     parameters = model.parameter_count()
+    # RL-only arms start from the untrained weights, so keep them before SFT changes them.
+    untrained = copy.deepcopy(model.state_dict()) if any(
+        arm.pipeline == "rl-only" for arm in arm_specs(plan)) else None
     total = plan["sft_steps"]
 
     def hook(step: int, loss: float) -> None:
@@ -137,27 +142,41 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int) -> dict
     rows = evaluate_model(model, plan, seed)
     checkpoint = _save_and_check(model, plan, seed, "initial", out_dir, rows)
     return {"seed": seed, "sft_loss": losses, "evaluation": rows, "checkpoint": checkpoint,
-            "parameters": parameters, "state_dict": model.state_dict()}
+            "parameters": parameters, "state_dict": model.state_dict(),
+            "untrained_state_dict": untrained, "compute": sft_compute(plan, total)}
 
 
-def arm_task(plan: dict[str, Any], seed: int, arm: str, state_dict: dict[str, Any],
+def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any],
              out_dir: Path, every: int) -> dict[str, Any]:
-    initial = CharGRU.from_plan(plan)
-    initial.load_state_dict(state_dict)
-    reference = copy.deepcopy(initial).requires_grad_(False)
-    total = plan["rl_steps"]
+    arm = next(a for a in arm_specs(plan) if a.name == arm_name)
+    start = CharGRU.from_plan(plan)
+    if arm.pipeline == "rl-only":
+        start.load_state_dict(sft["untrained_state_dict"])
+    else:
+        start.load_state_dict(sft["state_dict"])
+    result: dict[str, Any] = {"seed": seed, "arm": arm.name}
+    if arm.pipeline == "sft-only":
+        model = start
+        result["sft_loss"] = supervised(model, plan, seed, steps=arm.sft_steps,
+                                        rng_offset=5000)
+        result["compute"] = sft_compute(plan, arm.sft_steps)
+    else:
+        reference = copy.deepcopy(start).requires_grad_(False)
+        total = plan["rl_steps"]
+        answer = answer_function(plan)
 
-    def hook(step: int, rows: list) -> None:
-        if every and (step % every == 0 or step == total):
-            strict, substring = rollout_rates(rows)
-            _emit({"kind": "rl", "seed": seed, "arm": arm, "step": step, "total": total,
-                   "strict": strict, "substring": substring})
+        def hook(step: int, rows: list) -> None:
+            if every and (step % every == 0 or step == total):
+                strict, substring = rollout_rates(rows, answer)
+                _emit({"kind": "rl", "seed": seed, "arm": arm.name, "step": step,
+                       "total": total, "strict": strict, "substring": substring})
 
-    model, history = reinforce(initial, reference, plan, seed, arm, hook)
+        model, result["history"], result["compute"] = reinforce(
+            start, reference, plan, seed, arm.contract, hook, label=arm.name)
     rows = evaluate_model(model, plan, seed)
-    checkpoint = _save_and_check(model, plan, seed, arm, out_dir, rows)
-    return {"seed": seed, "arm": arm, "history": history, "evaluation": rows,
-            "checkpoint": checkpoint}
+    result["evaluation"] = rows
+    result["checkpoint"] = _save_and_check(model, plan, seed, arm.name, out_dir, rows)
+    return result
 
 
 # --- the run -------------------------------------------------------------------------------
@@ -217,7 +236,7 @@ class _SeedAssembly:
     """Collects one seed's task results and builds its record entry in the plan's order."""
 
     def __init__(self, arms: list[str]) -> None:
-        self.arms = arms
+        self.arms = arms  # names, in the plan's order
         self.sft: dict[str, Any] | None = None
         self.arm_results: dict[str, dict[str, Any]] = {}
 
@@ -228,14 +247,22 @@ class _SeedAssembly:
         assert self.sft is not None
         evaluations = {"initial": self.sft["evaluation"]}
         checkpoints = {"initial": self.sft["checkpoint"]}
-        training = {}
+        compute = {"initial": self.sft["compute"]}
+        training, extra_sft = {}, {}
         for arm in self.arms:
             result = self.arm_results[arm]
-            training[arm] = result["history"]
+            if "history" in result:
+                training[arm] = result["history"]
+            else:
+                extra_sft[arm] = result["sft_loss"]
             evaluations[arm] = result["evaluation"]
             checkpoints[arm] = result["checkpoint"]
+            compute[arm] = result["compute"]
         entry = {"seed": self.sft["seed"], "sft_loss": self.sft["sft_loss"],
                  "evaluations": evaluations, "training": training, "checkpoints": checkpoints}
+        if extra_sft:
+            entry["arm_sft_loss"] = extra_sft
+        entry["compute"] = compute
         entry["digests"] = run_digests(entry)
         return entry
 
@@ -276,9 +303,14 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
     if summary_path.exists():
         display.message("the run was already complete; nothing to do")
     else:
-        summary = summarize(record, data["eval_samples"])
+        summary = summarize(record, data["eval_samples"], answer_function(data))
         publish_bytes(summary_path, (json.dumps(summary, indent=2) + "\n").encode())
     return record
+
+
+def _arm_inputs(sft: dict[str, Any]) -> dict[str, Any]:
+    """What an arm task needs of its seed's SFT task: the two starting points."""
+    return {"state_dict": sft["state_dict"], "untrained_state_dict": sft["untrained_state_dict"]}
 
 
 def _finish_seed(assembly: _SeedAssembly, record: dict[str, Any], options: RunOptions,
@@ -296,10 +328,10 @@ def _run_in_process(data: dict[str, Any], pending: list[int], options: RunOption
     _EMIT = options.display.handle
     try:
         for seed in pending:
-            assembly = _SeedAssembly(data["arms"])
+            assembly = _SeedAssembly(arm_names(data))
             assembly.sft = sft_task(data, seed, options.out_dir, options.progress_every)
-            for arm in data["arms"]:
-                assembly.arm_results[arm] = arm_task(data, seed, arm, assembly.sft["state_dict"],
+            for arm in arm_names(data):
+                assembly.arm_results[arm] = arm_task(data, seed, arm, _arm_inputs(assembly.sft),
                                                      options.out_dir, options.progress_every)
             _finish_seed(assembly, record, options, data["seeds"])
     finally:
@@ -315,7 +347,7 @@ def _run_in_workers(data: dict[str, Any], pending: list[int], options: RunOption
     executor = cf.ProcessPoolExecutor(max_workers=options.workers, mp_context=context,
                                       initializer=_worker_init,
                                       initargs=(queue, data["threads"]))
-    assemblies = {seed: _SeedAssembly(data["arms"]) for seed in pending}
+    assemblies = {seed: _SeedAssembly(arm_names(data)) for seed in pending}
     futures: dict[cf.Future, tuple] = {}
     out, every = options.out_dir, options.progress_every
     try:
@@ -329,8 +361,8 @@ def _run_in_workers(data: dict[str, Any], pending: list[int], options: RunOption
                 assembly = assemblies[seed]
                 if kind == "sft":
                     assembly.sft = result
-                    for arm in data["arms"]:
-                        job = executor.submit(arm_task, data, seed, arm, result["state_dict"],
+                    for arm in arm_names(data):
+                        job = executor.submit(arm_task, data, seed, arm, _arm_inputs(result),
                                               out, every)
                         futures[job] = ("arm", seed, arm)
                 else:

@@ -22,16 +22,22 @@ def digest(value: Any) -> str:
 
 def run_digests(run: dict[str, Any]) -> dict[str, Any]:
     """The digests of one seed's entry in a record."""
-    return {
+    digests = {
         "sft_loss": digest(run["sft_loss"]),
         "evaluations": {stage: {split: digest(decoded) for split, decoded in splits.items()}
                         for stage, splits in run["evaluations"].items()},
         "training": {arm: [{"rows": digest(step["rows"]),
                             "statistics": digest([step["zero_variance_groups"],
                                                   step["updates"]])}
+                          | ({"sampling": digest(step["sampling"])} if "sampling" in step
+                             else {})
                            for step in history]
                      for arm, history in run["training"].items()},
     }
+    for key in ("arm_sft_loss", "compute"):
+        if key in run:
+            digests[key] = digest(run[key])
+    return digests
 
 
 def compare_digests(run: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
@@ -41,6 +47,9 @@ def compare_digests(run: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
     current = run_digests(run)
     if current["sft_loss"] != recorded.get("sft_loss"):
         problems.append(f"seed {seed}: SFT losses")
+    for key, label in (("arm_sft_loss", "SFT-only arms' losses"), ("compute", "compute")):
+        if current.get(key) != recorded.get(key):
+            problems.append(f"seed {seed}: {label}")
     for stage, splits in current["evaluations"].items():
         for split, value in splits.items():
             if value != recorded.get("evaluations", {}).get(stage, {}).get(split):
@@ -52,7 +61,8 @@ def compare_digests(run: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
                             f"{len(old_steps)}")
             continue
         for index, (now, then) in enumerate(zip(steps, old_steps, strict=True)):
-            for part, label in (("rows", "rollout rows"), ("statistics", "update statistics")):
-                if now[part] != then.get(part):
+            for part, label in (("rows", "rollout rows"), ("statistics", "update statistics"),
+                                ("sampling", "dynamic-sampling record")):
+                if now.get(part) != then.get(part):
                     problems.append(f"seed {seed}, arm {arm}, step {index + 1}: {label}")
     return problems

@@ -6,25 +6,28 @@ EOS was emitted. Every reported number is computed from such rows, never stored 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from postlab.contracts import score
+from postlab.contracts import CONTRACTS
 
 Row = Sequence[Any]
+#: The task's answer for an operand pair; the teaching task's is the sum.
+Answer = Callable[[Sequence[int]], int]
 
 
-def count_under(rows: Iterable[Row], contract: str) -> int:
-    return sum(score(contract, row[:2], row[2], row[3]) for row in rows)
+def count_under(rows: Iterable[Row], contract: str, answer: Answer = sum) -> int:
+    check = CONTRACTS[contract]
+    return sum(check(row[:2], row[2], row[3], answer(row[:2])) for row in rows)
 
 
-def metrics(rows: Sequence[Row]) -> dict[str, Any]:
+def metrics(rows: Sequence[Row], answer: Answer = sum) -> dict[str, Any]:
     """Counts and rates under both teaching contracts, mean tokens (EOS counts) and truncations."""
     n = len(rows)
     if n == 0:
         raise ValueError("metrics need at least one row")
-    strict = count_under(rows, "strict")
-    substring = count_under(rows, "substring")
+    strict = count_under(rows, "strict", answer)
+    substring = count_under(rows, "substring", answer)
     return {
         "n": n, "strict": strict, "substring": substring,
         "strict_rate": strict / n, "substring_rate": substring / n,
@@ -45,25 +48,28 @@ def question_groups(rows: Sequence[Row], samples: int) -> list[Sequence[Row]]:
     return groups
 
 
-def coverage(rows: Sequence[Row], samples: int, contract: str = "strict") -> int:
+def coverage(rows: Sequence[Row], samples: int, contract: str = "strict",
+             answer: Answer = sum) -> int:
     """Questions with at least one accepted answer among their samples (pass@samples count)."""
-    return sum(count_under(group, contract) > 0 for group in question_groups(rows, samples))
+    return sum(count_under(group, contract, answer) > 0
+               for group in question_groups(rows, samples))
 
 
-def evaluate(rows: Sequence[Row], samples: int) -> dict[str, Any]:
+def evaluate(rows: Sequence[Row], samples: int, answer: Answer = sum) -> dict[str, Any]:
     """Metrics plus coverage: ``covered`` of ``questions`` had a strict success."""
-    covered = coverage(rows, samples)
-    return dict(metrics(rows), covered=covered, questions=len(rows) // samples)
+    covered = coverage(rows, samples, answer=answer)
+    return dict(metrics(rows, answer), covered=covered, questions=len(rows) // samples)
 
 
-def summarize(record: dict[str, Any], eval_samples: int) -> list[dict[str, Any]]:
+def summarize(record: dict[str, Any], eval_samples: int,
+              answer: Answer = sum) -> list[dict[str, Any]]:
     """One entry per seed and stage, each split scored greedy (1 sample) and sampled."""
     summary = []
     for run in record["runs"]:
         for stage, splits in run["evaluations"].items():
             entry: dict[str, Any] = {"seed": run["seed"], "stage": stage}
             for split, decoded in splits.items():
-                entry[split] = {"greedy": evaluate(decoded["greedy"], 1),
-                                "sampled": evaluate(decoded["sampled"], eval_samples)}
+                entry[split] = {"greedy": evaluate(decoded["greedy"], 1, answer),
+                                "sampled": evaluate(decoded["sampled"], eval_samples, answer)}
             summary.append(entry)
     return summary

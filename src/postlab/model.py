@@ -7,7 +7,7 @@ checkpoints from either implementation load into the other.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -20,8 +20,10 @@ MASKED_LOGIT = -1e9
 class CharGRU(nn.Module):
     """Embedding -> one GRU layer -> linear head, with disallowed characters masked."""
 
-    def __init__(self, vocab: str, eos: str, pad: str, embedding: int, hidden: int) -> None:
+    def __init__(self, vocab: str, eos: str, pad: str, embedding: int, hidden: int,
+                 prompt: Callable[[Sequence[int]], str] | None = None) -> None:
         super().__init__()
+        self.prompt_text = prompt or (lambda pair: f"{pair[0]}+{pair[1]}=")
         self.vocab = vocab
         self.index = {c: i for i, c in enumerate(vocab)}
         self.eos = vocab.index(eos)
@@ -34,7 +36,10 @@ class CharGRU(nn.Module):
 
     @classmethod
     def from_plan(cls, plan: dict) -> CharGRU:
-        return cls(plan["vocab"], plan["eos"], plan["pad"], plan["embedding"], plan["hidden"])
+        from postlab.tasks import task_for
+
+        return cls(plan["vocab"], plan["eos"], plan["pad"], plan["embedding"], plan["hidden"],
+                   prompt=task_for(plan).prompt)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.head(hidden).masked_fill(~self.allowed, MASKED_LOGIT)
@@ -55,7 +60,7 @@ class CharGRU(nn.Module):
         return [self.index[c] for c in text]
 
     def prompts(self, pairs: Sequence[Sequence[int]]) -> torch.Tensor:
-        return torch.tensor([self.encode(f"{a}+{b}=") for a, b in pairs])
+        return torch.tensor([self.encode(self.prompt_text(pair)) for pair in pairs])
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -1,4 +1,4 @@
-"""Tensor math of the RL update: group advantages, the clipped surrogate, the exact KL.
+"""Tensor math of the RL update shared by every variant: log-probs, clipping, entropy.
 
 Pure functions on tensors; shapes are (sequences, response_length) unless stated. The order
 of floating-point operations is part of the contract: the teaching plan must reproduce the
@@ -9,18 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from postlab.groups import STD_EPSILON
 
-
-def group_advantages(rewards: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Group-normalised advantages (flattened) and the per-group population std.
-
-    ``rewards`` is (groups * group_size,) float32; a group with std 0 gets zero advantages.
-    """
-    grouped = rewards.reshape(-1, group_size)
-    std = grouped.std(-1, unbiased=False, keepdim=True)
-    advantage = ((grouped - grouped.mean(-1, keepdim=True)) / (std + STD_EPSILON)).flatten()
-    return advantage, std
+def zero_variance(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Per-group population std (groups, 1); a group with std 0 carries no signal."""
+    return rewards.reshape(-1, group_size).std(-1, unbiased=False, keepdim=True)
 
 
 def token_log_probs(log_dist: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -28,25 +20,32 @@ def token_log_probs(log_dist: torch.Tensor, tokens: torch.Tensor) -> torch.Tenso
     return log_dist.gather(-1, tokens[..., None]).squeeze(-1)
 
 
-def clipped_gain(ratio: torch.Tensor, advantage: torch.Tensor, clip: float) -> torch.Tensor:
-    """PPO's per-token min(r*A, clip(r)*A); ``advantage`` is per sequence (seq,)."""
+def clipped_gain(ratio: torch.Tensor, advantage: torch.Tensor, clip_low: float,
+                 clip_high: float) -> torch.Tensor:
+    """PPO's per-token min(r*A, clip(r, 1-low, 1+high)*A); ``advantage`` is per sequence.
+
+    Separate bounds are DAPO's clip-higher (Yu et al. 2025, arXiv:2503.14476); equal bounds
+    are the symmetric PPO clip (Schulman et al. 2017).
+    """
     per_token = advantage[:, None]
-    return torch.minimum(ratio * per_token, ratio.clamp(1 - clip, 1 + clip) * per_token)
+    return torch.minimum(ratio * per_token,
+                         ratio.clamp(1 - clip_low, 1 + clip_high) * per_token)
 
 
-def exact_kl(log_dist: torch.Tensor, ref_log_dist: torch.Tensor) -> torch.Tensor:
-    """KL(pi || ref) summed over the whole vocabulary at each visited prefix (seq, len)."""
-    return (log_dist.exp() * (log_dist - ref_log_dist)).sum(-1)
+def outside_clip(ratio: torch.Tensor, clip_low: float, clip_high: float) -> torch.Tensor:
+    """Where the ratio lies outside the clip range (a statistic, not a gradient mask)."""
+    if clip_low == clip_high:
+        return (ratio - 1).abs() > clip_low
+    return (ratio < 1 - clip_low) | (ratio > 1 + clip_high)
 
 
 def entropy(log_dist: torch.Tensor) -> torch.Tensor:
     return -(log_dist.exp() * log_dist).sum(-1)
 
 
-def token_mean_loss(gain: torch.Tensor, kl: torch.Tensor, kl_beta: float,
-                    mask: torch.Tensor) -> torch.Tensor:
-    """Mean of (-gain + beta * KL) over every valid response token in the batch (EOS counts)."""
-    return ((-gain + kl_beta * kl) * mask).sum() / mask.sum()
+def per_token_loss(gain: torch.Tensor, kl: torch.Tensor, kl_beta: float) -> torch.Tensor:
+    """-gain + beta * KL at each position; a loss reduction turns it into a scalar."""
+    return -gain + kl_beta * kl
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

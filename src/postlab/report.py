@@ -11,6 +11,7 @@ from typing import Any
 
 from postlab.groups import contrast_probability
 from postlab.metrics import summarize
+from postlab.tasks import answer_function
 
 #: Success probabilities at which the report shows the chance of a mixed group.
 REPORT_PROBABILITIES = (0.01, 0.5, 0.99)
@@ -42,7 +43,7 @@ def build_report(record: dict[str, Any], plan: dict[str, Any],
     # The reference report evaluates the contrast at its default group of 8 whatever the plan.
     contrast = tuple((p, contrast_probability(p, 8)) for p in REPORT_PROBABILITIES)
     rows = []
-    for entry in summarize(record, plan["eval_samples"]):
+    for entry in summarize(record, plan["eval_samples"], answer_function(plan)):
         greedy, sampled = entry[split]["greedy"], entry[split]["sampled"]
         rows.append(HeldOutRow(
             seed=entry["seed"], stage=entry["stage"],

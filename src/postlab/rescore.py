@@ -7,6 +7,7 @@ trained on it. Training under the new rule is another experiment, not a re-score
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +46,12 @@ def _leading_zero(text: str) -> bool:
     return len(text) > 1 and text.startswith("0")
 
 
-def rescore(record: dict[str, Any], arms: list[str], contracts: list[str],
-            split: str | None = None) -> Rescore:
-    """Score every evaluation row under each contract; ``split`` limits to one split."""
+def rescore(record: dict[str, Any], trained: dict[str, str], contracts: list[str],
+            split: str | None = None, answer: Callable[[Sequence[int]], int] = sum) -> Rescore:
+    """Score every evaluation row under each contract; ``split`` limits to one split.
+
+    ``trained`` maps each RL stage to the contract it was trained on.
+    """
     checkers = {name: CONTRACTS[name] for name in contracts}
     rows, gap_counts = [], {}
     for run in record["runs"]:
@@ -58,7 +62,8 @@ def rescore(record: dict[str, Any], arms: list[str], contracts: list[str],
                 for decoding, outputs in decoded.items():
                     accepted = {name: 0 for name in contracts}
                     for a, b, text, terminated in outputs:
-                        verdicts = {name: check((a, b), text, terminated)
+                        expected = answer((a, b))
+                        verdicts = {name: check((a, b), text, terminated, expected)
                                     for name, check in checkers.items()}
                         for name, ok in verdicts.items():
                             accepted[name] += ok
@@ -71,7 +76,7 @@ def rescore(record: dict[str, Any], arms: list[str], contracts: list[str],
                                         gap_counts[key] = (only + 1,
                                                            zeros + _leading_zero(text))
                     rows.append(ScoreRow(seed=run["seed"], stage=stage,
-                                         trained_on=stage if stage in arms else None,
+                                         trained_on=trained.get(stage),
                                          split=split_name, decoding=decoding, n=len(outputs),
                                          accepted=accepted))
     gaps = []

@@ -2,8 +2,9 @@
 
 Random streams, fixed by the plan's seed so any stage can be re-run alone:
 ``random.Random(seed + 1000)`` draws SFT batches, ``random.Random(seed + 2000)`` draws RL
-prompts, a torch generator seeded ``seed + 3000`` samples rollouts, and evaluation seeds its own
-generators (see :func:`postlab.rollout.evaluate_model`).
+prompts, a torch generator seeded ``seed + 3000`` samples rollouts, evaluation seeds its own
+generators (see :func:`postlab.rollout.evaluate_model`), and an SFT-only arm draws its extra
+batches from ``random.Random(seed + 5000)``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from torch import nn
 from torch.nn import functional as F
 
 from postlab import objective
+from postlab.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
 from postlab.contracts import CONTRACTS
 from postlab.metrics import metrics
 from postlab.model import CharGRU
 from postlab.rollout import generate, to_rows
+from postlab.tasks import task_for
 
 #: Called after each RL step with (step, rollout rows); used for progress display.
 StepHook = Callable[[int, list], None]
@@ -45,16 +48,18 @@ def _sequence_log_dist(model: CharGRU, prompts: torch.Tensor,
 
 
 def supervised(model: CharGRU, plan: dict[str, Any], seed: int,
-               hook: Callable[[int, float], None] | None = None) -> list[float]:
+               hook: Callable[[int, float], None] | None = None, *, steps: int | None = None,
+               rng_offset: int = 1000) -> list[float]:
     """Teacher-forced cross-entropy on train pairs; returns the loss of every step."""
-    rng = random.Random(seed + 1000)
+    rng = random.Random(seed + rng_offset)
     optimizer = torch.optim.Adam(model.parameters(), lr=plan["sft_lr"])
+    task = task_for(plan)
     train_pairs = plan["split"]["train"]
     width_vocab = len(model.vocab)
     losses = []
-    for step in range(plan["sft_steps"]):
+    for step in range(plan["sft_steps"] if steps is None else steps):
         pairs = rng.choices(train_pairs, k=plan["sft_batch"])
-        targets = [model.encode(f"{a + b}{plan['eos']}") for a, b in pairs]
+        targets = [model.encode(f"{task.answer(pair)}{plan['eos']}") for pair in pairs]
         width = max(map(len, targets))
         target = torch.tensor([t + [model.pad] * (width - len(t)) for t in targets])
         prompts = model.prompts(pairs)
@@ -76,26 +81,116 @@ def supervised(model: CharGRU, plan: dict[str, Any], seed: int,
     return losses
 
 
+def _pad(tokens: torch.Tensor, mask: torch.Tensor, width: int,
+         pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    extra = width - tokens.shape[1]
+    if extra <= 0:
+        return tokens, mask
+    return (torch.cat([tokens, torch.full((tokens.shape[0], extra), pad)], dim=1),
+            torch.cat([mask, torch.zeros(mask.shape[0], extra, dtype=torch.bool)], dim=1))
+
+
+class _Rollout:
+    """One step's batch of groups: pairs, tokens, mask, rows and rewards."""
+
+    def __init__(self, model: CharGRU, plan: dict[str, Any], pairs: list, rewards_of: Callable,
+                 generator: torch.Generator) -> None:
+        self.pairs = pairs
+        self.tokens, self.mask = generate(model, pairs, plan["max_new_tokens"],
+                                          plan["temperature"], generator)
+        self.rows = to_rows(model, pairs, self.tokens, self.mask)
+        self.rewards = rewards_of(self.rows)
+
+
+def _resample_constant_groups(batch: _Rollout, model: CharGRU, plan: dict[str, Any],
+                              rng: random.Random, generator: torch.Generator,
+                              rewards_of: Callable) -> dict[str, Any]:
+    """Dynamic sampling (DAPO): replace groups whose rewards are all equal with fresh mixed
+    groups, drawing at most ``max_extra_groups`` extra groups this step."""
+    size = plan["group_size"]
+    budget = plan["dynamic_sampling"]["max_extra_groups"]
+    pairs, rows = list(batch.pairs), list(batch.rows)
+    tokens, mask, rewards = batch.tokens, batch.mask, batch.rewards.clone()
+    constant = [g for g, std in enumerate(objective.zero_variance(rewards, size).flatten())
+                if std == 0]
+    drawn = dropped = replaced = 0
+    dropped_rows: list = []
+    while constant and drawn < budget:
+        count = min(len(constant), budget - drawn)
+        questions = rng.choices(plan["split"]["train"], k=count)
+        fresh = _Rollout(model, plan, [q for q in questions for _ in range(size)], rewards_of,
+                         generator)
+        drawn += count
+        width = max(tokens.shape[1], fresh.tokens.shape[1])
+        tokens, mask = _pad(tokens, mask, width, model.pad)
+        new_tokens, new_mask = _pad(fresh.tokens, fresh.mask, width, model.pad)
+        fresh_std = objective.zero_variance(fresh.rewards, size).flatten()
+        for index in range(count):
+            part = slice(index * size, (index + 1) * size)
+            if fresh_std[index] == 0:
+                dropped += 1
+                dropped_rows += fresh.rows[part]
+                continue
+            slot = constant.pop(0)
+            target = slice(slot * size, (slot + 1) * size)
+            dropped += 1
+            replaced += 1
+            dropped_rows += rows[target]
+            pairs[target] = fresh.pairs[part]
+            rows[target] = fresh.rows[part]
+            tokens[target] = new_tokens[part]
+            mask[target] = new_mask[part]
+            rewards[target] = fresh.rewards[part]
+    batch.pairs, batch.rows, batch.tokens, batch.mask, batch.rewards = \
+        pairs, rows, tokens, mask, rewards
+    kept = len(pairs) // size
+    return {"drawn": kept + drawn, "kept": kept, "dropped": dropped,
+            "replaced": replaced,
+            "dropped_rows": dropped_rows}
+
+
 def reinforce(initial: CharGRU, reference: CharGRU, plan: dict[str, Any], seed: int,
-              arm: str, hook: StepHook | None = None) -> tuple[CharGRU, list[dict[str, Any]]]:
-    """GRPO-style RL from ``initial`` under contract ``arm``, KL-anchored to ``reference``."""
-    contract = CONTRACTS[arm]
+              contract_name: str, hook: StepHook | None = None, *,
+              label: str | None = None) -> tuple[CharGRU, list[dict[str, Any]], dict[str, int]]:
+    """GRPO-style RL from ``initial`` under a contract, KL-anchored to ``reference``.
+
+    Returns the trained model, the per-step history and the compute it used.
+    """
+    contract = CONTRACTS[contract_name]
+    answer = task_for(plan).answer
+    advantage_fn = ADVANTAGES[resolve("advantage", plan["advantage"])].fn
+    reduce = REDUCTIONS[resolve("loss_reduction", plan["loss_reduction"])].fn
+    kl_fn = KL_ESTIMATORS[resolve("kl", plan["kl"])].fn
     model = copy.deepcopy(initial)
     rng = random.Random(seed + 2000)
     generator = torch.Generator().manual_seed(seed + 3000)
     optimizer = torch.optim.Adam(model.parameters(), lr=plan["rl_lr"])
-    group_size, clip, beta = plan["group_size"], plan["clip"], plan["kl_beta"]
+    group_size, beta = plan["group_size"], plan["kl_beta"]
+    clip_low = plan["clip"]
+    clip_high = plan.get("clip_high") or clip_low
+    dynamic = plan.get("dynamic_sampling") is not None
+    compute = {"completions": 0, "tokens_generated": 0, "gradient_steps": 0,
+               "examples_seen": 0}
+
+    def rewards_of(rows: list) -> torch.Tensor:
+        compute["completions"] += len(rows)
+        compute["tokens_generated"] += sum(len(r[2]) + int(r[3]) for r in rows)
+        return torch.tensor([contract(r[:2], r[2], r[3], answer(r[:2])) for r in rows],
+                            dtype=torch.float32)
+
     history = []
     for step in range(1, plan["rl_steps"] + 1):
-        where = f"seed {seed}, arm {arm}, RL step {step}"
+        where = f"seed {seed}, arm {label or contract_name}, RL step {step}"
         questions = rng.choices(plan["split"]["train"], k=plan["prompts_per_step"])
-        pairs = [pair for pair in questions for _ in range(group_size)]
-        tokens, mask = generate(model, pairs, plan["max_new_tokens"], plan["temperature"],
-                                generator)
-        rows = to_rows(model, pairs, tokens, mask)
-        rewards = torch.tensor([contract(r[:2], r[2], r[3]) for r in rows], dtype=torch.float32)
-        advantage, std = objective.group_advantages(rewards, group_size)
-        prompts = model.prompts(pairs)
+        batch = _Rollout(model, plan, [q for q in questions for _ in range(group_size)],
+                         rewards_of, generator)
+        sampling = (_resample_constant_groups(batch, model, plan, rng, generator, rewards_of)
+                    if dynamic else None)
+        tokens, mask = batch.tokens, batch.mask
+        grouped = batch.rewards.reshape(-1, group_size)
+        advantage = advantage_fn(grouped).flatten()
+        std = objective.zero_variance(batch.rewards, group_size)
+        prompts = model.prompts(batch.pairs)
         with torch.no_grad():
             ref_log_dist = _sequence_log_dist(reference, prompts, tokens)
         old_logp = None
@@ -108,29 +203,41 @@ def reinforce(initial: CharGRU, reference: CharGRU, plan: dict[str, Any], seed: 
                 # log-probabilities are this forward pass's, so it is not run twice.
                 old_logp = logp.detach()
             ratio = (logp - old_logp).exp()
-            gain = objective.clipped_gain(ratio, advantage, clip)
-            kl = objective.exact_kl(log_dist, ref_log_dist)
-            loss = objective.token_mean_loss(gain, kl, beta, mask)
+            gain = objective.clipped_gain(ratio, advantage, clip_low, clip_high)
+            kl = kl_fn(log_dist, ref_log_dist, tokens)
+            loss = reduce(objective.per_token_loss(gain, kl, beta), mask, plan["max_new_tokens"])
             entropy = objective.entropy(log_dist)
             optimizer.zero_grad()
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(model.parameters(), plan["gradient_clip"])
             optimizer.step()
+            outside = objective.outside_clip(ratio, clip_low, clip_high)
             stats = {"loss": loss.item(), "gradient_norm_before_clip": grad_norm.item(),
                      "kl": objective.masked_mean(kl, mask),
                      "entropy": objective.masked_mean(entropy, mask),
-                     "ratio_outside_clip": objective.masked_mean((ratio - 1).abs() > clip, mask)}
+                     "ratio_outside_clip": objective.masked_mean(outside, mask)}
             _check_finite(stats["loss"], "RL loss", where)
             _check_finite(stats["gradient_norm_before_clip"], "gradient norm", where)
             updates.append(stats)
-        history.append({"step": step, "rows": rows,
-                        "zero_variance_groups": int((std == 0).sum()), "updates": updates})
+            compute["gradient_steps"] += 1
+            compute["examples_seen"] += len(batch.rows)
+        entry = {"step": step, "rows": batch.rows,
+                 "zero_variance_groups": int((std == 0).sum()), "updates": updates}
+        if sampling is not None:
+            entry["sampling"] = sampling
+        history.append(entry)
         if hook is not None:
-            hook(step, rows)
-    return model, history
+            hook(step, batch.rows)
+    return model, history, compute
 
 
-def rollout_rates(rows: list) -> tuple[float, float]:
+def sft_compute(plan: dict[str, Any], steps: int) -> dict[str, int]:
+    """What an SFT phase of ``steps`` steps costs, in the units RL arms report."""
+    return {"completions": 0, "tokens_generated": 0, "gradient_steps": steps,
+            "examples_seen": steps * plan["sft_batch"]}
+
+
+def rollout_rates(rows: list, answer: Callable = sum) -> tuple[float, float]:
     """Strict and substring acceptance of one step's rollouts, for progress lines."""
-    m = metrics(rows)
+    m = metrics(rows, answer)
     return m["strict_rate"], m["substring_rate"]

@@ -23,6 +23,7 @@ from postlab.model import CharGRU
 from postlab.plan import LoadedPlan, load_plan, teaching_plan_loaded
 from postlab.record import RunFiles, load_record
 from postlab.rollout import evaluate_model
+from postlab.tasks import answer_function
 
 Status = Literal["pass", "fail", "warn", "skip"]
 
@@ -166,7 +167,7 @@ def _check_summary(record: dict[str, Any], plan: dict[str, Any] | None,
     if not path.is_file():
         return Check(name="summary", status="skip", detail="no summary.json beside the record")
     stored = parse_json(read_bytes(path, "summary"), str(path))
-    fresh = summarize(record, plan["eval_samples"])
+    fresh = summarize(record, plan["eval_samples"], answer_function(plan))
     if stored == fresh:
         return Check(name="summary", status="pass",
                      detail="summary.json equals the summary recomputed from the raw rows")

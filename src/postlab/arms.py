@@ -1,0 +1,49 @@
+"""Arms as pipelines (answer 9): what each arm trains, from which model, under which rule.
+
+A plan's ``arms`` lists strings or objects. A string names a reward contract and means the
+teaching pipeline: SFT, then RL from the SFT model under that contract. An object names the
+pipeline explicitly, so a plan can compare SFT only, RL only and SFT then RL at matched cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PIPELINES = {
+    "sft-then-rl": "RL from the SFT model, with the SFT model as the KL reference",
+    "rl-only": "RL from the initial (untrained) model, with that model as the KL reference",
+    "sft-only": "more SFT steps from the SFT model, no RL (a demonstration-only baseline)",
+}
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    pipeline: str
+    contract: str | None  # the reward contract RL trains on; None for sft-only
+    sft_steps: int | None  # extra SFT steps of an sft-only arm
+
+    @property
+    def is_rl(self) -> bool:
+        return self.pipeline != "sft-only"
+
+
+def parse_arm(entry: str | dict[str, Any]) -> Arm:
+    if isinstance(entry, str):
+        return Arm(name=entry, pipeline="sft-then-rl", contract=entry, sft_steps=None)
+    return Arm(name=entry["name"], pipeline=entry["pipeline"], contract=entry.get("contract"),
+               sft_steps=entry.get("sft_steps"))
+
+
+def arm_specs(plan: dict[str, Any]) -> list[Arm]:
+    return [parse_arm(entry) for entry in plan["arms"]]
+
+
+def arm_names(plan: dict[str, Any]) -> list[str]:
+    return [arm.name for arm in arm_specs(plan)]
+
+
+def rl_contracts(plan: dict[str, Any]) -> dict[str, str]:
+    """Stage name -> the contract it was trained on, for RL arms."""
+    return {arm.name: arm.contract for arm in arm_specs(plan) if arm.contract is not None}
