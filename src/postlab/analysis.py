@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.arms import arm_names
+from postlab.arms import arm_names, arm_specs
 from postlab.contracts import CONTRACTS
 from postlab.metrics import Answer, count_under, evaluate, question_groups
 from postlab.tasks import answer_function
@@ -90,6 +90,16 @@ class Dynamics:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Compute:
+    """What a stage cost, averaged over seeds; ``total`` adds the SFT it started from."""
+
+    stage: str
+    pipeline: str
+    own: dict[str, float]
+    total: dict[str, float]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Analysis:
     schema: str
     plan_sha256: str
@@ -105,6 +115,7 @@ class Analysis:
     pass_at_k: tuple[PassAtK, ...]
     dynamics: tuple[Dynamics, ...]
     sft_loss: Band
+    compute: tuple[Compute, ...] = ()
 
     def outcome(self, stage: str, split: str, decoding: str, metric: str) -> Outcome:
         for item in self.outcomes:
@@ -245,9 +256,28 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
         dynamics.append(Dynamics(arm=arm, steps=steps, series=series))
 
     sft_loss = _band([run["sft_loss"] for run in runs])
+    compute = _compute(runs, plan, stages)
     return Analysis(schema=SCHEMA, plan_sha256=record["plan_sha256"],
                     seeds=tuple(run["seed"] for run in runs), stages=stages, arms=arms,
                     splits=splits, eval_samples=samples, interval_method=INTERVAL_METHOD,
                     band_method=BAND_METHOD, outcomes=tuple(outcomes),
                     hacking_gaps=tuple(gaps), pass_at_k=tuple(curves),
-                    dynamics=tuple(dynamics), sft_loss=sft_loss)
+                    dynamics=tuple(dynamics), sft_loss=sft_loss, compute=compute)
+
+
+def _compute(runs: list[dict[str, Any]], plan: dict[str, Any],
+             stages: tuple[str, ...]) -> tuple[Compute, ...]:
+    """Per-stage compute from the record (absent in records made before it was recorded)."""
+    if not all("compute" in run for run in runs):
+        return ()
+    pipelines = {arm.name: arm.pipeline for arm in arm_specs(plan)}
+    result = []
+    for stage in stages:
+        keys = list(runs[0]["compute"][stage])
+        own = {k: sum(run["compute"][stage][k] for run in runs) / len(runs) for k in keys}
+        starts_from_sft = stage != "initial" and pipelines.get(stage) != "rl-only"
+        total = {k: own[k] + (sum(run["compute"]["initial"][k] for run in runs) / len(runs)
+                              if starts_from_sft else 0) for k in keys}
+        result.append(Compute(stage=stage, pipeline=pipelines.get(stage, "sft"), own=own,
+                              total=total))
+    return tuple(result)

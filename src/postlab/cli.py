@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     diff = plan_sub.add_parser("diff", help="show what changed from plan A to plan B")
     diff.add_argument("a", type=Path)
     diff.add_argument("b", type=Path)
+    check = plan_sub.add_parser("check", help="validate a plan; list every problem with its "
+                                              "field path")
+    check.add_argument("path", type=Path)
+    plan_sub.add_parser("schema", help="print the plan's JSON Schema")
 
     verify = sub.add_parser("verify", help="re-check a run folder or record: hashes, "
                                            "checkpoints, summary, counts, raw rows")
@@ -121,7 +125,6 @@ def _cmd_freeze(args: argparse.Namespace) -> int:
     import datetime
 
     from postlab.plan import derive_plan, freeze, load_plan, teaching_plan_loaded
-    from postlab.trainable import check_trainable
 
     if args.parent is None and not args.settings:
         digest = freeze(args.path)
@@ -131,7 +134,6 @@ def _cmd_freeze(args: argparse.Namespace) -> int:
     if args.path.exists():
         raise UserError(f"{args.path}: already exists; postlab never overwrites an output")
     data = derive_plan(parent, args.settings, datetime.date.today().isoformat())
-    check_trainable(data, "new plan")
     digest = freeze(args.path, data)
     print(f"froze plan version {data['version']}: {args.path} (sha256 {digest}); parent "
           f"{parent.sha256[:16]}…, changed {', '.join(data['parent']['changes'])}")
@@ -139,7 +141,25 @@ def _cmd_freeze(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from postlab.plan import load_plan, plan_differences
+    import json
+
+    from postlab.jsonio import parse_json, read_bytes
+    from postlab.plan import load_plan, plan_differences, sha256_hex
+    from postlab.schema import json_schema, validate_plan
+
+    if args.plan_command == "schema":
+        print(json.dumps(json_schema(), indent=2, ensure_ascii=False))
+        return 0
+    if args.plan_command == "check":
+        raw = read_bytes(args.path, "plan")
+        problems = validate_plan(parse_json(raw, str(args.path)))
+        if not problems:
+            print(f"{args.path}: valid plan (sha256 {sha256_hex(raw)})")
+            return 0
+        for path, message in problems:
+            print(f"{args.path}: {path}: {message}", file=sys.stderr)
+        print(f"{args.path}: {len(problems)} problems", file=sys.stderr)
+        return 2
 
     a, b = load_plan(args.a), load_plan(args.b)
     if a.sha256 == b.sha256:
@@ -340,7 +360,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from postlab.plan import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
     from postlab.progress import PLAIN_EVERY, Live, make_display
     from postlab.train import NonFiniteError
-    from postlab.trainable import check_trainable
 
     if args.plan is not None:
         plan = load_plan(args.plan)
@@ -349,8 +368,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         plan, raw = None, None
     else:
         plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
-    if plan is not None:
-        check_trainable(plan.data, str(plan.path))
     workers = args.workers if args.workers is not None else default_workers()
     if workers < 1:
         raise UserError(f"--workers must be at least 1, got {workers}")

@@ -27,6 +27,10 @@ LABELS: dict[str, dict[str, str]] = {
         "ratio_outside_clip": "ratio outside clip", "gradient_norm_before_clip":
             "gradient norm before clip", "loss": "loss", "mean_tokens": "mean tokens",
         "truncated": "truncated share",
+        "compute": "Compute per seed: the stage's own / including the SFT it starts from",
+        "pipeline": "pipeline", "completions": "completions", "tokens_generated":
+            "tokens generated", "gradient_steps": "gradient steps",
+        "examples_seen": "examples seen",
         "figures": "Figures", "fig_outcomes": "Held-out results by stage",
         "fig_gap": "Reward hacking gap by stage", "fig_pass": "pass@k by stage",
         "fig_dynamics": "Training dynamics by arm", "fig_sft": "SFT loss",
@@ -58,6 +62,9 @@ LABELS: dict[str, dict[str, str]] = {
         "zero_variance_groups": "零方差组数", "kl": "对 SFT 的 KL", "entropy": "熵",
         "ratio_outside_clip": "比值出界比例", "gradient_norm_before_clip": "裁剪前梯度范数",
         "loss": "损失", "mean_tokens": "平均词元数", "truncated": "截断比例",
+        "compute": "每个种子的计算量：本阶段 / 含其起点 SFT",
+        "pipeline": "流程", "completions": "生成回答数", "tokens_generated": "生成词元数",
+        "gradient_steps": "梯度步数", "examples_seen": "训练样本数",
         "figures": "图", "fig_outcomes": "各阶段留出结果",
         "fig_gap": "各阶段奖励投机差距", "fig_pass": "各阶段 pass@k",
         "fig_dynamics": "各组训练动态", "fig_sft": "SFT 损失",
@@ -69,5 +76,11 @@ LABELS: dict[str, dict[str, str]] = {
 
 
 def stage_label(stage: str, lang: str) -> str:
+    """'SFT' for the SFT model; 'RL under X' for an arm named after contract X; else the
+    arm's own name (pipeline arms are named by the plan)."""
+    from postlab.contracts import CONTRACTS
+
     words = LABELS[lang]
-    return words["initial"] if stage == "initial" else words["arm"].format(arm=stage)
+    if stage == "initial":
+        return words["initial"]
+    return words["arm"].format(arm=stage) if stage in CONTRACTS else stage

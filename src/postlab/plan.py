@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from postlab.errors import UserError
 from postlab.jsonio import dump_json, parse_json, publish_bytes, read_bytes
 
@@ -33,17 +31,21 @@ def unordered_pairs(digits: int = 10) -> list[Pair]:
 
 
 def split_by_unordered_pair(seed: int = SPLIT_SHUFFLE_SEED,
-                            sizes: tuple[int, int] = SPLIT_SIZES) -> dict[str, list[list[int]]]:
+                            sizes: tuple[int, ...] = SPLIT_SIZES,
+                            pairs: list[Pair] | None = None) -> dict[str, list[list[int]]]:
     """Assign each unordered pair, with both of its orders, to exactly one split.
 
     Splitting by unordered pair keeps 3+4 out of train when 4+3 is in test, so held-out
     accuracy measures combination, not recall of a commuted question (answer 6).
+    ``sizes`` gives the unordered pairs of train and dev, and optionally of test (default: all
+    the rest); ``pairs`` defaults to the single-digit pairs of the teaching task.
     """
-    groups = unordered_pairs()
+    groups = unordered_pairs() if pairs is None else list(pairs)
     random.Random(seed).shuffle(groups)
-    n_train, n_dev = sizes
+    n_train, n_dev = sizes[0], sizes[1]
+    end = n_train + n_dev + sizes[2] if len(sizes) > 2 else len(groups)
     chosen = {"train": groups[:n_train], "dev": groups[n_train:n_train + n_dev],
-              "test": groups[n_train + n_dev:]}
+              "test": groups[n_train + n_dev:end]}
     split: dict[str, list[list[int]]] = {}
     for name, selected in chosen.items():
         ordered = [[a, b] for a, b in selected] + [[b, a] for a, b in selected if a != b]
@@ -85,83 +87,30 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class PlanParent(BaseModel):
-    """Where a derived plan came from: its parent's file hash and the keys changed."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    sha256: str
-    changes: list[str]
-
-
-class PlanModel(BaseModel):
-    """Typed fields of a plan. Unknown fields are refused so that a typo cannot pass silently."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    version: int
-    date: str
-    task: str
-    split: dict[str, list[list[int]]]
-    seeds: list[int]
-    vocab: str
-    eos: str
-    pad: str
-    embedding: int
-    hidden: int
-    threads: int
-    sft_steps: int
-    sft_batch: int
-    sft_lr: float
-    rl_steps: int
-    prompts_per_step: int
-    group_size: int
-    updates_per_rollout: int
-    rl_lr: float
-    clip: float
-    kl_beta: float
-    max_new_tokens: int
-    temperature: float
-    eval_samples: int
-    gradient_clip: float
-    arms: list[str]
-    loss_reduction: str
-    advantage: str
-    kl: str
-    selection: str
-    rewards: dict[str, str]
-    parent: PlanParent | None = None
-
-
 @dataclass(frozen=True)
 class LoadedPlan:
     """A plan as read from disk: the typed fields, the raw dict, and the hash of its bytes."""
 
     path: Path
-    model: PlanModel
+    model: Any  # postlab.schema.PlanModel
     data: dict[str, Any]
     sha256: str
 
 
-def _first_error(exc: ValidationError) -> str:
-    errors = exc.errors()
-    parts = []
-    for err in errors[:3]:
-        where = ".".join(str(p) for p in err["loc"]) or "plan"
-        parts.append(f"{where}: {err['msg']}")
-    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
-    return "; ".join(parts) + more
+def describe_problems(problems: list[tuple[str, str]]) -> str:
+    """All problems on one line, each with its field path."""
+    return "; ".join(f"{path}: {message}" for path, message in problems)
 
 
 def parse_plan(raw: bytes, source: str, path: Path | None = None) -> LoadedPlan:
+    from postlab.schema import PlanModel, validate_plan
+
     data = parse_json(raw, source)
-    if not isinstance(data, dict):
-        raise UserError(f"{source}: a plan must be a JSON object")
-    try:
-        model = PlanModel.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(f"{source}: invalid plan: {_first_error(exc)}") from None
-    return LoadedPlan(path=path or Path(source), model=model, data=data, sha256=sha256_hex(raw))
+    problems = validate_plan(data)
+    if problems:
+        raise UserError(f"{source}: invalid plan: {describe_problems(problems)}")
+    return LoadedPlan(path=path or Path(source), model=PlanModel.model_validate(data),
+                      data=data, sha256=sha256_hex(raw))
 
 
 def load_plan(path: Path) -> LoadedPlan:
@@ -202,6 +151,8 @@ def parse_setting(setting: str) -> tuple[str, Any]:
 
 def derive_plan(parent: LoadedPlan, settings: list[str], today: str) -> dict[str, Any]:
     """A new plan version: ``settings`` applied, version + 1, today's date, parent recorded."""
+    from postlab.schema import PlanModel, validate_plan
+
     data = {k: v for k, v in parent.data.items() if k != "parent"}
     changes: list[str] = []
     for setting in settings:
@@ -222,10 +173,9 @@ def derive_plan(parent: LoadedPlan, settings: list[str], today: str) -> dict[str
     data["version"] = parent.data["version"] + 1
     data["date"] = today
     data["parent"] = {"sha256": parent.sha256, "changes": changes}
-    try:
-        PlanModel.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(f"new plan: invalid value: {_first_error(exc)}") from None
+    problems = validate_plan(data)
+    if problems:
+        raise UserError(f"new plan: invalid: {describe_problems(problems)}")
     return data
 
 

@@ -78,6 +78,13 @@ def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Tab
             last = sum(band.mean[-tenth:]) / tenth
             dyn_rows.append((stage_label(dyn.arm, lang), words[name], f"{first:.3f}",
                              f"{last:.3f}"))
+    if analysis.compute:
+        keys = list(analysis.compute[0].own)
+        rows = tuple((stage_label(c.stage, lang), c.pipeline,
+                      *[f"{c.own[k]:g} / {c.total[k]:g}" for k in keys])
+                     for c in analysis.compute)
+        tables.append(Table(words["compute"], (words["stage"], words["pipeline"],
+                                               *[words[k] for k in keys]), rows))
     tables.append(Table(words["dynamics"], (words["stage"], words["series"],
                                             words["first_steps"], words["last_steps"]),
                         tuple(dyn_rows)))

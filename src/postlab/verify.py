@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import torch
 
+from postlab.arms import arm_names, arm_specs
 from postlab.checkpoint import CheckpointError, load_checkpoint
 from postlab.errors import UserError
 from postlab.integrity import compare_digests
@@ -55,7 +56,8 @@ def _check_counts(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     seeds = [run["seed"] for run in record["runs"]]
     if seeds != plan["seeds"]:
         problems.append(f"seeds {seeds}, plan has {plan['seeds']}")
-    stages = ["initial", *plan["arms"]]
+    stages = ["initial", *arm_names(plan)]
+    rl_arms = [arm.name for arm in arm_specs(plan) if arm.is_rl]
     per_step = plan["prompts_per_step"] * plan["group_size"]
     for run in record["runs"]:
         seed = run["seed"]
@@ -76,8 +78,8 @@ def _check_counts(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
                     problems.append(f"seed {seed}, stage {stage}, split {split}: questions or "
                                     f"samples per question differ from the plan")
         training = run.get("training", {})
-        if list(training) != plan["arms"]:
-            problems.append(f"seed {seed}: arms {list(training)}, plan has {plan['arms']}")
+        if list(training) != rl_arms:
+            problems.append(f"seed {seed}: RL arms {list(training)}, plan has {rl_arms}")
             continue
         for arm, history in training.items():
             if [step.get("step") for step in history] != list(range(1, plan["rl_steps"] + 1)):
@@ -87,7 +89,9 @@ def _check_counts(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
             for step in history:
                 rows = step["rows"]
                 questions = [tuple(r[:2]) for r in rows]
-                bad_rows = len(rows) != per_step
+                bad_rows = len(rows) != per_step or ("sampling" in step and (
+                    step["sampling"]["drawn"] != step["sampling"]["kept"]
+                    + step["sampling"]["dropped"]))
                 bad_groups = any(len(set(questions[i:i + plan["group_size"]])) != 1
                                  for i in range(0, len(questions), plan["group_size"]))
                 if bad_rows or bad_groups or len(step["updates"]) != \

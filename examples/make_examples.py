@@ -1,0 +1,72 @@
+"""Write the example plans: each one is a version of the teaching plan that changes one choice.
+
+    python examples/make_examples.py      (refuses to overwrite; delete the JSON files first)
+
+Every example keeps two seeds and 80 RL steps so that it trains in well under a minute on a
+2-core machine; the README beside this file says what question each one asks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from postlab.plan import derive_plan, freeze, split_by_unordered_pair, teaching_plan_loaded
+from postlab.tasks import TASKS
+
+HERE = Path(__file__).resolve().parent
+DATE = "2026-11-29"
+FAST = {"seeds": [11, 22], "rl_steps": 80}
+
+
+def settings(changes: dict) -> list[str]:
+    return [f"{key}={json.dumps(value)}" for key, value in changes.items()]
+
+
+def multi_digit_split() -> dict:
+    pairs = TASKS["multi_digit_addition"]({"operand_digits": 2}).unordered_pairs()
+    return split_by_unordered_pair(seed=7, sizes=(600, 60, 60), pairs=pairs)
+
+
+EXAMPLES = {
+    "loss-seq-mean-token-mean": {"loss_reduction": "seq-mean-token-mean"},
+    "loss-constant-normaliser": {"loss_reduction": "constant-normaliser"},
+    "advantage-mean-only": {"advantage": "mean-only"},
+    "advantage-leave-one-out": {"advantage": "leave-one-out"},
+    "advantage-group-mean-batch-std": {"advantage": "group-mean-batch-std"},
+    "kl-k1": {"kl": "k1"},
+    "kl-k3": {"kl": "k3"},
+    "kl-none": {"kl": "none"},
+    "clip-higher": {"clip_high": 0.28},
+    "dynamic-sampling": {"dynamic_sampling": {"max_extra_groups": 8}},
+    "contract-exact": {"arms": ["strict", "exact"], "rewards": {
+        "strict": "terminated, nonempty ASCII digits, integer equals a+b; leading zeros allowed",
+        "exact": "terminated and the text equals str(a+b): no leading zeros"}},
+    "arms-pipelines": {"arms": [
+        {"name": "sft-then-rl", "pipeline": "sft-then-rl", "contract": "strict"},
+        {"name": "rl-only", "pipeline": "rl-only", "contract": "strict"},
+        # 80 RL steps x 2 updates = 160 gradient steps; the SFT-only arm gets as many.
+        {"name": "sft-more", "pipeline": "sft-only", "sft_steps": 160},
+    ]},
+    "task-multi-digit-addition": {"task": "multi_digit_addition", "operand_digits": 2,
+                                  "split": multi_digit_split(), "max_new_tokens": 4,
+                                  "hidden": 64, "sft_steps": 400},
+    "task-multiplication": {"task": "single_digit_multiplication",
+                            "vocab": "0123456789*=~_", "rewards": {
+                                "strict": "terminated, nonempty ASCII digits, integer equals "
+                                          "a*b; leading zeros allowed",
+                                "substring": "decimal str(a*b) occurs anywhere, even without "
+                                             "EOS"}},
+}
+
+
+def main() -> None:
+    teaching = teaching_plan_loaded()
+    for name, changes in EXAMPLES.items():
+        data = derive_plan(teaching, settings(FAST | changes), DATE)
+        freeze(HERE / f"{name}.json", data)
+        print(f"wrote examples/{name}.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""The plan schema: every field typed, range-checked and documented; unknown fields refused.
+
+Validation has two layers. The pydantic model checks each field on its own (types, ranges) and
+gives the JSON Schema (``postlab plan schema``); :func:`cross_field_problems` then checks what
+depends on several fields (the split against the task, the vocabulary against the task and
+the special tokens, the token budget against the longest answer). :func:`validate_plan`
+returns every problem of both layers with its field path.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from postlab.algorithms import REGISTRIES, TEACHING_ALIASES
+from postlab.arms import PIPELINES
+from postlab.contracts import CONTRACTS
+from postlab.tasks import TASKS
+
+
+def _options(field: str) -> str:
+    registry = REGISTRIES[field]
+    lines = [f"`{name}`: {registry[name].summary} ({registry[name].source})"
+             for name in registry.names()]
+    aliases = "; ".join(f"the teaching plan's words {text!r} mean `{name}`"
+                        for text, name in TEACHING_ALIASES[field].items())
+    return " One of: " + "; ".join(lines) + f". Also accepted: {aliases}."
+
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+Pair = Annotated[list[int], Field(min_length=2, max_length=2)]
+
+
+class PlanParent(BaseModel):
+    """Where a derived plan came from."""
+
+    model_config = _STRICT
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the parent plan file")
+    changes: list[str] = Field(min_length=1, description="keys changed from the parent")
+
+
+class ArmSpec(BaseModel):
+    """An arm given as an object: a pipeline, and the contract RL trains on."""
+
+    model_config = _STRICT
+    name: str = Field(min_length=1, description="stage name in the record and reports")
+    pipeline: Literal["sft-then-rl", "rl-only", "sft-only"] = Field(
+        description="; ".join(f"`{k}`: {v}" for k, v in PIPELINES.items())
+        + " (compare them at matched compute: answer 9)")
+    contract: str | None = Field(None, description="reward contract RL trains on (RL "
+                                                   "pipelines only)")
+    sft_steps: int | None = Field(None, ge=1, le=1_000_000,
+                                  description="extra SFT steps (sft-only pipeline only)")
+
+
+class DynamicSampling(BaseModel):
+    """DAPO's dynamic sampling (Yu et al. 2025, arXiv:2503.14476)."""
+
+    model_config = _STRICT
+    max_extra_groups: int = Field(ge=1, le=10_000, description=(
+        "per RL step, at most this many extra groups are drawn to replace groups whose "
+        "rewards are all equal (they carry no signal); what was drawn, kept and dropped is "
+        "recorded per step"))
+
+
+class PlanModel(BaseModel):
+    """A frozen experiment plan. Fields absent from the teaching plan default to its choices."""
+
+    model_config = _STRICT
+
+    version: int = Field(ge=1, description="plan version; `freeze --from` increments it")
+    date: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="date frozen, YYYY-MM-DD")
+    task: str = Field(description="registered task: " + ", ".join(TASKS.names()))
+    operand_digits: int | None = Field(None, ge=2, le=3, description=(
+        "operand width of `multi_digit_addition` (default 2)"))
+    split: dict[str, list[Pair]] = Field(description=(
+        "named lists of operand pairs; `train` and `test` are required, and no unordered pair "
+        "may appear in two splits (answer 6)"))
+    seeds: list[int] = Field(min_length=1, description="distinct seeds; one full run each")
+    vocab: str = Field(min_length=2, description="characters of the model, each once")
+    eos: str = Field(min_length=1, max_length=1, description="end-of-answer character")
+    pad: str = Field(min_length=1, max_length=1, description="padding character")
+    embedding: int = Field(ge=1, le=4096, description="embedding width")
+    hidden: int = Field(ge=1, le=4096, description="GRU hidden width")
+    threads: int = Field(ge=1, le=256, description="torch threads per worker process")
+    sft_steps: int = Field(ge=1, le=1_000_000, description="supervised steps")
+    sft_batch: int = Field(ge=1, le=100_000, description="pairs per supervised step")
+    sft_lr: float = Field(gt=0, le=10, description="Adam learning rate for SFT")
+    rl_steps: int = Field(ge=1, le=1_000_000, description="RL steps per arm")
+    prompts_per_step: int = Field(ge=1, le=100_000, description="questions per RL step")
+    group_size: int = Field(ge=2, le=10_000, description="sampled answers per question; "
+                                                          "advantages are computed per group")
+    updates_per_rollout: int = Field(ge=1, le=1000, description="gradient steps per rollout")
+    rl_lr: float = Field(gt=0, le=10, description="Adam learning rate for RL")
+    clip: float = Field(gt=0, lt=1, description=(
+        "PPO clip range: ratios are clipped to [1-clip, 1+clip] (Schulman et al. 2017); the "
+        "lower bound when `clip_high` is set"))
+    clip_high: float | None = Field(None, gt=0, lt=1, description=(
+        "upper clip bound, 1+clip_high (clip-higher, DAPO: Yu et al. 2025, arXiv:2503.14476, "
+        "e.g. 0.28 with clip 0.2); absent means symmetric"))
+    kl_beta: float = Field(ge=0, le=100, description="weight of the KL penalty to the reference")
+    max_new_tokens: int = Field(ge=1, le=256, description=(
+        "token budget per answer; must cover the task's longest answer plus EOS"))
+    temperature: float = Field(gt=0, le=100, description="sampling temperature")
+    eval_samples: int = Field(ge=1, le=10_000, description="sampled answers per held-out "
+                                                           "question (coverage, pass@k)")
+    gradient_clip: float = Field(gt=0, le=1e6, description="gradient-norm clip")
+    arms: list[str | ArmSpec] = Field(min_length=1, description=(
+        "RL arms: a contract name means SFT then RL under that contract; an object names a "
+        "pipeline. Contracts: " + ", ".join(CONTRACTS.names())))
+    loss_reduction: str = Field(description="how per-token losses become one number."
+                                + _options("loss_reduction"))
+    advantage: str = Field(description="advantage estimator." + _options("advantage"))
+    kl: str = Field(description="KL estimator." + _options("kl"))
+    dynamic_sampling: DynamicSampling | None = Field(None, description=(
+        "resample groups with no signal (absent: never, as in the teaching plan)"))
+    selection: str = Field(description="how the reported checkpoint is chosen (stated, so it "
+                                       "cannot change after seeing results)")
+    rewards: dict[str, str] = Field(description="the contracts' rules in words")
+    parent: PlanParent | None = Field(None, description="set by `freeze --from`: the parent "
+                                                        "plan's sha256 and the changed keys")
+
+
+def _path(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc) or "plan"
+
+
+def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """Checks that need several fields; the fields themselves are already valid."""
+    from postlab.arms import parse_arm
+    from postlab.tasks import task_for
+
+    problems: list[tuple[str, str]] = []
+    if plan["task"] not in TASKS:
+        return [("task", f"unknown task {plan['task']!r}; known: {', '.join(TASKS.names())}")]
+    if plan.get("operand_digits") is not None and plan["task"] != "multi_digit_addition":
+        problems.append(("operand_digits", "only multi_digit_addition has operand_digits"))
+    task = task_for(plan)
+    vocab = plan["vocab"]
+    if len(set(vocab)) != len(vocab):
+        problems.append(("vocab", "has repeated characters"))
+    missing = sorted(set(task.required_characters) - set(vocab))
+    if missing:
+        problems.append(("vocab", f"lacks characters the task needs: {''.join(missing)}"))
+    for name in ("eos", "pad"):
+        if plan[name] not in vocab:
+            problems.append((name, f"{plan[name]!r} is not in vocab"))
+        elif plan[name] in task.required_characters:
+            problems.append((name, f"{plan[name]!r} is a character of the task's questions"))
+    if plan["eos"] == plan["pad"]:
+        problems.append(("pad", "must differ from eos"))
+    if len(set(plan["seeds"])) != len(plan["seeds"]):
+        problems.append(("seeds", "must be distinct"))
+    split = plan["split"]
+    for required in ("train", "test"):
+        if required not in split:
+            problems.append(("split", f"needs a {required!r} split"))
+    owner: dict[tuple[int, int], str] = {}
+    for name, pairs in split.items():
+        if not pairs:
+            problems.append((f"split.{name}", "is empty"))
+        for index, pair in enumerate(pairs):
+            if not all(0 <= v < task.operand_limit for v in pair):
+                problems.append((f"split.{name}.{index}",
+                                 f"{pair} has an operand outside 0..{task.operand_limit - 1}"))
+                continue
+            key = (min(pair), max(pair))
+            if owner.setdefault(key, name) != name:
+                problems.append((f"split.{name}.{index}", f"the unordered pair {list(key)} is "
+                                                          f"also in split {owner[key]!r}"))
+    needed = task.longest_answer + 1
+    if plan["max_new_tokens"] < needed:
+        problems.append(("max_new_tokens", f"{plan['max_new_tokens']} cannot hold the longest "
+                                           f"answer ({task.longest_answer} digits) and EOS"))
+    names = []
+    for index, entry in enumerate(plan["arms"]):
+        arm = parse_arm(entry)
+        names.append(arm.name)
+        where = f"arms.{index}"
+        if arm.contract is not None and arm.contract not in CONTRACTS:
+            problems.append((where, f"unknown reward contract {arm.contract!r}; known: "
+                                    f"{', '.join(CONTRACTS.names())}"))
+        if arm.pipeline == "sft-only" and (arm.contract is not None or arm.sft_steps is None):
+            problems.append((where, "an sft-only arm takes sft_steps and no contract"))
+        if arm.is_rl and (arm.contract is None or arm.sft_steps is not None):
+            problems.append((where, "an RL arm takes a contract and no sft_steps"))
+    if len(set(names)) != len(names) or "initial" in names:
+        problems.append(("arms", "arm names must be distinct and not 'initial'"))
+    for field in ("loss_reduction", "advantage", "kl"):
+        name = TEACHING_ALIASES[field].get(plan[field], plan[field])
+        if name not in REGISTRIES[field]:
+            problems.append((field, f"unknown option {plan[field]!r}; known: "
+                                    f"{', '.join(REGISTRIES[field].names())}"))
+    return problems
+
+
+def validate_plan(data: Any) -> list[tuple[str, str]]:
+    """Every problem of a plan as (field path, message); empty when the plan is valid."""
+    if not isinstance(data, dict):
+        return [("plan", "must be a JSON object")]
+    try:
+        PlanModel.model_validate(data)
+    except ValidationError as exc:
+        return [(_path(err["loc"]), err["msg"]) for err in exc.errors()]
+    return cross_field_problems(data)
+
+
+def json_schema() -> dict[str, Any]:
+    schema = PlanModel.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "postlab plan"
+    return schema

@@ -1,0 +1,42 @@
+"""Every plan in examples/ is valid, trains, verifies, and its report renders."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from postlab.cli import main
+from postlab.engine import RunOptions, run_plan
+from postlab.plan import load_plan
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.json"))
+
+
+def test_there_is_an_example_per_option():
+    names = {p.stem for p in EXAMPLES}
+    for needed in ("loss-seq-mean-token-mean", "loss-constant-normaliser", "advantage-mean-only",
+                   "advantage-leave-one-out", "advantage-group-mean-batch-std", "kl-k1",
+                   "kl-k3", "kl-none", "clip-higher", "dynamic-sampling", "arms-pipelines",
+                   "task-multi-digit-addition", "task-multiplication"):
+        assert needed in names
+    readme = (EXAMPLES[0].parent / "README.md").read_text()
+    for name in names:
+        assert f"{name}.json" in readme
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_runs_and_reports(path, tmp_path, capsys):
+    plan = load_plan(path)
+    assert plan.data["parent"]["changes"]
+    out = tmp_path / "run"
+    run_plan(plan, path.read_bytes(), RunOptions(out_dir=out, workers=2))
+    assert main(["verify", str(out)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    assert main(["report", str(out), "--lang", "en"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("\n") >= 5 + 3 * len(plan.data["seeds"])
+    assert main(["report", str(out), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["compute"]) == 1 + len(plan.data["arms"])
+    assert main(["report", str(out), "--format", "markdown", "--lang", "en"]) == 0
+    assert "## Compute per seed" in capsys.readouterr().out
