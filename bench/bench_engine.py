@@ -82,7 +82,7 @@ def critical_path() -> None:
         arm_times = []
         for arm in plan["arms"]:
             start = time.perf_counter()
-            engine.arm_task(plan, seed, arm, sft["state_dict"], Path(tmp), 0)
+            engine.arm_task(plan, seed, arm, sft, Path(tmp), 0)
             arm_times.append(time.perf_counter() - start)
     tasks = len(plan["seeds"]) * (sft_time + sum(arm_times))
     path = sft_time + max(arm_times)

@@ -34,7 +34,8 @@ def test_leave_one_out_by_hand():
 
 def test_group_mean_batch_std_by_hand():
     out = adv("group-mean-batch-std", [[1, 0], [1, 1]]).tolist()
-    batch_std = math.sqrt(((1 - 0.75) ** 2 * 3 + 0.75 ** 2) / 4)
+    # centred values 0.5, -0.5, 0, 0: mean 0, population std sqrt(0.5 / 4)
+    batch_std = math.sqrt((0.25 + 0.25) / 4)
     assert out[0] == pytest.approx([0.5 / batch_std, -0.5 / batch_std])
     assert out[1] == [0, 0]
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from plans import SMALL, rows, write_plan
 
-from postlab import engine, objective
+from postlab import objective
 from postlab.cli import main
 from postlab.engine import RunOptions, run_plan
 from postlab.plan import load_plan
@@ -158,4 +158,6 @@ def test_untrainable_plans_are_refused(tmp_path, capsys, change, field):
 
 
 def test_default_workers_is_the_core_count():
-    assert engine.default_workers() >= 1
+    from postlab.workers import default_workers
+
+    assert default_workers() >= 1

@@ -49,6 +49,16 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _workers(pid: int) -> list[int]:
+    """Worker processes: they fork from the run's fork server, a child of the main process."""
+    workers = []
+    for child in _children(pid):
+        command = Path(f"/proc/{child}/cmdline").read_bytes()
+        if b"forkserver" in command:
+            workers += _children(child)
+    return workers
+
+
 def _resume_and_compare(plan, out, uninterrupted_record, uninterrupted_out):
     done = subprocess.run([sys.executable, "-m", "postlab", "run", "--out-dir", str(out),
                            "--resume", "--workers", "2", "--quiet"],
@@ -82,7 +92,7 @@ def test_worker_killed_then_resumed(uninterrupted, tmp_path):
     out = tmp_path / "run"
     process = _start(plan, out)
     _wait_for_first_seed(process, out)
-    workers = _children(process.pid)
+    workers = _workers(process.pid)
     assert workers
     os.kill(workers[0], signal.SIGKILL)
     _, err = process.communicate(timeout=120)

@@ -1,3 +1,5 @@
 from postlab.cli import entry
 
-entry()
+# Guarded: worker processes re-import the main module, which must not start the CLI again.
+if __name__ == "__main__":
+    entry()

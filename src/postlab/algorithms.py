@@ -66,11 +66,11 @@ def leave_one_out(rewards: torch.Tensor) -> torch.Tensor:
 
 
 @_option(ADVANTAGES, "group-mean-batch-std",
-         "(r - group mean) / (population std of the whole batch + 1e-8)",
-         "Hu et al. 2025, REINFORCE++ (arXiv:2501.03262): batch-level normalisation")
+         "(r - group mean), then divided by the batch's population std of those centred "
+         "values + 1e-8", "REINFORCE++-baseline: Hu et al. 2025 (arXiv:2501.03262)")
 def group_mean_batch_std(rewards: torch.Tensor) -> torch.Tensor:
     centred = rewards - rewards.mean(-1, keepdim=True)
-    return centred / (rewards.std(unbiased=False) + STD_EPSILON)
+    return centred / (centred.std(unbiased=False) + STD_EPSILON)
 
 
 # --- loss reductions: per-token loss and mask -> scalar -------------------------------------

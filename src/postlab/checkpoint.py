@@ -35,7 +35,9 @@ def publish_checkpoint(path: Path, data: bytes) -> str:
     try:
         publish_bytes(path, data)
     except UserError:
-        if not path.is_file() or path.read_bytes() != data:
+        if not path.is_file():
+            raise
+        if path.read_bytes() != data:
             raise CheckpointError(f"{path}: already exists with other contents; "
                                   "postlab never overwrites an output") from None
     return hashlib.sha256(data).hexdigest()

@@ -187,29 +187,18 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from postlab.compare import compare_records, render_comparison
-    from postlab.engine import RunOptions, default_workers, run_plan
-    from postlab.plan import parse_plan, plan_bytes, teaching_plan, teaching_plan_loaded
-    from postlab.progress import PLAIN_EVERY, Live, make_display
+    from postlab.plan import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
     from postlab.record import check_plan_link, load_record, locate_run
 
     files = locate_run(args.run)
     record = load_record(files.record)
     if files.plan.is_file():
-        raw = files.plan.read_bytes()
-        plan = parse_plan(raw, str(files.plan), files.plan)
+        plan = load_plan(files.plan)
+        raw = plan.raw
     else:
         plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
     check_plan_link(record, plan, str(files.record))
-    workers = args.workers if args.workers is not None else default_workers()
-    if workers < 1:
-        raise UserError(f"--workers must be at least 1, got {workers}")
-    display = make_display(args.quiet)
-    every = 0 if args.quiet else (1 if isinstance(display, Live) else PLAIN_EVERY)
-    try:
-        fresh = run_plan(plan, raw, RunOptions(out_dir=args.out_dir, workers=workers,
-                                               progress_every=every, display=display))
-    finally:
-        display.close()
+    fresh = _train(plan, raw, args, _workers(args))
     result = compare_records(record, fresh)
     sys.stdout.write(render_comparison(result))
     return 0 if result.identical else 1
@@ -227,37 +216,41 @@ def _resolve_plan(plan_path: Path | None, record_path: Path):
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from postlab.contracts import CONTRACTS
     from postlab.record import check_plan_link, load_record, locate_run
     from postlab.report import build_report, render_text
 
+    # Every argument is checked before anything is printed or written.
     if args.run is not None and args.record is not None:
         raise UserError("give the run either as RUN or as --record, not both")
+    for name in args.contracts:
+        if name not in CONTRACTS:
+            raise UserError(f"--contract {name}: unknown; known: "
+                            f"{', '.join(sorted(CONTRACTS.names()))}")
+    if args.html is not None and args.html.exists():
+        raise UserError(f"{args.html}: already exists; postlab never overwrites an output")
+    if args.split == "all" and (args.format_ != "text" or args.html is not None):
+        raise UserError("--split all is for re-scoring only; tables and figures show one split")
     record_path = locate_run(args.run or args.record).record
     record = load_record(record_path)
     plan = _resolve_plan(args.plan, record_path)
     check_plan_link(record, plan, str(record_path))
+    if args.split != "all":
+        _check_split(record, plan, args.split, record_path)
     try:
         report = build_report(record, plan.data)
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError, TypeError) as exc:
         raise UserError(f"{record_path}: record does not fit the plan: {exc}") from None
     lang = args.lang or default_lang()
     if args.format_ == "text":
         sys.stdout.write(render_text(report, lang))
     if args.format_ != "text" or args.html is not None:
-        _rich_report(args, record, plan, lang)
+        _rich_report(args, record, plan, lang, record_path)
     if args.contracts:
         from postlab.arms import rl_contracts
-        from postlab.contracts import CONTRACTS
         from postlab.rescore import render_rescore, rescore
         from postlab.tasks import answer_function
 
-        for name in args.contracts:
-            if name not in CONTRACTS:
-                raise UserError(f"--contract {name}: unknown; known: "
-                                f"{', '.join(sorted(CONTRACTS.names()))}")
-        if args.split != "all" and args.split not in plan.data["split"]:
-            raise UserError(f"--split {args.split}: the plan's splits are "
-                            f"{', '.join(plan.data['split'])}")
         contracts = list(dict.fromkeys(args.contracts))
         split = None if args.split == "all" else args.split
         result = rescore(record, rl_contracts(plan.data), contracts, split,
@@ -266,17 +259,27 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _analysis(record, plan, split: str):
-    from postlab.analysis import analyse
-
+def _check_split(record, plan, split: str, source: Path) -> None:
+    """The split must be one of the plan's, and every stage of the record must hold it."""
     if split not in plan.data["split"]:
         raise UserError(f"--split {split}: the plan's splits are "
                         f"{', '.join(plan.data['split'])}")
+    for run in record["runs"]:
+        for stage, splits in run["evaluations"].items():
+            if split not in splits:
+                raise UserError(f"{source}: seed {run['seed']}, stage {stage} has no "
+                                f"{split!r} split")
+
+
+def _analysis(record, plan, split: str, source: Path):
+    from postlab.analysis import analyse
+
+    _check_split(record, plan, split, source)
     _require_report_extra()
     try:
         return analyse(record, plan.data)
-    except (KeyError, ValueError) as exc:
-        raise UserError(f"record does not fit the plan: {exc}") from None
+    except (KeyError, ValueError, TypeError, ZeroDivisionError) as exc:
+        raise UserError(f"{source}: record does not fit the plan: {exc!r}") from None
 
 
 def _require_report_extra() -> None:
@@ -288,32 +291,55 @@ def _require_report_extra() -> None:
                         "pip install 'postlab[report]'")
 
 
-def _rich_report(args: argparse.Namespace, record, plan, lang: str) -> None:
+def _rich_report(args: argparse.Namespace, record, plan, lang: str, source: Path) -> None:
     from postlab.jsonio import publish_bytes
     from postlab.tables import to_json, to_markdown, to_terminal
 
-    split = "test" if args.split == "all" else args.split
-    if args.html is not None and args.html.exists():
-        raise UserError(f"{args.html}: already exists; postlab never overwrites an output")
-    analysis = _analysis(record, plan, split)
+    analysis = _analysis(record, plan, args.split, source)
     if args.format_ == "json":
         sys.stdout.write(to_json(analysis))
     elif args.format_ == "markdown":
-        sys.stdout.write(to_markdown(analysis, lang, split))
+        sys.stdout.write(to_markdown(analysis, lang, args.split))
     elif args.format_ == "table":
-        to_terminal(analysis, lang, split)
+        to_terminal(analysis, lang, args.split)
     if args.html is not None:
         from postlab.figures import draw_figures
         from postlab.html import render_html
 
-        page = render_html(analysis, draw_figures(analysis, lang, split), lang, split)
+        page = render_html(analysis, draw_figures(analysis, lang, args.split), lang, args.split)
         publish_bytes(args.html, page.encode())
         print(f"wrote {args.html}", file=sys.stderr)
 
 
+def _publish_folder(out: Path, files: dict[str, bytes]) -> None:
+    """Write a folder of files aside, then rename it into place: all of it or nothing."""
+    import shutil
+    import tempfile
+
+    from postlab.jsonio import publish_bytes
+
+    parent = out.parent
+    if not parent.is_dir():
+        raise UserError(f"{out}: folder {parent} does not exist")
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=parent))
+    except OSError as exc:
+        raise UserError(f"{out}: cannot create: {exc.strerror}") from None
+    try:
+        for name, data in files.items():
+            publish_bytes(staging / name, data)
+        staging.chmod(0o755)
+        try:
+            os.rename(staging, out)  # fails if out appeared meanwhile (and is not empty)
+        except OSError as exc:
+            raise UserError(f"{out}: cannot create: {exc.strerror}") from None
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from postlab.figures import draw_figures
-    from postlab.jsonio import publish_bytes
     from postlab.record import check_plan_link, load_record, locate_run
 
     if args.run is None and args.out_dir is None:
@@ -325,15 +351,10 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     out = args.out_dir or files.record.parent / "figures"
     if out.exists():
         raise UserError(f"{out}: already exists; postlab never overwrites an output")
-    analysis = _analysis(record, plan, args.split)
+    analysis = _analysis(record, plan, args.split, files.record)
     figures = draw_figures(analysis, args.lang or default_lang(), args.split)
-    try:
-        out.mkdir(parents=True)
-    except OSError as exc:
-        raise UserError(f"{out}: cannot create: {exc.strerror}") from None
-    for figure in figures:
-        publish_bytes(out / f"{figure.name}.png", figure.png)
-        publish_bytes(out / f"{figure.name}.svg", figure.svg)
+    _publish_folder(out, {f"{f.name}.{ext}": getattr(f, ext) for f in figures
+                          for ext in ("png", "svg")})
     print(f"wrote {2 * len(figures)} figures to {out}")
     return 0
 
@@ -355,40 +376,66 @@ def _cmd_exercises(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from postlab.engine import RunFailed, RunOptions, default_workers, run_plan
-    from postlab.plan import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
-    from postlab.progress import PLAIN_EVERY, Live, make_display
-    from postlab.train import NonFiniteError
+class _Stopped(Exception):
+    """Training stopped early; the message was printed and completed seeds were kept."""
 
-    if args.plan is not None:
-        plan = load_plan(args.plan)
-        raw = args.plan.read_bytes()
-    elif args.resume:
-        plan, raw = None, None
-    else:
-        plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+def _workers(args: argparse.Namespace) -> int:
+    """The worker count; with more than one, the workers' server starts now, importing torch
+    while this process does the same."""
+    from postlab.workers import default_workers, start_worker_server
+
     workers = args.workers if args.workers is not None else default_workers()
     if workers < 1:
         raise UserError(f"--workers must be at least 1, got {workers}")
+    if workers > 1:
+        start_worker_server()
+    return workers
+
+
+def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
+           resume: bool = False):
+    """Run a plan with the command's --out-dir, --workers and --quiet; report stops."""
+    from postlab.engine import RunFailed, RunOptions, run_plan
+    from postlab.progress import PLAIN_EVERY, Live, make_display
+    from postlab.train import NonFiniteError
+
     display = make_display(args.quiet)
     every = 0 if args.quiet else (1 if isinstance(display, Live) else PLAIN_EVERY)
-    options = RunOptions(out_dir=args.out_dir, workers=workers, resume=args.resume,
+    options = RunOptions(out_dir=args.out_dir, workers=workers, resume=resume,
                          progress_every=every, display=display)
-    start = time.monotonic()
     try:
-        run_plan(plan, raw, options)
+        return run_plan(plan, raw, options)
     except (NonFiniteError, RunFailed) as exc:
         display.close()
         print(f"postlab: training stopped: {exc}; completed seeds are kept in "
               f"{args.out_dir} (continue with --resume)", file=sys.stderr)
-        return 1
+        raise _Stopped(1) from None
     except KeyboardInterrupt:
         display.close()
         print(f"postlab: interrupted; completed seeds are kept in {args.out_dir} "
               "(continue with --resume)", file=sys.stderr)
-        return 130
-    display.close()
+        raise _Stopped(130) from None
+    finally:
+        display.close()
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    workers = _workers(args)
+    from postlab.plan import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
+
+    if args.plan is not None:
+        plan = load_plan(args.plan)
+        raw = plan.raw
+    elif args.resume:
+        plan, raw = None, None
+    else:
+        plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
+    start = time.monotonic()
+    _train(plan, raw, args, workers, resume=args.resume)
     if not args.quiet:
         print(f"done: {args.out_dir} in {time.monotonic() - start:.1f} s")
     return 0
@@ -404,6 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
+    except _Stopped as stop:
+        return stop.code
     except UserError as exc:
         print(f"postlab: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,9 @@
-"""Row-by-row comparison of two records of the same plan (``postlab reproduce``)."""
+"""Row-by-row comparison of two records of the same plan (``postlab reproduce``).
+
+Both sides are walked, so a seed, stage, split, arm or step present in only one of them is a
+difference too, as are the dynamic-sampling records, compute, SFT-only losses and checkpoint
+hashes.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-PARTS = ("SFT losses", "evaluation rows", "rollout rows", "zero-variance counts",
-         "update statistics", "checkpoint reloads")
+PARTS = ("structure", "SFT losses", "evaluation rows", "rollout rows", "zero-variance counts",
+         "update statistics", "dynamic sampling", "compute", "checkpoints")
+MISSING = "(missing)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,45 +40,68 @@ class _Walker:
             if self.first is None:
                 self.first = f"{where}: recorded {old!r}, new {new!r}"
 
-    def sequence(self, part: str, where: str, old: list, new: list) -> None:
+    def sequence(self, part: str, where: str, old: Any, new: Any) -> None:
+        old = old if isinstance(old, list) else []
+        new = new if isinstance(new, list) else []
         for index in range(max(len(old), len(new))):
-            a = old[index] if index < len(old) else "(missing)"
-            b = new[index] if index < len(new) else "(missing)"
+            a = old[index] if index < len(old) else MISSING
+            b = new[index] if index < len(new) else MISSING
             self.item(part, f"{where}, row {index}", a, b)
+
+    def keys(self, where: str, old: dict, new: dict) -> list[str]:
+        """Keys of both sides in order; a key on one side only is a structural difference."""
+        keys = list(old) + [k for k in new if k not in old]
+        for key in keys:
+            if (key in old) != (key in new):
+                self.item("structure", f"{where} {key}", "present" if key in old else MISSING,
+                          "present" if key in new else MISSING)
+        return [k for k in keys if k in old and k in new]
 
 
 def compare_records(recorded: dict[str, Any], new: dict[str, Any]) -> Comparison:
     walk = _Walker()
+    old_runs = {run["seed"]: run for run in recorded["runs"]}
     new_runs = {run["seed"]: run for run in new["runs"]}
-    for run in recorded["runs"]:
-        seed = run["seed"]
-        other = new_runs.get(seed)
-        if other is None:
-            walk.item("SFT losses", f"seed {seed}", "present", "missing")
-            continue
-        walk.sequence("SFT losses", f"seed {seed}, SFT loss", run["sft_loss"],
-                      other["sft_loss"])
-        for stage, splits in run["evaluations"].items():
-            for split, decoded in splits.items():
-                for decoding, rows in decoded.items():
-                    fresh = other["evaluations"].get(stage, {}).get(split, {}).get(decoding, [])
+    for seed in walk.keys("seed", old_runs, new_runs):
+        old, fresh = old_runs[seed], new_runs[seed]
+        walk.sequence("SFT losses", f"seed {seed}, SFT loss", old.get("sft_loss"),
+                      fresh.get("sft_loss"))
+        for stage in walk.keys(f"seed {seed}, stage", old["evaluations"], fresh["evaluations"]):
+            splits_old, splits_new = old["evaluations"][stage], fresh["evaluations"][stage]
+            for split in walk.keys(f"seed {seed}, stage {stage}, split", splits_old, splits_new):
+                for decoding in ("greedy", "sampled"):
                     walk.sequence("evaluation rows",
                                   f"seed {seed}, stage {stage}, split {split}, {decoding}",
-                                  rows, fresh)
-        for arm, history in run["training"].items():
-            fresh_history = other["training"].get(arm, [])
-            for index, step in enumerate(history):
-                fresh = fresh_history[index] if index < len(fresh_history) else {}
-                where = f"seed {seed}, arm {arm}, step {step['step']}"
-                walk.sequence("rollout rows", where, step["rows"], fresh.get("rows", []))
+                                  splits_old[split].get(decoding), splits_new[split].get(decoding))
+        training_old, training_new = old.get("training", {}), fresh.get("training", {})
+        for arm in walk.keys(f"seed {seed}, arm", training_old, training_new):
+            history_old, history_new = training_old[arm], training_new[arm]
+            for index in range(max(len(history_old), len(history_new))):
+                a = history_old[index] if index < len(history_old) else {}
+                b = history_new[index] if index < len(history_new) else {}
+                where = f"seed {seed}, arm {arm}, step {index + 1}"
+                if not a or not b:
+                    walk.item("structure", where, "present" if a else MISSING,
+                              "present" if b else MISSING)
+                    continue
+                walk.sequence("rollout rows", where, a["rows"], b["rows"])
                 walk.item("zero-variance counts", f"{where}, zero_variance_groups",
-                          step["zero_variance_groups"], fresh.get("zero_variance_groups"))
-                walk.sequence("update statistics", f"{where}, update",
-                              step["updates"], fresh.get("updates", []))
-        for stage, info in run.get("checkpoints", {}).items():
-            walk.item("checkpoint reloads", f"seed {seed}, stage {stage}, reload_equal",
-                      info.get("reload_equal"),
-                      other.get("checkpoints", {}).get(stage, {}).get("reload_equal"))
+                          a["zero_variance_groups"], b["zero_variance_groups"])
+                walk.sequence("update statistics", f"{where}, update", a["updates"],
+                              b["updates"])
+                if "sampling" in a or "sampling" in b:
+                    walk.item("dynamic sampling", f"{where}, sampling", a.get("sampling"),
+                              b.get("sampling"))
+        for key, part in (("arm_sft_loss", "SFT losses"), ("compute", "compute")):
+            if key in old or key in fresh:
+                walk.item(part, f"seed {seed}, {key}", old.get(key), fresh.get(key))
+        checkpoints_old, checkpoints_new = old.get("checkpoints", {}), fresh.get("checkpoints", {})
+        # Checkpoint bytes are postlab's own layout: compare hashes only between its records.
+        fields = ("sha256", "reload_equal") if "postlab_version" in recorded else ("reload_equal",)
+        for stage in walk.keys(f"seed {seed}, checkpoint", checkpoints_old, checkpoints_new):
+            for field in fields:
+                walk.item("checkpoints", f"seed {seed}, stage {stage} checkpoint {field}",
+                          checkpoints_old[stage].get(field), checkpoints_new[stage].get(field))
     return Comparison(first=walk.first, differing={p: walk.differing[p] for p in PARTS},
                       compared={p: walk.compared[p] for p in PARTS})
 
@@ -83,5 +112,6 @@ def render_comparison(result: Comparison) -> str:
         return f"identical: {total} rows and statistics compared, none differ\n"
     lines = [f"DIFFERENT: first divergence at {result.first}"]
     for part in PARTS:
-        lines.append(f"  {part}: {result.differing[part]} of {result.compared[part]} differ")
+        if result.compared[part] or result.differing[part]:
+            lines.append(f"  {part}: {result.differing[part]} of {result.compared[part]} differ")
     return "\n".join(lines) + "\n"

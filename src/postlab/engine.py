@@ -13,8 +13,6 @@ import concurrent.futures as cf
 import copy
 import hashlib
 import json
-import multiprocessing
-import os
 import platform
 import signal
 import threading
@@ -30,15 +28,17 @@ import postlab
 from postlab.arms import arm_names, arm_specs
 from postlab.checkpoint import checkpoint_bytes, load_checkpoint, publish_checkpoint
 from postlab.errors import UserError
-from postlab.integrity import run_digests
-from postlab.jsonio import dump_json, parse_json, publish_bytes, read_bytes, replace_bytes
+from postlab.integrity import compare_digests, run_digests
+from postlab.jsonio import dump_json, publish_bytes, read_bytes, replace_bytes
 from postlab.metrics import summarize
 from postlab.model import CharGRU
 from postlab.plan import LoadedPlan, parse_plan
 from postlab.progress import Quiet
+from postlab.record import load_record
 from postlab.rollout import evaluate_model
 from postlab.tasks import answer_function
 from postlab.train import reinforce, rollout_rates, sft_compute, supervised
+from postlab.workers import worker_context
 
 PLAN_FILE = "plan.json"
 RECORD_FILE = "record.json"
@@ -58,13 +58,6 @@ class RunOptions:
     resume: bool = False
     progress_every: int = 0  # RL steps between progress events; 0 sends none
     display: Quiet = field(default_factory=Quiet)
-
-
-def default_workers() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def checkpoint_name(seed: int, stage: str) -> str:
@@ -211,16 +204,24 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
     record_path = out_dir / RECORD_FILE
     if not record_path.exists():
         return stored, None
-    record = parse_json(read_bytes(record_path, "record"), str(record_path))
-    if not isinstance(record, dict) or record.get("plan_sha256") != stored.sha256:
+    record = load_record(record_path)
+    if record.get("plan_sha256") != stored.sha256:
         raise UserError(f"{record_path}: not a record of the plan in {plan_path}")
-    try:
-        for run in record["runs"]:
-            for info in run["checkpoints"].values():
-                # Refuses a changed file before deserialising it.
-                load_checkpoint(out_dir / info["file"], info["sha256"])
-    except (KeyError, TypeError, AttributeError):
-        raise UserError(f"{record_path}: damaged record; cannot resume from it") from None
+    stages = ["initial", *arm_names(stored.data)]
+    seen = set()
+    for run in record["runs"]:
+        seed = run["seed"]
+        if seed not in stored.data["seeds"] or seed in seen:
+            raise UserError(f"{record_path}: seed {seed} is not a pending seed of the plan; "
+                            "cannot resume from this record")
+        seen.add(seed)
+        if list(run.get("checkpoints", {})) != stages or list(run["evaluations"]) != stages:
+            raise UserError(f"{record_path}: seed {seed} is incomplete; cannot resume from it")
+        if "digests" in run and compare_digests(run, run["digests"]):
+            raise UserError(f"{record_path}: seed {seed} changed since it was recorded; "
+                            "cannot resume from it")
+        for info in run["checkpoints"].values():
+            load_checkpoint(out_dir / info["file"], info["sha256"])  # refuses a changed file
     return stored, record
 
 
@@ -340,7 +341,7 @@ def _run_in_process(data: dict[str, Any], pending: list[int], options: RunOption
 
 def _run_in_workers(data: dict[str, Any], pending: list[int], options: RunOptions,
                     record: dict[str, Any]) -> None:
-    context = multiprocessing.get_context("fork")
+    context = worker_context()
     queue = context.SimpleQueue()
     pump = threading.Thread(target=_pump, args=(queue, options.display), daemon=True)
     pump.start()

@@ -20,6 +20,17 @@ def digest(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _well_formed(recorded: Any) -> bool:
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("evaluations"), dict):
+        return False
+    if not isinstance(recorded.get("training"), dict):
+        return False
+    stages_ok = all(isinstance(v, dict) for v in recorded["evaluations"].values())
+    steps_ok = all(isinstance(steps, list) and all(isinstance(s, dict) for s in steps)
+                   for steps in recorded["training"].values())
+    return stages_ok and steps_ok
+
+
 def run_digests(run: dict[str, Any]) -> dict[str, Any]:
     """The digests of one seed's entry in a record."""
     digests = {
@@ -40,9 +51,13 @@ def run_digests(run: dict[str, Any]) -> dict[str, Any]:
     return digests
 
 
-def compare_digests(run: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
+def compare_digests(run: dict[str, Any], recorded: Any) -> list[str]:
     """Where a seed's parts no longer match the digests taken at training time."""
     seed = run["seed"]
+    if not _well_formed(recorded):
+        return [f"seed {seed}: the digests themselves are damaged"]
+    if "sft_loss" not in run or "training" not in run:
+        return [f"seed {seed}: the record lacks the parts its digests cover"]
     problems = []
     current = run_digests(run)
     if current["sft_loss"] != recorded.get("sft_loss"):

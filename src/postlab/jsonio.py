@@ -9,6 +9,7 @@ the target or the complete file, and an existing file is never replaced.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -40,10 +41,19 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text} overflows a float")
+    return value
+
+
 def parse_json(text: str | bytes, source: str) -> Any:
-    """Parse JSON, refusing what Python's json accepts but JSON does not (NaN, duplicate keys)."""
+    """Parse JSON, refusing what Python's json accepts but JSON does not (NaN, duplicate keys,
+    numbers too large for a float)."""
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant,
+                          parse_float=_finite_float)
     except UnicodeDecodeError as exc:
         raise UserError(f"{source}: not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:
@@ -78,11 +88,8 @@ def dump_json(value: Any, *, indent: int | None = None) -> bytes:
     return (json.dumps(value, ensure_ascii=False, indent=indent, allow_nan=False) + "\n").encode()
 
 
-def publish_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically; refuse (UserError) if ``path`` already exists."""
-    path = Path(path)
-    if path.exists() or path.is_symlink():
-        raise UserError(f"{path}: already exists; postlab never overwrites an output")
+def _write_aside(path: Path, data: bytes) -> Path:
+    """Write and sync ``data`` under a temporary name beside ``path``; return that name."""
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise UserError(f"{path}: folder {folder} does not exist")
@@ -99,21 +106,38 @@ def publish_bytes(path: Path, data: bytes) -> None:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def publish_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically; refuse (UserError) if ``path`` already exists."""
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        raise UserError(f"{path}: already exists; postlab never overwrites an output")
+    tmp = _write_aside(path, data)
+    try:
         try:
             os.link(tmp, path)
         except FileExistsError:
             raise UserError(f"{path}: already exists; postlab never overwrites an output") from None
-        except OSError as exc:
-            if isinstance(exc, PermissionError) or path.exists():
+        except OSError:
+            if path.exists():
                 raise
-            # A filesystem without hard links: rename is atomic but could replace a file that
-            # appeared since the check above, so this path is only taken when linking is absent.
+            # Creating the temporary file worked, so a failing link means a filesystem without
+            # hard links: rename is atomic but could replace a file that appeared since the
+            # check above, so this path is only taken when linking is absent.
             os.replace(tmp, path)
     except OSError as exc:
         raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
-    _sync_folder(folder)
+    _sync_folder(tmp.parent)
 
 
 def _sync_folder(folder: Path) -> None:
@@ -136,17 +160,11 @@ def replace_bytes(path: Path, data: bytes) -> None:
     record, rewritten after each completed seed, never for a user's file.
     """
     path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    tmp = Path(tmp_name)
+    tmp = _write_aside(path, data)
     try:
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
         os.replace(tmp, path)
     except OSError as exc:
         raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
-    _sync_folder(path.parent)
+    _sync_folder(tmp.parent)

@@ -95,6 +95,7 @@ class LoadedPlan:
     model: Any  # postlab.schema.PlanModel
     data: dict[str, Any]
     sha256: str
+    raw: bytes = b""  # the file's exact bytes, copied into a run folder as they are
 
 
 def describe_problems(problems: list[tuple[str, str]]) -> str:
@@ -110,7 +111,7 @@ def parse_plan(raw: bytes, source: str, path: Path | None = None) -> LoadedPlan:
     if problems:
         raise UserError(f"{source}: invalid plan: {describe_problems(problems)}")
     return LoadedPlan(path=path or Path(source), model=PlanModel.model_validate(data),
-                      data=data, sha256=sha256_hex(raw))
+                      data=data, sha256=sha256_hex(raw), raw=raw)
 
 
 def load_plan(path: Path) -> LoadedPlan:

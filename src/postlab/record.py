@@ -107,10 +107,29 @@ def check_record(record: Any, source: str) -> None:
                 _check_rows(_require(decoded, "sampled", list, at), f"{at}.sampled")
         if "sft_loss" in run:
             losses = _require(run, "sft_loss", list, where)
-            if not all(isinstance(v, float | int) and not isinstance(v, bool) for v in losses):
+            if not all(_is_number(v) for v in losses):
                 raise UserError(f"{where}.sft_loss: expected numbers")
         _check_training(run.get("training", {}), f"{where}.training")
         _check_checkpoints(run.get("checkpoints", {}), f"{where}.checkpoints")
+        for key in ("arm_sft_loss", "compute"):
+            if key in run:
+                _check_number_tables(run[key], f"{where}.{key}")
+        if "digests" in run and not isinstance(run["digests"], dict):
+            raise UserError(f"{where}.digests: expected an object")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, float | int) and not isinstance(value, bool)
+
+
+def _check_number_tables(table: Any, where: str) -> None:
+    """An object whose values are lists of numbers or objects of numbers."""
+    if not isinstance(table, dict):
+        raise UserError(f"{where}: expected an object")
+    for key, value in table.items():
+        values = value.values() if isinstance(value, dict) else value
+        if not isinstance(value, dict | list) or not all(_is_number(v) for v in values):
+            raise UserError(f"{where}.{key}: expected numbers")
 
 
 def _check_training(training: Any, where: str) -> None:
@@ -124,7 +143,15 @@ def _check_training(training: Any, where: str) -> None:
             _require(step, "step", int, at)
             _check_rows(_require(step, "rows", list, at), f"{at}.rows")
             _require(step, "zero_variance_groups", int, at)
-            for u, update in enumerate(_require(step, "updates", list, at)):
+            if "sampling" in step:
+                sampling = _require(step, "sampling", dict, at)
+                for key in ("drawn", "kept", "dropped", "replaced"):
+                    _require(sampling, key, int, f"{at}.sampling")
+                if sampling.get("dropped_rows"):
+                    _check_rows(sampling["dropped_rows"], f"{at}.sampling.dropped_rows")
+            if not _require(step, "updates", list, at):
+                raise UserError(f"{at}.updates: expected at least one update")
+            for u, update in enumerate(step["updates"]):
                 if not isinstance(update, dict) or not all(
                         isinstance(v, float | int) and not isinstance(v, bool)
                         for v in update.values()):
@@ -163,3 +190,58 @@ def check_plan_link(record: dict[str, Any], plan: LoadedPlan, source: str) -> No
     if record["plan_sha256"] != plan.sha256:
         raise UserError(f"{source}: record was made under plan sha256 {record['plan_sha256']}, "
                         f"but {plan.path} has sha256 {plan.sha256}")
+
+
+def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+    """Where a (structurally valid) record does not fit its plan: seeds, stages, splits,
+    questions, samples per question, RL steps, rows per step, groups and updates."""
+    from postlab.arms import arm_names, arm_specs
+
+    problems = []
+    seeds = [run["seed"] for run in record["runs"]]
+    if seeds != plan["seeds"]:
+        problems.append(f"seeds {seeds}, plan has {plan['seeds']}")
+    stages = ["initial", *arm_names(plan)]
+    rl_arms = [arm.name for arm in arm_specs(plan) if arm.is_rl]
+    per_step = plan["prompts_per_step"] * plan["group_size"]
+    for run in record["runs"]:
+        seed = run["seed"]
+        if len(run.get("sft_loss", [])) != plan["sft_steps"]:
+            problems.append(f"seed {seed}: {len(run.get('sft_loss', []))} SFT losses, plan "
+                            f"has {plan['sft_steps']} steps")
+        if list(run["evaluations"]) != stages:
+            problems.append(f"seed {seed}: stages {list(run['evaluations'])}, expected {stages}")
+        for stage, splits in run["evaluations"].items():
+            if list(splits) != list(plan["split"]):
+                problems.append(f"seed {seed}, stage {stage}: splits {list(splits)}")
+                continue
+            for split, pairs in plan["split"].items():
+                greedy = [row[:2] for row in splits[split]["greedy"]]
+                sampled = [row[:2] for row in splits[split]["sampled"]]
+                expected = [p for p in pairs for _ in range(plan["eval_samples"])]
+                if greedy != pairs or sampled != expected:
+                    problems.append(f"seed {seed}, stage {stage}, split {split}: questions or "
+                                    f"samples per question differ from the plan")
+        training = run.get("training", {})
+        if list(training) != rl_arms:
+            problems.append(f"seed {seed}: RL arms {list(training)}, plan has {rl_arms}")
+            continue
+        for arm, history in training.items():
+            if [step.get("step") for step in history] != list(range(1, plan["rl_steps"] + 1)):
+                problems.append(f"seed {seed}, arm {arm}: {len(history)} RL steps, plan has "
+                                f"{plan['rl_steps']}")
+                continue
+            for step in history:
+                rows = step["rows"]
+                questions = [tuple(r[:2]) for r in rows]
+                bad_rows = len(rows) != per_step or ("sampling" in step and (
+                    step["sampling"]["drawn"] != step["sampling"]["kept"]
+                    + step["sampling"]["dropped"]))
+                bad_groups = any(len(set(questions[i:i + plan["group_size"]])) != 1
+                                 for i in range(0, len(questions), plan["group_size"]))
+                if bad_rows or bad_groups or len(step["updates"]) != \
+                        plan["updates_per_rollout"]:
+                    problems.append(f"seed {seed}, arm {arm}, step {step['step']}: rows, "
+                                    "groups or updates do not fit the plan")
+                    break
+    return problems

@@ -9,6 +9,7 @@ returns every problem of both layers with its field path.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -30,6 +31,12 @@ def _options(field: str) -> str:
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 Pair = Annotated[list[int], Field(min_length=2, max_length=2)]
+#: Seeds plus the stream offsets (up to seed + 5000 and seed + 4000 + splits) must stay
+#: within the 64-bit range torch's generators accept.
+Seed = Annotated[int, Field(ge=0, le=2**62)]
+#: Stage and split names become file names and report labels.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 
 
 class PlanParent(BaseModel):
@@ -44,7 +51,8 @@ class ArmSpec(BaseModel):
     """An arm given as an object: a pipeline, and the contract RL trains on."""
 
     model_config = _STRICT
-    name: str = Field(min_length=1, description="stage name in the record and reports")
+    name: Name = Field(description="stage name in the record, reports and checkpoint file "
+                                   "names: letters, digits, '_', '.', '-'")
     pipeline: Literal["sft-then-rl", "rl-only", "sft-only"] = Field(
         description="; ".join(f"`{k}`: {v}" for k, v in PIPELINES.items())
         + " (compare them at matched compute: answer 9)")
@@ -74,10 +82,11 @@ class PlanModel(BaseModel):
     task: str = Field(description="registered task: " + ", ".join(TASKS.names()))
     operand_digits: int | None = Field(None, ge=2, le=3, description=(
         "operand width of `multi_digit_addition` (default 2)"))
-    split: dict[str, list[Pair]] = Field(description=(
+    split: dict[Name, list[Pair]] = Field(description=(
         "named lists of operand pairs; `train` and `test` are required, and no unordered pair "
         "may appear in two splits (answer 6)"))
-    seeds: list[int] = Field(min_length=1, description="distinct seeds; one full run each")
+    seeds: list[Seed] = Field(min_length=1, description="distinct seeds in 0..2**62; one full "
+                                                         "run each")
     vocab: str = Field(min_length=2, description="characters of the model, each once")
     eos: str = Field(min_length=1, max_length=1, description="end-of-answer character")
     pad: str = Field(min_length=1, max_length=1, description="padding character")
@@ -156,6 +165,8 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
     for required in ("train", "test"):
         if required not in split:
             problems.append(("split", f"needs a {required!r} split"))
+    if "all" in split:
+        problems.append(("split.all", "'all' is reserved (report --split all)"))
     owner: dict[tuple[int, int], str] = {}
     for name, pairs in split.items():
         if not pairs:
@@ -176,6 +187,8 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
     names = []
     for index, entry in enumerate(plan["arms"]):
         arm = parse_arm(entry)
+        if isinstance(entry, str) and not re.match(NAME_PATTERN, entry):
+            problems.append((f"arms.{index}", f"{entry!r} cannot name a stage"))
         names.append(arm.name)
         where = f"arms.{index}"
         if arm.contract is not None and arm.contract not in CONTRACTS:

@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 import torch
 
-from postlab.arms import arm_names, arm_specs
 from postlab.checkpoint import CheckpointError, load_checkpoint
 from postlab.errors import UserError
 from postlab.integrity import compare_digests
@@ -22,7 +21,7 @@ from postlab.jsonio import parse_json, read_bytes
 from postlab.metrics import summarize
 from postlab.model import CharGRU
 from postlab.plan import LoadedPlan, load_plan, teaching_plan_loaded
-from postlab.record import RunFiles, load_record
+from postlab.record import RunFiles, load_record, record_plan_problems
 from postlab.rollout import evaluate_model
 from postlab.tasks import answer_function
 
@@ -49,57 +48,6 @@ def _plan_for(files: RunFiles, record: dict[str, Any]) -> tuple[LoadedPlan | Non
     return None, Check(name="plan", status="fail",
                        detail=f"{where} has sha256 {plan.sha256}, the record names "
                               f"{record['plan_sha256']}")
-
-
-def _check_counts(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
-    problems = []
-    seeds = [run["seed"] for run in record["runs"]]
-    if seeds != plan["seeds"]:
-        problems.append(f"seeds {seeds}, plan has {plan['seeds']}")
-    stages = ["initial", *arm_names(plan)]
-    rl_arms = [arm.name for arm in arm_specs(plan) if arm.is_rl]
-    per_step = plan["prompts_per_step"] * plan["group_size"]
-    for run in record["runs"]:
-        seed = run["seed"]
-        if len(run.get("sft_loss", [])) != plan["sft_steps"]:
-            problems.append(f"seed {seed}: {len(run.get('sft_loss', []))} SFT losses, plan "
-                            f"has {plan['sft_steps']} steps")
-        if list(run["evaluations"]) != stages:
-            problems.append(f"seed {seed}: stages {list(run['evaluations'])}, expected {stages}")
-        for stage, splits in run["evaluations"].items():
-            if list(splits) != list(plan["split"]):
-                problems.append(f"seed {seed}, stage {stage}: splits {list(splits)}")
-                continue
-            for split, pairs in plan["split"].items():
-                greedy = [row[:2] for row in splits[split]["greedy"]]
-                sampled = [row[:2] for row in splits[split]["sampled"]]
-                expected = [p for p in pairs for _ in range(plan["eval_samples"])]
-                if greedy != pairs or sampled != expected:
-                    problems.append(f"seed {seed}, stage {stage}, split {split}: questions or "
-                                    f"samples per question differ from the plan")
-        training = run.get("training", {})
-        if list(training) != rl_arms:
-            problems.append(f"seed {seed}: RL arms {list(training)}, plan has {rl_arms}")
-            continue
-        for arm, history in training.items():
-            if [step.get("step") for step in history] != list(range(1, plan["rl_steps"] + 1)):
-                problems.append(f"seed {seed}, arm {arm}: {len(history)} RL steps, plan has "
-                                f"{plan['rl_steps']}")
-                continue
-            for step in history:
-                rows = step["rows"]
-                questions = [tuple(r[:2]) for r in rows]
-                bad_rows = len(rows) != per_step or ("sampling" in step and (
-                    step["sampling"]["drawn"] != step["sampling"]["kept"]
-                    + step["sampling"]["dropped"]))
-                bad_groups = any(len(set(questions[i:i + plan["group_size"]])) != 1
-                                 for i in range(0, len(questions), plan["group_size"]))
-                if bad_rows or bad_groups or len(step["updates"]) != \
-                        plan["updates_per_rollout"]:
-                    problems.append(f"seed {seed}, arm {arm}, step {step['step']}: rows, "
-                                    "groups or updates do not fit the plan")
-                    break
-    return problems
 
 
 def _first_row_difference(recorded: dict, fresh: dict) -> str:
@@ -170,8 +118,15 @@ def _check_summary(record: dict[str, Any], plan: dict[str, Any] | None,
         return Check(name="summary", status="skip", detail="needs the record's plan")
     if not path.is_file():
         return Check(name="summary", status="skip", detail="no summary.json beside the record")
-    stored = parse_json(read_bytes(path, "summary"), str(path))
-    fresh = summarize(record, plan["eval_samples"], answer_function(plan))
+    try:
+        stored = parse_json(read_bytes(path, "summary"), str(path))
+    except UserError as exc:
+        return Check(name="summary", status="fail", detail=str(exc))
+    try:
+        fresh = summarize(record, plan["eval_samples"], answer_function(plan))
+    except (KeyError, ValueError) as exc:
+        return Check(name="summary", status="fail",
+                     detail=f"cannot recompute the summary from the raw rows ({exc})")
     if stored == fresh:
         return Check(name="summary", status="pass",
                      detail="summary.json equals the summary recomputed from the raw rows")
@@ -253,7 +208,7 @@ def verify_run(files: RunFiles) -> list[Check]:
     if plan_data is None:
         checks.append(Check(name="counts", status="skip", detail="needs the record's plan"))
     else:
-        problems = _check_counts(record, plan_data)
+        problems = record_plan_problems(record, plan_data)
         checks.append(Check(name="counts", status="fail" if problems else "pass",
                             detail="; ".join(problems[:5]) if problems else
                             "seeds, arms, steps, rows per step and samples per question "

@@ -1,0 +1,36 @@
+"""Worker processes: how many, and the server they are forked from.
+
+Workers fork from a fresh server process that has imported postlab's engine (and so torch)
+but run nothing. A plain fork of the main process could inherit a started OpenMP thread pool
+and hang; a spawned worker would import torch again for every process. The server is started
+as early as possible so that its imports overlap the main process's own.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from multiprocessing.context import BaseContext
+
+PRELOAD = ["postlab.engine"]
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def worker_context() -> BaseContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+def start_worker_server() -> None:
+    """Start the fork server now (it is reused by every pool of this process)."""
+    from multiprocessing import forkserver
+
+    worker_context()
+    forkserver.ensure_running()
