@@ -38,8 +38,8 @@ def generate(model: CharGRU, pairs: Sequence[Sequence[int]], max_new_tokens: int
             chosen = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
         chosen = torch.where(active, chosen, model.pad)
         tokens.append(chosen)
-        masks.append(active.clone())
-        active &= chosen != model.eos
+        masks.append(active)
+        active = active & (chosen != model.eos)
         if not active.any():
             break
         output, state = model.step(chosen[:, None], state)
