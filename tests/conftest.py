@@ -9,6 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from postlab import numerics
+
+# The whole suite runs on the portable CPU code path, pinned before torch loads, so records
+# made here agree with those of any machine that can run it (and with the bundled run). Tests
+# that need another path start a new process with it.
+PINNED = numerics.pin(numerics.portable_path())
+
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT.parent / "shared" / "reference"
 

@@ -27,7 +27,7 @@ def small(tmp_path_factory):
 def test_run_folder_contents(small):
     plan, out, record = small
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(["plan.json", "record.json", "summary.json"]
+    assert names == sorted(["plan.json", "record.json", "summary.json", "fingerprint.txt"]
                            + [f"seed-{s}-{stage}.pt" for s in (3, 4)
                               for stage in ("initial", "strict", "substring")])
     assert (out / "plan.json").read_bytes() == plan.read_bytes()
@@ -83,6 +83,8 @@ def test_non_finite_loss_stops_with_seed_arm_step(tmp_path, monkeypatch, capsys)
         return value * float("nan") if calls["n"] == first_seed_calls + 5 else value
 
     monkeypatch.setattr(objective, "per_token_loss", poisoned)
+    # The cost estimate's calibration runs the objective too; count only training's calls.
+    monkeypatch.setattr("postlab.cli._check_size", lambda plan, args: None)
     out = tmp_path / "run"
     code = main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
                  "--quiet"])

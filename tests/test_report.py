@@ -57,7 +57,9 @@ def _write(path, text):
     ('[1, 2]', "JSON object"),
     ('{"runs": []}', "plan_sha256"),
     ('{"plan_sha256": 5, "runs": []}', "wrong type"),
-    ('{"plan_sha256": "a", "runs": [{"seed": "11", "evaluations": {}}]}', "seed"),
+    ('{"plan_sha256": "%s", "runs": [{"seed": "11", "evaluations": {}}]}' % ("a" * 64),
+     "seed: wrong type str"),
+    ('{"plan_sha256": "a", "runs": []}', "plan_sha256: 'a' is not a valid value"),
 ])
 def test_malformed_records_fail_in_one_line(tmp_path, capsys, content, needle):
     record = _write(tmp_path / "record.json", content)
@@ -147,3 +149,37 @@ def test_missing_bundled_record_is_explained(monkeypatch, capsys):
     monkeypatch.setattr(postlab.record, "bundled_run_dir", lambda: None)
     assert main(["report"]) == 2
     assert "no bundled record" in capsys.readouterr().err
+
+
+def test_group_signal_uses_the_plans_group_size(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(plan_bytes(TINY_PLAN | {"group_size": 4}))
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps(tiny_record(load_plan(plan).sha256)))
+    assert main(["report", "--record", str(record), "--lang", "en"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "Probability that a group of 4 holds different rewards:"
+    # 1 - p^4 - (1-p)^4 by hand: p=0.5 gives 1 - 2/16; p=0.01 gives 1 - 1e-8 - 0.99^4
+    assert lines[1:4] == ["p=0.01: 0.039404", "p=0.50: 0.875000", "p=0.99: 0.039404"]
+    assert main(["report", "--record", str(record), "--lang", "zh"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "组内出现不同奖励的概率（每组 4 个回答）："
+
+
+# --- bugs are not bad input -----------------------------------------------------------------
+
+@pytest.mark.parametrize("target,args", [
+    ("postlab.report.build_report", ["--lang", "en"]),
+    ("postlab.analysis.analyse", ["--format", "json"]),
+])
+def test_a_bug_in_report_code_is_shown_as_a_bug(capsys, monkeypatch, target, args):
+    """If report code raised a KeyError, it must not pass for the user's bad input."""
+    def broken(*_args, **_kwargs):
+        raise KeyError("a key postlab itself forgot")
+
+    monkeypatch.setattr(target, broken)
+    code = main(["report", *args])  # the bundled run: a record that fits its plan
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" in err and "KeyError: 'a key postlab itself forgot'" in err
+    assert err.rstrip().splitlines()[-1].startswith("postlab: this is a bug in postlab")
+    assert "does not fit the plan" not in err

@@ -1,7 +1,9 @@
-"""Command line: ``postlab freeze | report | exercises``.
+"""Command line: ``postlab freeze | plan | run | report | plot | verify | reproduce | exercises``.
 
 ``main(argv)`` returns an exit code so tests call it in-process. Every user mistake surfaces as
-a :class:`UserError`, printed as one line with exit code 2.
+a :class:`UserError`, printed as one line with exit code 2; any other exception is a bug in
+postlab, shown with its traceback and exit code 1. Commands that train or re-evaluate pin the
+CPU code path before torch loads (see :mod:`postlab.numerics`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -64,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                                            "checkpoints, summary, counts, raw rows")
     verify.add_argument("run", type=Path, nargs="?",
                         help="run folder or record (default: the bundled teaching run)")
+    verify.add_argument("--expect", metavar="FINGERPRINT",
+                        help="the run fingerprint noted when it finished; any change to any "
+                             "file of the run then fails, even with its inner hashes rewritten")
 
     reproduce = sub.add_parser("reproduce", help="re-run a record's plan and compare every "
                                                  "row with the record")
@@ -71,8 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
                            help="run folder or record (default: the bundled teaching run)")
     reproduce.add_argument("--out-dir", type=Path, required=True,
                            help="new run folder; must not exist")
-    reproduce.add_argument("--workers", type=int, default=None)
-    reproduce.add_argument("--quiet", action="store_true")
+    reproduce.add_argument("--workers", type=int, default=None,
+                           help="worker processes (default: number of cores)")
+    reproduce.add_argument("--quiet", action="store_true", help="print no progress")
+    reproduce.add_argument("--cpu-path", metavar="PATH",
+                           help="CPU code path to train on (default: the one the record was "
+                                "made on; another one compares across code paths)")
+    reproduce.add_argument("--allow-large", action="store_true",
+                           help="train even if the plan's estimated cost is over the limits")
 
     report = sub.add_parser("report", help="read a record and print the held-out report; "
                                            "trains nothing")
@@ -107,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true",
                      help="complete an interrupted run in --out-dir, keeping finished seeds")
     run.add_argument("--quiet", action="store_true", help="print nothing while training")
+    run.add_argument("--cpu-path", metavar="PATH",
+                     help="CPU code path that decides the bits: portable (default: the widest "
+                          "path every current server of this architecture runs, avx2 on "
+                          "x86-64), native (this machine's best, not pinned), or a path name "
+                          "(default, avx2, avx512); with --resume, default: the run's own")
+    run.add_argument("--allow-large", action="store_true",
+                     help="train even if the plan's estimated cost is over the limits")
 
     plot = sub.add_parser("plot", help="write PNG and SVG figures of a run")
     plot.add_argument("run", type=Path, nargs="?",
@@ -174,15 +193,67 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from postlab.engine import configure_torch
-    from postlab.record import locate_run
+    from postlab.fingerprint import check_expected
+    from postlab.record import load_record, locate_run
+
+    expect = None if args.expect is None else check_expected(args.expect)
+    files = locate_run(args.run)
+    record = load_record(files.record)
+    # Re-evaluation recomputes bits, so it runs on the record's code path where it can.
+    note = _pin_for_record(record, None, strict=False)
     from postlab.verify import render_checks, verify_run
 
-    configure_torch(1)
-    checks = verify_run(locate_run(args.run))
+    sys.stdout.write(f"{note}\n")
+    checks = verify_run(files, record, expect=expect)
     text, code = render_checks(checks)
     sys.stdout.write(text)
     return code
+
+
+def _pin_for_record(record: dict, choice: str | None, *, strict: bool) -> str:
+    """Pin the code path a record was made on (or ``choice``); return a line saying which.
+
+    With ``strict``, a path this machine cannot run is an error naming what the record needs
+    and what the machine has; without, the machine's portable path is used and said.
+    """
+    from postlab import numerics
+
+    if choice is not None:
+        name = numerics.resolve_choice(choice)
+        numerics.pin(name)
+        return f"code path: {_describe_path(name)} (chosen with --cpu-path)"
+    recorded = record.get("numerics")
+    name = numerics.recorded_path(recorded)
+    if name is not None:
+        why = numerics.cannot_run(name)
+        if why is None:
+            numerics.pin(name)
+            return f"code path: {_describe_path(name)} (the record's, pinned)"
+        message = (f"the record was made on CPU code path {name} and {why}; this machine can "
+                   f"run {numerics.describe_supported()}")
+        if strict:
+            raise UserError(f"{message}. Reproduce it on a machine that runs {name}, or pass "
+                            "--cpu-path to compare across code paths (bits may then differ)")
+        fallback = numerics.resolve_choice(numerics.PORTABLE)
+        numerics.pin(fallback)
+        return f"code path: {_describe_path(fallback)} ({message})"
+    if isinstance(recorded, dict):
+        settings = numerics.pin_native_like(recorded)
+        shown = " ".join(f"{k}={v}" for k, v in settings.items())
+        return f"code path: the record's native settings, pinned ({shown})"
+    fallback = numerics.resolve_choice(numerics.PORTABLE)
+    numerics.pin(fallback)
+    return (f"code path: {_describe_path(fallback)} (the record names none; records made "
+            "before postlab recorded it were made unpinned)")
+
+
+def _describe_path(name: str | None) -> str:
+    from postlab import numerics
+
+    if name is None:
+        return "native (nothing pinned: this machine's libraries choose their kernels)"
+    settings = " ".join(f"{k}={v}" for k, v in numerics.CODE_PATHS[name].environment.items())
+    return f"{name} ({settings})"
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
@@ -192,16 +263,49 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
     files = locate_run(args.run)
     record = load_record(files.record)
+    # Before torch loads: the record's code path, or a clear refusal before training.
+    note = _pin_for_record(record, args.cpu_path, strict=True)
+    print(note, flush=True)
+    workers = _workers(args)
     if files.plan.is_file():
         plan = load_plan(files.plan)
         raw = plan.raw
     else:
         plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
     check_plan_link(record, plan, str(files.record))
-    fresh = _train(plan, raw, args, _workers(args))
+    _check_size(plan, args)
+    fresh = _train(plan, raw, args, workers)
     result = compare_records(record, fresh)
     sys.stdout.write(render_comparison(result))
+    if not result.identical:
+        sys.stdout.write(_environment_hint(record, fresh))
     return 0 if result.identical else 1
+
+
+def _environment_hint(recorded: dict, fresh: dict) -> str:
+    """Why the bits may differ: each difference of what decides them, or none."""
+    from postlab import numerics
+
+    then, now = recorded.get("numerics"), fresh.get("numerics")
+    if not isinstance(then, dict) or not isinstance(now, dict):
+        return ("  the record names no numeric environment, so a different CPU code path "
+                "or BLAS may explain the difference\n")
+    deciding, _ = numerics.differences(then, now)
+    versions = [f"{key} {recorded.get(key)} then, {fresh.get(key)} now"
+                for key in ("torch", "python") if recorded.get(key) != fresh.get(key)]
+    if deciding or versions:
+        return f"  what decides the bits differs: {'; '.join(versions + deciding)}\n"
+    return ("  the numeric environment is the same (code path, BLAS, threads, torch), so the "
+            "difference is in the record or the code, not the machine\n")
+
+
+def _check_size(plan, args: argparse.Namespace) -> None:
+    """Print the plan's estimated cost; refuse one over the limits unless confirmed."""
+    from postlab.estimate import check_size, render_estimate
+
+    estimate = check_size(plan.data, args.allow_large)
+    if not args.quiet:
+        print(render_estimate(estimate), flush=True)
 
 
 def _resolve_plan(plan_path: Path | None, record_path: Path):
@@ -217,7 +321,7 @@ def _resolve_plan(plan_path: Path | None, record_path: Path):
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from postlab.contracts import CONTRACTS
-    from postlab.record import check_plan_link, load_record, locate_run
+    from postlab.record import check_plan_link, evaluation_problems, load_record, locate_run
     from postlab.report import build_report, render_text
 
     # Every argument is checked before anything is printed or written.
@@ -237,10 +341,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     check_plan_link(record, plan, str(record_path))
     if args.split != "all":
         _check_split(record, plan, args.split, record_path)
-    try:
-        report = build_report(record, plan.data)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise UserError(f"{record_path}: record does not fit the plan: {exc}") from None
+    _check_fits(evaluation_problems(record, plan.data, "test"), record_path)
+    report = build_report(record, plan.data)
     lang = args.lang or default_lang()
     if args.format_ == "text":
         sys.stdout.write(render_text(report, lang))
@@ -273,13 +375,19 @@ def _check_split(record, plan, split: str, source: Path) -> None:
 
 def _analysis(record, plan, split: str, source: Path):
     from postlab.analysis import analyse
+    from postlab.record import record_plan_problems
 
     _check_split(record, plan, split, source)
     _require_report_extra()
-    try:
-        return analyse(record, plan.data)
-    except (KeyError, ValueError, TypeError, ZeroDivisionError) as exc:
-        raise UserError(f"{source}: record does not fit the plan: {exc!r}") from None
+    _check_fits(record_plan_problems(record, plan.data), source)
+    return analyse(record, plan.data)
+
+
+def _check_fits(problems: list[str], source: Path) -> None:
+    """A record that does not fit its plan is bad input, found before anything is computed."""
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UserError(f"{source}: record does not fit the plan: {problems[0]}{more}")
 
 
 def _require_report_extra() -> None:
@@ -424,8 +532,10 @@ def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    note = _pin_for_run(args)  # before torch loads, here and in the workers' server
     workers = _workers(args)
-    from postlab.plan import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
+    from postlab.fingerprint import read_fingerprint_file
+    from postlab.plan import load_plan, parse_plan, plan_bytes, teaching_plan, teaching_plan_loaded
 
     if args.plan is not None:
         plan = load_plan(args.plan)
@@ -434,11 +544,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
         plan, raw = None, None
     else:
         plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
+    if not args.quiet:
+        print(note, flush=True)
+    sized = plan
+    if sized is None and (args.out_dir / "plan.json").is_file():
+        from postlab.jsonio import read_bytes
+
+        path = args.out_dir / "plan.json"
+        sized = parse_plan(read_bytes(path, "plan"), str(path), path)
+    if sized is not None:
+        _check_size(sized, args)
     start = time.monotonic()
     _train(plan, raw, args, workers, resume=args.resume)
     if not args.quiet:
         print(f"done: {args.out_dir} in {time.monotonic() - start:.1f} s")
+        print(f"fingerprint: {read_fingerprint_file(args.out_dir)} (note it; "
+              f"'postlab verify {args.out_dir} --expect FINGERPRINT' checks every file "
+              "against it)")
     return 0
+
+
+def _pin_for_run(args: argparse.Namespace) -> str:
+    """Pin the code path of a new run, or of the run being resumed (its own by default)."""
+    from postlab import numerics
+
+    if args.resume and args.cpu_path is None:
+        from postlab.record import load_record
+
+        record_path = args.out_dir / "record.json"
+        if record_path.is_file():
+            return _pin_for_record(load_record(record_path), None, strict=True)
+    name = numerics.resolve_choice(args.cpu_path or numerics.PORTABLE)
+    numerics.pin(name)
+    how = "chosen with --cpu-path" if args.cpu_path else "portable, the default"
+    return f"code path: {_describe_path(name)} ({how})"
 
 
 COMMANDS = {"freeze": _cmd_freeze, "plan": _cmd_plan, "report": _cmd_report,
@@ -459,6 +598,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("postlab: interrupted", file=sys.stderr)
         return 130
+    except Exception:
+        # Not the user's input: a bug. Show everything needed to fix it, and say so.
+        traceback.print_exc()
+        print("postlab: this is a bug in postlab, not a problem with your input; please "
+              "report it with the traceback above", file=sys.stderr)
+        return 1
 
 
 def entry() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import copy
 import hashlib
-import json
 import platform
 import signal
 import threading
@@ -25,16 +24,23 @@ from typing import Any
 import torch
 
 import postlab
+from postlab import numerics
 from postlab.arms import arm_names, arm_specs
 from postlab.checkpoint import checkpoint_bytes, load_checkpoint, publish_checkpoint
 from postlab.errors import UserError
+from postlab.fingerprint import (
+    FINGERPRINT_FILE,
+    fingerprint_file_bytes,
+    read_fingerprint_file,
+    run_fingerprint,
+)
 from postlab.integrity import compare_digests, run_digests
 from postlab.jsonio import dump_json, publish_bytes, read_bytes, replace_bytes
 from postlab.metrics import summarize
 from postlab.model import CharGRU
 from postlab.plan import LoadedPlan, parse_plan
 from postlab.progress import Quiet
-from postlab.record import load_record
+from postlab.record import load_record, summary_bytes
 from postlab.rollout import evaluate_model
 from postlab.tasks import answer_function
 from postlab.train import reinforce, rollout_rates, sft_compute, supervised
@@ -74,6 +80,11 @@ def source_hashes() -> dict[str, str]:
 def configure_torch(threads: int) -> None:
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
+
+
+def _capability() -> str:
+    """The kernels this process runs; every task reports it so no worker can differ unseen."""
+    return str(torch.backends.cpu.get_cpu_capability())
 
 
 # --- tasks: run in a worker process (or in-process when workers == 1) -----------------------
@@ -135,7 +146,7 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int) -> dict
     rows = evaluate_model(model, plan, seed)
     checkpoint = _save_and_check(model, plan, seed, "initial", out_dir, rows)
     return {"seed": seed, "sft_loss": losses, "evaluation": rows, "checkpoint": checkpoint,
-            "parameters": parameters, "state_dict": model.state_dict(),
+            "parameters": parameters, "capability": _capability(), "state_dict": model.state_dict(),
             "untrained_state_dict": untrained, "compute": sft_compute(plan, total)}
 
 
@@ -147,7 +158,7 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
         start.load_state_dict(sft["untrained_state_dict"])
     else:
         start.load_state_dict(sft["state_dict"])
-    result: dict[str, Any] = {"seed": seed, "arm": arm.name}
+    result: dict[str, Any] = {"seed": seed, "arm": arm.name, "capability": _capability()}
     if arm.pipeline == "sft-only":
         model = start
         result["sft_loss"] = supervised(model, plan, seed, steps=arm.sft_steps,
@@ -230,7 +241,9 @@ def new_record(plan: LoadedPlan, workers: int) -> dict[str, Any]:
             "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform(), "device": "cpu", "dtype": "float32",
             "postlab_version": postlab.__version__, "threads": plan.data["threads"],
-            "workers": workers, "runs": []}
+            "workers": workers,
+            "numerics": numerics.describe(plan.data["threads"], numerics.current_pin()),
+            "runs": []}
 
 
 class _SeedAssembly:
@@ -280,6 +293,7 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
     plan, previous = prepare_out_dir(plan, raw_plan, options.out_dir, options.resume)
     data = plan.data
     start = time.monotonic()
+    configure_torch(data["threads"])  # before the record describes the numeric settings
     record = new_record(plan, options.workers)
     if previous is not None:
         record["runs"] = list(previous.get("runs", []))
@@ -305,7 +319,11 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
         display.message("the run was already complete; nothing to do")
     else:
         summary = summarize(record, data["eval_samples"], answer_function(data))
-        publish_bytes(summary_path, (json.dumps(summary, indent=2) + "\n").encode())
+        publish_bytes(summary_path, summary_bytes(summary))
+    if read_fingerprint_file(options.out_dir) is None:
+        # Last, over the finished files: the one hash a reader notes to check the run later.
+        value = run_fingerprint(options.out_dir, options.out_dir / RECORD_FILE, record).value
+        publish_bytes(options.out_dir / FINGERPRINT_FILE, fingerprint_file_bytes(value))
     return record
 
 
@@ -359,6 +377,9 @@ def _run_in_workers(data: dict[str, Any], pending: list[int], options: RunOption
             for future in finished:
                 kind, seed, *rest = futures.pop(future)
                 result = future.result()
+                if result["capability"] != record["numerics"]["cpu_capability"]:
+                    raise RunFailed(f"a worker ran torch CPU capability {result['capability']}, "
+                                    f"the main process {record['numerics']['cpu_capability']}")
                 assembly = assemblies[seed]
                 if kind == "sft":
                     assembly.sft = result

@@ -8,6 +8,10 @@ instead of a traceback or, worse, a quietly wrong table.
 from __future__ import annotations
 
 import gzip
+import json
+import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -65,109 +69,254 @@ def locate_run(target: Path | None) -> RunFiles:
     return RunFiles(record=target, folder=None)
 
 
-def _check_row(row: Any, where: str) -> None:
-    if (not isinstance(row, list) or len(row) != 4
-            or not all(type(v) is int for v in row[:2])
-            or not isinstance(row[2], str) or type(row[3]) is not bool):
-        raise UserError(f"{where}: expected a row [a, b, text, terminated], got {row!r:.80}")
+#: Names of stages, splits and arms: the plan's name pattern.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+#: A checkpoint's file name: plain characters, in the run folder itself.
+FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}")
+#: Devices and dtypes a record may name (the engine trains float32 on CPU).
+DEVICES = ("cpu",)
+DTYPES = ("float32",)
+MAX_SEED = 2**62
+#: Generous bounds on counts no real run reaches; beyond them a field is damaged, not large.
+MAX_COUNT = 10**15
+MAX_TEXT = 1024
 
 
-def _check_rows(rows: Any, where: str) -> None:
-    if not isinstance(rows, list) or not rows:
-        raise UserError(f"{where}: expected a non-empty list of rows")
-    for index, row in enumerate(rows):
-        _check_row(row, f"{where}[{index}]")
+def _where(where: str, key: str | int) -> str:
+    return f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}"
 
 
-def _require(mapping: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if not isinstance(mapping, dict) or key not in mapping:
-        raise UserError(f"{where}: missing field {key!r}")
-    value = mapping[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise UserError(f"{where}.{key}: wrong type {type(value).__name__}")
+def _object(value: Any, where: str, fields: dict[str, Callable[[Any, str], None]],
+            required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An object with only the known ``fields``, each checked; ``required`` must be there."""
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: wrong type {_kind(value)}, expected a JSON object")
+    for key in required:
+        if key not in value:
+            raise UserError(f"{where}: missing field {key!r}")
+    for key, item in value.items():
+        if key not in fields:
+            raise UserError(f"{where}: unknown field {key!r}")
+        fields[key](item, _where(where, key))
     return value
 
 
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _named(value: Any, where: str, each: Callable[[Any, str], None]) -> None:
+    """An object keyed by stage, split or arm names."""
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: wrong type {_kind(value)}, expected a JSON object")
+    for key, item in value.items():
+        if not NAME.fullmatch(key):
+            raise UserError(f"{where}: {key!r} is not a valid name")
+        each(item, _where(where, key))
+
+
+def _list(value: Any, where: str, each: Callable[[Any, str], None], *,
+          non_empty: bool = False) -> None:
+    if not isinstance(value, list):
+        raise UserError(f"{where}: wrong type {_kind(value)}, expected a list")
+    if non_empty and not value:
+        raise UserError(f"{where}: expected a non-empty list")
+    for index, item in enumerate(value):
+        each(item, _where(where, index))
+
+
+def _integer(low: int, high: int) -> Callable[[Any, str], None]:
+    def check(value: Any, where: str) -> None:
+        if type(value) is not int:
+            raise UserError(f"{where}: wrong type {_kind(value)}, expected an integer")
+        if not low <= value <= high:
+            raise UserError(f"{where}: {value} is outside {low}..{high}")
+    return check
+
+
+def _number(low: float = -math.inf, high: float = math.inf) -> Callable[[Any, str], None]:
+    def check(value: Any, where: str) -> None:
+        if type(value) not in (int, float):
+            raise UserError(f"{where}: wrong type {_kind(value)}, expected a number")
+        if not (math.isfinite(value) and low <= value <= high):
+            raise UserError(f"{where}: {value!r} is outside {low}..{high}")
+    return check
+
+
+def _text(pattern: re.Pattern[str] | None = None, *,
+          limit: int = MAX_TEXT) -> Callable[[Any, str], None]:
+    def check(value: Any, where: str) -> None:
+        if not isinstance(value, str):
+            raise UserError(f"{where}: wrong type {_kind(value)}, expected a string")
+        if len(value) > limit or (pattern is not None and not pattern.fullmatch(value)):
+            raise UserError(f"{where}: {value!r:.80} is not a valid value here")
+    return check
+
+
+def _choice(options: tuple[Any, ...]) -> Callable[[Any, str], None]:
+    def check(value: Any, where: str) -> None:
+        if type(value) not in {type(o) for o in options} or value not in options:
+            raise UserError(f"{where}: {value!r:.80} is not one of "
+                            f"{', '.join(map(str, options))}")
+    return check
+
+
+def _boolean(value: Any, where: str) -> None:
+    if type(value) is not bool:
+        raise UserError(f"{where}: wrong type {_kind(value)}, expected true or false")
+
+
+_count = _integer(0, MAX_COUNT)
+_operand = _integer(0, 10**9)
+_sha = _text(SHA256)
+_name = _text(NAME)
+_finite = _number()
+
+
+def _row(row: Any, where: str) -> None:
+    if (not isinstance(row, list) or len(row) != 4 or type(row[0]) is not int
+            or type(row[1]) is not int or not isinstance(row[2], str)
+            or type(row[3]) is not bool):
+        raise UserError(f"{where}: expected a row [a, b, text, terminated], got {row!r:.80}")
+    _operand(row[0], where)
+    _operand(row[1], where)
+    if len(row[2]) > MAX_TEXT:
+        raise UserError(f"{where}: the answer text is longer than any plan allows")
+
+
+def _rows(rows: Any, where: str) -> None:
+    _list(rows, where, _row, non_empty=True)
+
+
+def _decodings(value: Any, where: str) -> None:
+    _object(value, where, {"greedy": _rows, "sampled": _rows}, required=("greedy", "sampled"))
+
+
+def _splits(value: Any, where: str) -> None:
+    if not value:
+        raise UserError(f"{where}: expected splits")
+    _named(value, where, _decodings)
+
+
+def _update(value: Any, where: str) -> None:
+    _object(value, where, {
+        "loss": _finite, "kl": _finite, "entropy": _number(0.0),
+        "gradient_norm_before_clip": _number(0.0),
+        "ratio_outside_clip": _number(0.0, 1.0),
+    }, required=("loss", "kl", "entropy", "gradient_norm_before_clip", "ratio_outside_clip"))
+
+
+def _sampling(value: Any, where: str) -> None:
+    _object(value, where, {"drawn": _count, "kept": _count, "dropped": _count,
+                           "replaced": _count,
+                           "dropped_rows": lambda v, w: _list(v, w, _row)},
+            required=("drawn", "kept", "dropped", "replaced", "dropped_rows"))
+
+
+def _step(value: Any, where: str) -> None:
+    _object(value, where, {
+        "step": _integer(1, MAX_COUNT), "rows": _rows, "zero_variance_groups": _count,
+        "updates": lambda v, w: _list(v, w, _update, non_empty=True), "sampling": _sampling,
+    }, required=("step", "rows", "zero_variance_groups", "updates"))
+
+
+def _checkpoint(value: Any, where: str) -> None:
+    _object(value, where, {"file": _text(FILE_NAME), "sha256": _sha,
+                           "reload_equal": _boolean},
+            required=("file", "sha256", "reload_equal"))
+
+
+def _compute(value: Any, where: str) -> None:
+    _object(value, where, {key: _count for key in COMPUTE_FIELDS}, required=COMPUTE_FIELDS)
+
+
+COMPUTE_FIELDS = ("completions", "tokens_generated", "gradient_steps", "examples_seen")
+
+
+def _losses(value: Any, where: str) -> None:
+    _list(value, where, _finite)
+
+
+def _step_digests(value: Any, where: str) -> None:
+    _object(value, where, {"rows": _sha, "statistics": _sha, "sampling": _sha},
+            required=("rows", "statistics"))
+
+
+def _digests(value: Any, where: str) -> None:
+    _object(value, where, {
+        "sft_loss": _sha, "arm_sft_loss": _sha, "compute": _sha,
+        "evaluations": lambda v, w: _named(v, w, lambda s, ws: _named(s, ws, _sha)),
+        "training": lambda v, w: _named(v, w, lambda h, wh: _list(h, wh, _step_digests)),
+    }, required=("sft_loss", "evaluations", "training"))
+
+
+def _run(value: Any, where: str) -> None:
+    _object(value, where, {
+        "seed": _integer(0, MAX_SEED),
+        "sft_loss": _losses,
+        "evaluations": lambda v, w: _named(v, w, _splits),
+        "training": lambda v, w: _named(v, w, lambda h, wh: _list(h, wh, _step)),
+        "checkpoints": lambda v, w: _named(v, w, _checkpoint),
+        "arm_sft_loss": lambda v, w: _named(v, w, _losses),
+        "compute": lambda v, w: _named(v, w, _compute),
+        "digests": _digests,
+    }, required=("seed", "evaluations"))
+
+
+def _numerics(value: Any, where: str) -> None:
+    from postlab.numerics import CODE_PATHS, NATIVE, PIN_VARIABLES
+
+    plain = _text(limit=200)
+    _object(value, where, {
+        "code_path": _choice((NATIVE, *CODE_PATHS.names())),
+        "pinned": lambda v, w: _object(v, w, {k: plain for k in PIN_VARIABLES}),
+        "cpu_capability": plain, "cpu_model": plain, "machine": plain,
+        "cpu_supports": lambda v, w: _list(v, w, _choice(tuple(CODE_PATHS.names()))),
+        "blas": plain, "blas_code_path": plain, "onednn_isa": plain,
+        "threads": _integer(1, 256), "deterministic": _boolean,
+        "device": _choice(DEVICES), "dtype": _choice(DTYPES),
+    }, required=NUMERICS_FIELDS)
+
+
+NUMERICS_FIELDS = ("code_path", "pinned", "cpu_capability", "cpu_model", "machine",
+                   "cpu_supports", "blas", "blas_code_path", "onednn_isa", "threads",
+                   "deterministic", "device", "dtype")
+
+#: Provenance fields: the reference program writes the first group, postlab all of them.
+REFERENCE_FIELDS = ("plan_sha256", "source_sha256", "python", "torch", "platform", "device",
+                    "dtype", "runs", "parameters", "wall_seconds")
+POSTLAB_FIELDS = (*REFERENCE_FIELDS, "postlab_version", "threads", "workers", "numerics")
+
+
 def check_record(record: Any, source: str) -> None:
-    """Check the fields that reports read; raise UserError naming the first problem."""
-    if not isinstance(record, dict):
-        raise UserError(f"{source}: a record must be a JSON object")
-    _require(record, "plan_sha256", str, source)
-    runs = _require(record, "runs", list, source)
-    for i, run in enumerate(runs):
-        where = f"{source}: runs[{i}]"
-        _require(run, "seed", int, where)
-        evaluations = _require(run, "evaluations", dict, where)
-        for stage, splits in evaluations.items():
-            if not isinstance(splits, dict) or not splits:
-                raise UserError(f"{where}.evaluations.{stage}: expected splits")
-            for split, decoded in splits.items():
-                at = f"{where}.evaluations.{stage}.{split}"
-                _check_rows(_require(decoded, "greedy", list, at), f"{at}.greedy")
-                _check_rows(_require(decoded, "sampled", list, at), f"{at}.sampled")
-        if "sft_loss" in run:
-            losses = _require(run, "sft_loss", list, where)
-            if not all(_is_number(v) for v in losses):
-                raise UserError(f"{where}.sft_loss: expected numbers")
-        _check_training(run.get("training", {}), f"{where}.training")
-        _check_checkpoints(run.get("checkpoints", {}), f"{where}.checkpoints")
-        for key in ("arm_sft_loss", "compute"):
-            if key in run:
-                _check_number_tables(run[key], f"{where}.{key}")
-        if "digests" in run and not isinstance(run["digests"], dict):
-            raise UserError(f"{where}.digests: expected an object")
+    """Check every field's type and range and refuse unknown ones; raise UserError naming the
+    first problem. Completeness (what a verified record must hold) is ``verify``'s concern."""
+    plain = _text(limit=200)
+    _object(record, source, {
+        "plan_sha256": _sha,
+        "source_sha256": lambda v, w: _object(v, w, dict.fromkeys(v, _sha)
+                                              if isinstance(v, dict) and all(
+                                                  FILE_PATH.fullmatch(k) for k in v)
+                                              else {}),
+        "python": plain, "torch": plain, "platform": plain, "postlab_version": plain,
+        "device": _choice(DEVICES), "dtype": _choice(DTYPES),
+        "threads": _integer(1, 256), "workers": _integer(1, 4096),
+        "parameters": _integer(1, MAX_COUNT),
+        "wall_seconds": _number(0.0, 10.0**9),
+        "numerics": _numerics,
+        "runs": lambda v, w: _list(v, w, _run),
+    }, required=("plan_sha256", "runs"))
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, float | int) and not isinstance(value, bool)
+#: A source file named in ``source_sha256``: a relative path of plain characters.
+FILE_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,254}")
 
 
-def _check_number_tables(table: Any, where: str) -> None:
-    """An object whose values are lists of numbers or objects of numbers."""
-    if not isinstance(table, dict):
-        raise UserError(f"{where}: expected an object")
-    for key, value in table.items():
-        values = value.values() if isinstance(value, dict) else value
-        if not isinstance(value, dict | list) or not all(_is_number(v) for v in values):
-            raise UserError(f"{where}.{key}: expected numbers")
-
-
-def _check_training(training: Any, where: str) -> None:
-    if not isinstance(training, dict):
-        raise UserError(f"{where}: expected an object of arms")
-    for arm, history in training.items():
-        if not isinstance(history, list):
-            raise UserError(f"{where}.{arm}: expected a list of steps")
-        for index, step in enumerate(history):
-            at = f"{where}.{arm}[{index}]"
-            _require(step, "step", int, at)
-            _check_rows(_require(step, "rows", list, at), f"{at}.rows")
-            _require(step, "zero_variance_groups", int, at)
-            if "sampling" in step:
-                sampling = _require(step, "sampling", dict, at)
-                for key in ("drawn", "kept", "dropped", "replaced"):
-                    _require(sampling, key, int, f"{at}.sampling")
-                if sampling.get("dropped_rows"):
-                    _check_rows(sampling["dropped_rows"], f"{at}.sampling.dropped_rows")
-            if not _require(step, "updates", list, at):
-                raise UserError(f"{at}.updates: expected at least one update")
-            for u, update in enumerate(step["updates"]):
-                if not isinstance(update, dict) or not all(
-                        isinstance(v, float | int) and not isinstance(v, bool)
-                        for v in update.values()):
-                    raise UserError(f"{at}.updates[{u}]: expected an object of numbers")
-
-
-def _check_checkpoints(checkpoints: Any, where: str) -> None:
-    if not isinstance(checkpoints, dict):
-        raise UserError(f"{where}: expected an object of stages")
-    for stage, info in checkpoints.items():
-        at = f"{where}.{stage}"
-        _require(info, "file", str, at)
-        _require(info, "sha256", str, at)
-        _require(info, "reload_equal", bool, at)
-        if "/" in info["file"] or info["file"].startswith("."):
-            raise UserError(f"{at}.file: must be a file name in the run folder")
+def summary_bytes(summary: list[dict[str, Any]]) -> bytes:
+    """A summary file's exact bytes (the reference's layout); ``verify`` compares bytes, so a
+    value changed only in type (63 to 63.0, 0.0 to -0.0) is a difference too."""
+    return (json.dumps(summary, indent=2) + "\n").encode()
 
 
 def decode_record_bytes(raw: bytes, source: str) -> dict[str, Any]:
@@ -190,6 +339,25 @@ def check_plan_link(record: dict[str, Any], plan: LoadedPlan, source: str) -> No
     if record["plan_sha256"] != plan.sha256:
         raise UserError(f"{source}: record was made under plan sha256 {record['plan_sha256']}, "
                         f"but {plan.path} has sha256 {plan.sha256}")
+
+
+def evaluation_problems(record: dict[str, Any], plan: dict[str, Any], split: str) -> list[str]:
+    """Where a record's evaluations of ``split`` cannot be read under the plan: a missing split,
+    or sampled rows that do not form groups of ``eval_samples`` answers to one question."""
+    from postlab.metrics import question_groups
+
+    problems = []
+    for run in record["runs"]:
+        for stage, splits in run["evaluations"].items():
+            where = f"seed {run['seed']}, stage {stage}"
+            if split not in splits:
+                problems.append(f"{where} has no {split!r} split")
+                continue
+            try:
+                question_groups(splits[split]["sampled"], plan["eval_samples"])
+            except ValueError as exc:
+                problems.append(f"{where}, split {split}: {exc}")
+    return problems
 
 
 def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:

@@ -39,3 +39,6 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return list(self._entries)
+
+    def values(self) -> list[T]:
+        return list(self._entries.values())

@@ -1,27 +1,39 @@
 """``postlab verify``: re-check everything a record claims, one line per check.
 
 Checks are computed into plain results first and rendered after, so tests read the results.
-A failed check means the record, plan or checkpoints do not say what they claim; a warning
-means something differs that can legitimately change bits (another torch, another machine).
+A failed check means the record, plan or checkpoints do not say what they claim, or that a
+part a postlab record must carry is missing: verification fails closed, so removing the
+evidence (digests, checkpoint entries, the summary) never turns a failure into a pass. A
+warning means something differs that can legitimately change bits (another torch, another
+code path) or that a check needs input only the user can give (the expected fingerprint).
 """
 
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
+from postlab import numerics
+from postlab.arms import arm_names
 from postlab.checkpoint import CheckpointError, load_checkpoint
 from postlab.errors import UserError
+from postlab.fingerprint import read_fingerprint_file, run_fingerprint
 from postlab.integrity import compare_digests
 from postlab.jsonio import parse_json, read_bytes
 from postlab.metrics import summarize
 from postlab.model import CharGRU
 from postlab.plan import LoadedPlan, load_plan, teaching_plan_loaded
-from postlab.record import RunFiles, load_record, record_plan_problems
+from postlab.record import (
+    POSTLAB_FIELDS,
+    RunFiles,
+    evaluation_problems,
+    record_plan_problems,
+    summary_bytes,
+)
 from postlab.rollout import evaluate_model
 from postlab.tasks import answer_function
 
@@ -114,29 +126,46 @@ def _check_checkpoints(record: dict[str, Any], plan: dict[str, Any] | None,
 def _check_summary(record: dict[str, Any], plan: dict[str, Any] | None,
                    folder: Path) -> Check:
     path = folder / "summary.json"
+    try:
+        stored = read_bytes(path, "summary")
+    except UserError as exc:
+        return Check(name="summary", status="fail", detail=f"{exc} (a run's summary is part "
+                                                             "of what is verified)")
     if plan is None:
         return Check(name="summary", status="skip", detail="needs the record's plan")
-    if not path.is_file():
-        return Check(name="summary", status="skip", detail="no summary.json beside the record")
-    try:
-        stored = parse_json(read_bytes(path, "summary"), str(path))
-    except UserError as exc:
-        return Check(name="summary", status="fail", detail=str(exc))
-    try:
-        fresh = summarize(record, plan["eval_samples"], answer_function(plan))
-    except (KeyError, ValueError) as exc:
-        return Check(name="summary", status="fail",
-                     detail=f"cannot recompute the summary from the raw rows ({exc})")
-    if stored == fresh:
+    unfit = [p for split in plan["split"] for p in evaluation_problems(record, plan, split)]
+    if unfit:
+        return Check(name="summary", status="fail", detail="cannot recompute the summary: "
+                                                             + unfit[0])
+    fresh = summarize(record, plan["eval_samples"], answer_function(plan))
+    if stored == summary_bytes(fresh):
         return Check(name="summary", status="pass",
-                     detail="summary.json equals the summary recomputed from the raw rows")
-    for a, b in zip(stored if isinstance(stored, list) else [], fresh, strict=False):
-        if a != b:
-            return Check(name="summary", status="fail",
-                         detail=f"summary.json differs from the raw rows at seed "
-                                f"{b['seed']}, stage {b['stage']}")
+                     detail="summary.json is, byte for byte, the summary of the raw rows")
     return Check(name="summary", status="fail",
-                 detail="summary.json differs from the summary of the raw rows")
+                 detail="summary.json is not the summary of the raw rows"
+                        + _first_summary_difference(stored, fresh))
+
+
+def _first_summary_difference(stored: bytes, fresh: list[dict[str, Any]]) -> str:
+    """Where the stored summary first departs from the recomputed one."""
+    try:
+        values = parse_json(stored, "summary.json")
+    except UserError as exc:
+        return f" ({exc})"
+    if isinstance(values, list):
+        for old, new in zip(values, fresh, strict=False):
+            if old != new:
+                return f" at seed {new['seed']}, stage {new['stage']}"
+        if len(values) != len(fresh):
+            return f" ({len(values)} entries, expected {len(fresh)})"
+    expected = summary_bytes(fresh).decode().splitlines()
+    actual = stored.decode("utf-8", errors="replace").splitlines()
+    for number, (a, b) in enumerate(zip(actual, expected, strict=False), start=1):
+        if a != b:
+            return (f": its values are equal but their JSON is not (line {number}: "
+                    f"{a.strip()[:60]!r}, expected {b.strip()[:60]!r}; a type change such as "
+                    "63 to 63.0, 1 to true or 0.0 to -0.0)")
+    return f" ({len(actual)} lines, expected {len(expected)})"
 
 
 def _check_digests(record: dict[str, Any]) -> Check:
@@ -146,28 +175,140 @@ def _check_digests(record: dict[str, Any]) -> Check:
             absent += 1
             continue
         problems += compare_digests(run, run["digests"])
+    if absent and not _made_by_postlab(record):
+        return Check(name="raw rows", status="skip",
+                     detail="a record made by another program carries no digests; rollout "
+                            "rows cannot be checked without re-running (postlab reproduce)")
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more"
                                            if len(problems) > 5 else "")
         return Check(name="raw rows", status="fail",
                      detail=f"changed since training: {shown}")
     if absent:
-        return Check(name="raw rows", status="warn",
-                     detail=f"{absent} seeds carry no digests (a record not made by postlab); "
-                            "rollout rows cannot be checked without re-running")
+        return Check(name="raw rows", status="fail",
+                     detail=f"{absent} seeds carry no digests, which every postlab record has")
     return Check(name="raw rows", status="pass",
                  detail="every SFT loss, evaluation split and RL step matches its digest")
 
 
-def _check_environment(record: dict[str, Any]) -> Check:
-    now = {"torch": torch.__version__, "python": platform.python_version(),
-           "platform": platform.platform()}
-    differ = [f"{key} {record.get(key)} then, {value} now" for key, value in now.items()
-              if record.get(key) != value]
-    if differ:
+def _check_environment(record: dict[str, Any], now: dict[str, Any]) -> Check:
+    """What decides the bits, then and now: each difference named."""
+    versions = {"torch": torch.__version__, "python": platform.python_version()}
+    deciding = [f"{key} {record.get(key)} then, {value} now" for key, value in versions.items()
+                if record.get(key) != value]
+    recorded = record.get("numerics")
+    if isinstance(recorded, dict):
+        more, other = numerics.differences(recorded, now)
+        deciding += more
+    else:
+        other = []
+        deciding.append("the record does not name its numeric environment (CPU capability, "
+                        "BLAS code path), so a difference there cannot be ruled out")
+    if record.get("platform") != platform.platform():
+        other.append(f"platform {record.get('platform')} then, {platform.platform()} now")
+    if deciding:
         return Check(name="environment", status="warn",
-                     detail="; ".join(differ) + " (this can legitimately change bits)")
-    return Check(name="environment", status="pass", detail="same torch, Python and platform")
+                     detail="; ".join(deciding) + " (this can legitimately change bits)"
+                            + (f"; also {'; '.join(other)}" if other else ""))
+    detail = (f"same torch, Python and numerics (code path {now['code_path']}, "
+              f"{now['cpu_capability']}, BLAS {now['blas_code_path']})")
+    if other:
+        detail += f"; differs only in what does not decide bits: {'; '.join(other)}"
+    return Check(name="environment", status="pass", detail=detail)
+
+
+def _made_by_postlab(record: dict[str, Any]) -> bool:
+    return "postlab_version" in record
+
+
+def _check_completeness(record: dict[str, Any], plan: dict[str, Any] | None) -> Check:
+    """Everything a postlab record must carry is there; a foreign record is named as such."""
+    from postlab.engine import checkpoint_name
+
+    if not _made_by_postlab(record):
+        return Check(name="record", status="fail",
+                     detail="made by another program (no postlab_version): it carries no "
+                            "digests, numeric environment or fingerprint, so it cannot be "
+                            "verified; what can be checked is checked below")
+    missing = [f"field {key}" for key in POSTLAB_FIELDS if key not in record]
+    stages = ["initial", *arm_names(plan)] if plan is not None else None
+    for run in record["runs"]:
+        seed = run["seed"]
+        for key in ("sft_loss", "training", "checkpoints", "compute", "digests"):
+            if key not in run:
+                missing.append(f"seed {seed}: {key}")
+        checkpoints = run.get("checkpoints", {})
+        for stage in stages or list(run["evaluations"]):
+            info = checkpoints.get(stage)
+            if info is None:
+                missing.append(f"seed {seed}: checkpoint entry of stage {stage}")
+            elif info["file"] != checkpoint_name(seed, stage):
+                missing.append(f"seed {seed}, stage {stage}: checkpoint file {info['file']!r} "
+                               f"is not {checkpoint_name(seed, stage)!r}")
+        for stage in checkpoints:
+            if stages is not None and stage not in stages:
+                missing.append(f"seed {seed}: checkpoint entry of unknown stage {stage}")
+    if missing:
+        shown = "; ".join(missing[:6]) + (f"; and {len(missing) - 6} more"
+                                          if len(missing) > 6 else "")
+        return Check(name="record", status="fail", detail=f"incomplete: {shown}")
+    return Check(name="record", status="pass",
+                 detail="a complete postlab record: provenance, digests and a checkpoint "
+                        "entry for every stage of every seed")
+
+
+def _check_provenance(record: dict[str, Any], plan: dict[str, Any] | None) -> Check:
+    """Provenance values must be the ones this plan can produce."""
+    if plan is None:
+        return Check(name="provenance", status="skip", detail="needs the record's plan")
+    problems = []
+    if "threads" in record and record["threads"] != plan["threads"]:
+        problems.append(f"threads {record['threads']}, the plan sets {plan['threads']}")
+    recorded = record.get("numerics")
+    if isinstance(recorded, dict) and recorded["threads"] != plan["threads"]:
+        problems.append(f"numerics.threads {recorded['threads']}, the plan sets "
+                        f"{plan['threads']}")
+    if isinstance(recorded, dict) and not recorded["deterministic"]:
+        problems.append("deterministic algorithms were off, which postlab never does")
+    if "parameters" in record:
+        expected = CharGRU.from_plan(plan).parameter_count()
+        if record["parameters"] != expected:
+            problems.append(f"parameters {record['parameters']}, the plan's model has "
+                            f"{expected}")
+    if "workers" in record and "wall_seconds" in record and record["wall_seconds"] <= 0:
+        problems.append(f"wall_seconds {record['wall_seconds']} is not a duration")
+    if problems:
+        return Check(name="provenance", status="fail", detail="; ".join(problems))
+    return Check(name="provenance", status="pass",
+                 detail="threads, parameter count and determinism fit the plan")
+
+
+def _check_fingerprint(files: RunFiles, record: dict[str, Any], folder: Path,
+                       expect: str | None) -> Check:
+    try:
+        value = run_fingerprint(folder, files.record, record).value
+    except UserError as exc:
+        return Check(name="fingerprint", status="fail", detail=f"cannot compute: {exc}")
+    if expect is not None:
+        if value == expect:
+            return Check(name="fingerprint", status="pass",
+                         detail=f"{value} is the expected fingerprint")
+        return Check(name="fingerprint", status="fail",
+                     detail=f"{value}, expected {expect}: some file of the run differs")
+    try:
+        kept = read_fingerprint_file(folder)
+    except UserError as exc:
+        return Check(name="fingerprint", status="fail", detail=str(exc))
+    if kept is None:
+        return Check(name="fingerprint", status="warn",
+                     detail=f"{value}; no fingerprint.txt beside the run: pass "
+                            "--expect FINGERPRINT to check against the one you noted")
+    if kept != value:
+        return Check(name="fingerprint", status="fail",
+                     detail=f"{value}, but fingerprint.txt says {kept}")
+    return Check(name="fingerprint", status="warn",
+                 detail=f"{value} matches fingerprint.txt, which an editor can rewrite too: "
+                        "pass --expect FINGERPRINT to check against the one you noted")
 
 
 def _check_source(record: dict[str, Any]) -> Check:
@@ -196,13 +337,16 @@ def _check_source(record: dict[str, Any]) -> Check:
     return Check(name="source", status="pass", detail="postlab's source is the recording one")
 
 
-def verify_run(files: RunFiles) -> list[Check]:
-    """Run every check on a run folder or record; UserError if it cannot be checked at all."""
-    record = load_record(files.record)
+def verify_run(files: RunFiles, record: dict[str, Any], *,
+               expect: str | None = None) -> list[Check]:
+    """Run every check on a run folder or record (already strictly loaded)."""
+    from postlab.engine import configure_torch
+
     folder = files.record.parent
     plan, plan_check = _plan_for(files, record)
-    checks = [plan_check]
     plan_data = plan.data if plan is not None else None
+    configure_torch(plan_data["threads"] if plan_data is not None else 1)
+    checks = [_check_completeness(record, plan_data), plan_check]
     checks += list(_check_checkpoints(record, plan_data, folder))
     checks.append(_check_summary(record, plan_data, folder))
     if plan_data is None:
@@ -213,9 +357,20 @@ def verify_run(files: RunFiles) -> list[Check]:
                             detail="; ".join(problems[:5]) if problems else
                             "seeds, arms, steps, rows per step and samples per question "
                             "fit the plan"))
+    checks.append(_check_provenance(record, plan_data))
     checks.append(_check_digests(record))
-    checks.append(_check_environment(record))
+    checks.append(_check_fingerprint(files, record, folder, expect))
+    threads = plan_data["threads"] if plan_data is not None else 1
+    environment = _check_environment(record, numerics.describe(threads,
+                                                               numerics.current_pin()))
+    checks.append(environment)
     checks.append(_check_source(record))
+    if environment.status == "warn":
+        # Re-evaluation recomputes bits: a difference of environment may be why it differs.
+        checks = [replace(c, detail=c.detail + " (the numeric environment differs, see "
+                                               "'environment')")
+                  if c.name == "checkpoint re-evaluation" and c.status == "fail" else c
+                  for c in checks]
     return checks
 
 

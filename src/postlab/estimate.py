@@ -1,0 +1,623 @@
+"""What a plan will cost, estimated before it trains; absurd plans are refused unless confirmed.
+
+Every field of a plan is bounded by the schema, yet the bounds multiply: a valid plan can ask
+for a billion sequences per RL step, a 50-million-parameter model or ten thousand samples per
+question, and it would then train for days or exhaust memory hours in. So a run is first
+estimated:
+
+* counts follow from the plan alone: completions and gradient steps are what the engine will
+  do (exact, with dynamic sampling's extra groups as an upper bound), tokens are an upper bound
+  (every completion may use ``max_new_tokens``), memory is a rough figure for the largest batch
+  held at once plus the model's copies and the record;
+* time comes from a short calibration: the real model code (the model, decoding with
+  :func:`postlab.rollout.generate`, the RL objective, the reward contract, record writing) is
+  timed on this machine at bounded sizes and scaled linearly to the plan's sizes.
+
+:func:`check_size` refuses a plan over the limits below with a one-line :class:`UserError`,
+unless the user confirms with ``--allow-large``. Count limits are checked before anything is
+built or timed, so an absurd plan is refused at once.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from postlab import objective
+from postlab.algorithms import KL_ESTIMATORS, REDUCTIONS, resolve
+from postlab.arms import arm_specs
+from postlab.contracts import CONTRACTS
+from postlab.errors import UserError
+from postlab.jsonio import dump_json
+from postlab.model import CharGRU
+from postlab.rollout import generate, to_rows
+from postlab.tasks import task_for
+from postlab.train import _sequence_log_dist
+
+GIB = 2**30
+
+# --- limits: a plan over any of them needs --allow-large --------------------------------------
+
+#: Rough peak memory of one worker: the largest batch, the model's copies and the record. Half
+#: of a 16 GB laptop; beyond it the machine swaps or the out-of-memory killer ends the run,
+#: often hours in.
+MAX_MEMORY_BYTES = 8 * GIB
+#: Tokens generated (upper bound). Decoding is one Python step per token and every completion
+#: becomes a record row, so 1e9 tokens is days of one core whatever the model.
+MAX_TOKENS = 10**9
+#: Rows the record keeps (RL rollouts and one evaluation per stage). The record is held whole
+#: in memory, rewritten after every seed and read whole by every report: 5 million rows are
+#: about 1 GB in memory and 130 MB of JSON, 50 times the teaching plan's.
+MAX_RECORD_ROWS = 5_000_000
+#: Gradient steps, all seeds and arms. About 300 times the teaching plan's; even the smallest
+#: model needs about a millisecond a step here, and each step's loss or statistics is recorded.
+MAX_GRADIENT_STEPS = 1_000_000
+#: Model parameters. Each worker holds about eight float32 copies (weights, gradients, Adam's
+#: two moments, the KL reference, starting weights, the checkpoint being written), and a run
+#: starts one worker per core by default: 25 million parameters are ~0.8 GB per worker. Every
+#: token trained or generated also costs about this many multiply-adds.
+MAX_PARAMETERS = 25_000_000
+#: Estimated wall time on one worker: a day. Longer plans rarely finish on a laptop (sleep,
+#: updates, battery) and are usually a mistyped count; confirm them explicitly.
+MAX_SECONDS = 24 * 3600
+
+ALLOW_FLAG = "--allow-large"
+
+# --- memory model (rough; bytes) -----------------------------------------------------------
+
+FLOAT_BYTES = 4
+#: One row [a, b, text, terminated] as Python objects (~180 bytes measured) plus its JSON.
+ROW_BYTES = 200
+#: A recorded SFT loss (a float in a list) and a recorded RL update (a dict of five floats).
+SFT_STEP_BYTES = 32
+RL_UPDATE_BYTES = 600
+#: float32 copies of the parameters a worker holds (see MAX_PARAMETERS).
+MODEL_COPIES = 8
+#: Per position of a training forward/backward: hidden-sized tensors the GRU keeps for the
+#: backward pass (output, gates, their gradients), and vocabulary-sized ones (logits, masked
+#: logits, log-probabilities; RL adds the reference's, probabilities for the KL and entropy).
+HIDDEN_TENSORS = 6
+SFT_VOCAB_TENSORS = 3
+RL_VOCAB_TENSORS = 8
+
+# --- calibration ---------------------------------------------------------------------------
+
+#: Multiply-adds one calibration measurement may do (tens of milliseconds of one core); the
+#: plan's sizes are reached by scaling, so the plan's batch is never allocated.
+CALIBRATION_WORK = 1e9
+#: Most sequences one training or decoding measurement uses.
+TRAIN_ROW_CAP = 64
+DECODE_ROW_CAP = 1024
+#: Cheap measurements are repeated for this long, keeping the fastest (the machine is shared).
+REPEAT_SECONDS = 0.03
+#: Adam and gradient clipping are timed on at most this many parameters and scaled.
+OPTIMIZER_PROXY_ELEMENTS = 1 << 20
+#: torch.optim.Adam's own bookkeeping per step, which the timed arithmetic leaves out. Adam
+#: itself is not constructed: its constructor imports torch's compiler stack (about a second,
+#: once per process), which would make calibrating slower than the runs it estimates.
+OPTIMIZER_OVERHEAD_SECONDS = 1.5e-4
+#: Once per run: importing that compiler stack when deterministic algorithms are switched on,
+#: writing the plan and the summary.
+STARTUP_SECONDS = 1.5
+#: Checkpoints are written, synced, read back, hashed and re-evaluated after every stage.
+CHECKPOINT_BYTES_PER_SECOND = 2e8
+CALIBRATION_SEED = 20261129
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeEstimate:
+    """What one whole run of a plan costs: all seeds, all arms, one worker."""
+
+    seeds: int
+    arms: int
+    #: RL rollouts plus every evaluation, including the re-evaluation of each saved checkpoint
+    completions: int
+    #: the RL rollouts alone: what the record's per-arm ``compute`` counts
+    rl_completions: int
+    #: upper bound: every completion uses ``max_new_tokens``
+    tokens: int
+    #: SFT steps and RL updates
+    gradient_steps: int
+    parameters: int
+    #: the largest batch held at once: "RL step", "evaluation", "dynamic sampling" or "SFT"
+    batch_kind: str
+    batch_sequences: int
+    batch_positions: int
+    #: rough bytes of that batch (activations, logits, its rows)
+    batch_bytes: int
+    #: rows the record keeps
+    record_rows: int
+    #: rough peak of one worker: the largest batch, the model's copies and the record
+    memory_bytes: int
+    #: estimated wall time on one worker; None until calibrated
+    seconds: float | None = None
+    #: how long the calibration took; None until calibrated
+    calibration_seconds: float | None = None
+
+
+# --- counts --------------------------------------------------------------------------------
+
+def _shape(plan: dict[str, Any]) -> dict[str, int]:
+    """Sizes the counts and the calibration share."""
+    task = task_for(plan)
+    first = next(iter(plan["split"].values()))[0]
+    prompt = len(task.prompt(first))  # prompts are zero-padded to one width
+    vocab, emb, hid = len(plan["vocab"]), plan["embedding"], plan["hidden"]
+    return {
+        "prompt": prompt,
+        "vocab": vocab,
+        # inputs of one SFT step: the prompt and the target (answer and EOS) less its last
+        "sft_positions": prompt + task.longest_answer,
+        # positions a full decode reads, and an RL forward over prompt and response
+        "decode_positions": prompt + plan["max_new_tokens"] - 1,
+        "parameters": vocab * emb + 3 * hid * (emb + hid + 2) + vocab * (hid + 1),
+        # multiply-adds of one forward step of one sequence
+        "work": 3 * hid * (emb + hid) + hid * vocab,
+    }
+
+
+def _train_bytes(plan: dict[str, Any], rows: int, positions: int, vocab_tensors: int) -> int:
+    per_position = (plan["embedding"] + HIDDEN_TENSORS * plan["hidden"]
+                    + vocab_tensors * len(plan["vocab"]))
+    return rows * positions * per_position * FLOAT_BYTES * 2  # activations and their gradients
+
+
+def _decode_bytes(plan: dict[str, Any], rows: int, prompt: int) -> int:
+    """A decode keeps the prompt pass, a few per-step tensors, the emitted tokens and masks
+    (as tensors and as Python lists) and one row per sequence."""
+    emb, hid, vocab = plan["embedding"], plan["hidden"], len(plan["vocab"])
+    floats = prompt * (emb + 4 * hid) + 4 * vocab + 4 * hid
+    return rows * (floats * FLOAT_BYTES + 40 * plan["max_new_tokens"] + ROW_BYTES)
+
+
+def estimate_counts(plan: dict[str, Any]) -> ComputeEstimate:
+    """Everything that follows from the plan alone; builds nothing and times nothing."""
+    shape = _shape(plan)
+    arms = arm_specs(plan)
+    seeds = len(plan["seeds"])
+    rl_arms = sum(arm.is_rl for arm in arms)
+    stages = 1 + len(arms)
+    group = plan["group_size"]
+    per_step = plan["prompts_per_step"] * group
+    extra = plan["dynamic_sampling"]["max_extra_groups"] * group \
+        if plan.get("dynamic_sampling") else 0
+    split_sizes = [len(pairs) for pairs in plan["split"].values()]
+    per_evaluation = sum(split_sizes) * (1 + plan["eval_samples"])  # greedy, then sampled
+    # each stage is evaluated, saved, reloaded and evaluated again
+    evaluations = seeds * stages * 2 * per_evaluation
+    rl_completions = seeds * rl_arms * plan["rl_steps"] * (per_step + extra)
+    completions = rl_completions + evaluations
+    sft_steps = seeds * (plan["sft_steps"] + sum(a.sft_steps or 0 for a in arms if not a.is_rl))
+    rl_updates = seeds * rl_arms * plan["rl_steps"] * plan["updates_per_rollout"]
+    # the record keeps every rollout (dropped groups included) and one evaluation per stage
+    record_rows = rl_completions + seeds * stages * per_evaluation
+    record_bytes = (record_rows * ROW_BYTES + sft_steps * SFT_STEP_BYTES
+                    + rl_updates * RL_UPDATE_BYTES)
+
+    positions = shape["decode_positions"]
+    evaluation_bytes = 2 * per_evaluation * ROW_BYTES  # a stage's rows and the reload check's
+    sampled = max(split_sizes) * plan["eval_samples"]
+    batches = [("evaluation", sampled, positions,
+                _decode_bytes(plan, sampled, shape["prompt"]) + evaluation_bytes),
+               ("SFT", plan["sft_batch"], shape["sft_positions"],
+                _train_bytes(plan, plan["sft_batch"], shape["sft_positions"],
+                             SFT_VOCAB_TENSORS))]
+    if rl_arms:
+        batches.append(("RL step", per_step, positions,
+                        _train_bytes(plan, per_step, positions, RL_VOCAB_TENSORS)
+                        + _decode_bytes(plan, per_step, shape["prompt"])))
+        if extra:
+            batches.append(("dynamic sampling", extra, positions,
+                            _decode_bytes(plan, extra, shape["prompt"])))
+    kind, sequences, batch_positions, batch_bytes = max(batches, key=lambda b: b[3])
+    model_bytes = shape["parameters"] * FLOAT_BYTES * MODEL_COPIES
+    return ComputeEstimate(
+        seeds=seeds, arms=len(arms), completions=completions, rl_completions=rl_completions,
+        tokens=completions * plan["max_new_tokens"], gradient_steps=sft_steps + rl_updates,
+        parameters=shape["parameters"], batch_kind=kind, batch_sequences=sequences,
+        batch_positions=batch_positions, batch_bytes=batch_bytes, record_rows=record_rows,
+        memory_bytes=batch_bytes + model_bytes + record_bytes)
+
+
+# --- calibration ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Line:
+    """Seconds per position of one call as ``fixed + per_row * rows``."""
+
+    fixed: float
+    per_row: float
+
+    def seconds(self, rows: int, positions: int) -> float:
+        return (self.fixed + self.per_row * rows) * positions
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """Unit costs on this machine, measured at bounded sizes."""
+
+    sft: Line  # one SFT forward and backward, batch built from pairs
+    reference: Line  # the prompts and the reference's forward pass of one RL step
+    update: Line  # one RL update's forward, objective and backward
+    decode: Line  # one call of generate
+    row_seconds: float  # per completion: turning tokens into a row and rewarding it
+    json_seconds: float  # per record row written
+    optimizer_seconds: float  # per gradient step: clipping and Adam
+    seconds: float  # how long calibrating took
+
+
+def _bounded(rows: int, positions: int, least: int, work: float, cap: int) -> tuple[int, int]:
+    """Rows and positions for one measurement: at most ``cap`` rows and CALIBRATION_WORK."""
+    rows = min(rows, cap)
+    if rows * positions * work > CALIBRATION_WORK:
+        positions = max(least, min(positions, int(CALIBRATION_WORK // (rows * work))))
+    if rows * positions * work > CALIBRATION_WORK:
+        rows = max(1, int(CALIBRATION_WORK // (positions * work)))
+    return rows, positions
+
+
+def _fit(measure: Callable[[int], tuple[float, ...]], high: int) -> list[Line]:
+    """Time ``measure`` (seconds per position) at ``high`` rows and an eighth of it, and fit a
+    line per value, so small batches' fixed costs are not scaled by their rows."""
+    low = max(1, high // 8)
+    start = time.perf_counter()
+    best_high = measure(high)  # first: a cold first call then errs on the slow side
+    best_low = measure(low) if low != high else best_high
+    for _ in range(4):
+        if time.perf_counter() - start > REPEAT_SECONDS:
+            break
+        best_high = tuple(map(min, best_high, measure(high)))
+        if low != high:
+            best_low = tuple(map(min, best_low, measure(low)))
+    lines = []
+    for at_low, at_high in zip(best_low, best_high, strict=True):
+        if low == high:
+            lines.append(Line(0.0, at_high / high))
+            continue
+        per_row = max(0.0, (at_high - at_low) / (high - low))
+        lines.append(Line(max(0.0, at_high - per_row * high), per_row))
+    return lines
+
+
+def _pairs(plan: dict[str, Any], count: int) -> list[list[int]]:
+    return random.Random(CALIBRATION_SEED).choices(plan["split"]["train"], k=count)
+
+
+def _time_sft(model: CharGRU, plan: dict[str, Any], shape: dict[str, int]) -> Line:
+    """An SFT step as :func:`postlab.train.supervised` takes it, without the optimizer."""
+    rows, positions = _bounded(plan["sft_batch"], shape["sft_positions"], 1, 3 * shape["work"],
+                               TRAIN_ROW_CAP)
+    answer, eos = task_for(plan).answer, plan["eos"]
+    pool = _pairs(plan, rows)
+
+    def measure(count: int) -> tuple[float]:
+        start = time.perf_counter()
+        pairs = pool[:count]
+        targets = [model.encode(f"{answer(pair)}{eos}") for pair in pairs]
+        width = max(map(len, targets))
+        target = torch.tensor([t + [model.pad] * (width - len(t)) for t in targets])
+        sequence = torch.cat([model.prompts(pairs), target], dim=1)
+        inputs, wanted = sequence[:, :-1][:, -positions:], sequence[:, 1:][:, -positions:]
+        scored = min(inputs.shape[1], width)
+        logits = model(inputs)[:, -scored:]
+        loss = F.cross_entropy(logits.reshape(-1, shape["vocab"]),
+                               wanted[:, -scored:].flatten(), ignore_index=model.pad)
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        loss.item()
+        return ((time.perf_counter() - start) / inputs.shape[1],)
+
+    return _fit(measure, rows)[0]
+
+
+def _time_decode(model: CharGRU, plan: dict[str, Any],
+                 shape: dict[str, int]) -> tuple[Line, float, float]:
+    """One call of :func:`postlab.rollout.generate`; then rows, rewards and JSON per row."""
+    largest = max(len(pairs) for pairs in plan["split"].values()) * plan["eval_samples"]
+    largest = max(largest, plan["prompts_per_step"] * plan["group_size"])
+    rows, positions = _bounded(largest, shape["decode_positions"], shape["prompt"],
+                               shape["work"], DECODE_ROW_CAP)
+    steps = positions - shape["prompt"] + 1
+    pool = _pairs(plan, rows)
+    generator = torch.Generator().manual_seed(CALIBRATION_SEED)
+    output: dict[str, Any] = {}
+
+    def measure(count: int) -> tuple[float]:
+        pairs = pool[:count]
+        start = time.perf_counter()
+        tokens, mask = generate(model, pairs, steps, plan["temperature"], generator)
+        elapsed = time.perf_counter() - start
+        output.update(pairs=pairs, tokens=tokens, mask=mask)
+        return (elapsed / (shape["prompt"] + tokens.shape[1] - 1),)
+
+    line = _fit(measure, rows)[0]
+    contract = CONTRACTS[next((arm.contract for arm in arm_specs(plan) if arm.contract),
+                              "strict")]
+    answer = task_for(plan).answer
+    start = time.perf_counter()
+    made = to_rows(model, output["pairs"], output["tokens"], output["mask"])
+    for row in made:
+        contract(row[:2], row[2], row[3], answer(row[:2]))
+    row_seconds = (time.perf_counter() - start) / len(made)
+    start = time.perf_counter()
+    dump_json(made)
+    json_seconds = (time.perf_counter() - start) / len(made)
+    return line, row_seconds, json_seconds
+
+
+def _time_rl(model: CharGRU, plan: dict[str, Any], shape: dict[str, int],
+             generator: torch.Generator) -> tuple[Line, Line]:
+    """The reference pass and one update of an RL step, as :func:`postlab.train.reinforce`
+    computes them (without the optimizer)."""
+    rows, positions = _bounded(plan["prompts_per_step"] * plan["group_size"],
+                               shape["decode_positions"], 1, 4 * shape["work"], TRAIN_ROW_CAP)
+    full = positions == shape["decode_positions"]
+    length = plan["max_new_tokens"] if full else positions
+    pool = _pairs(plan, rows)
+    tokens_all = torch.randint(0, shape["vocab"], (rows, length), generator=generator)
+    advantage_all = torch.randn(rows, generator=generator)
+    kl_fn = KL_ESTIMATORS[resolve("kl", plan["kl"])].fn
+    reduce = REDUCTIONS[resolve("loss_reduction", plan["loss_reduction"])].fn
+    low = plan["clip"]
+    high = plan.get("clip_high") or low
+
+    def measure(count: int) -> tuple[float, float]:
+        tokens, advantage = tokens_all[:count], advantage_all[:count]
+        mask = torch.ones(tokens.shape, dtype=torch.bool)
+        start = time.perf_counter()
+        prompts = model.prompts(pool[:count])
+        if not full:  # a bounded number of positions: one prompt column, fewer tokens
+            prompts = prompts[:, :1]
+        with torch.no_grad():
+            reference = _sequence_log_dist(model, prompts, tokens)
+        middle = time.perf_counter()
+        log_dist = _sequence_log_dist(model, prompts, tokens)
+        logp = objective.token_log_probs(log_dist, tokens)
+        ratio = (logp - logp.detach()).exp()
+        gain = objective.clipped_gain(ratio, advantage, low, high)
+        kl = kl_fn(log_dist, reference, tokens)
+        loss = reduce(objective.per_token_loss(gain, kl, plan["kl_beta"]), mask,
+                      plan["max_new_tokens"])
+        entropy = objective.entropy(log_dist)
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        loss.item()
+        objective.masked_mean(kl, mask)
+        objective.masked_mean(entropy, mask)
+        objective.masked_mean(objective.outside_clip(ratio, low, high), mask)
+        end = time.perf_counter()
+        read = prompts.shape[1] + tokens.shape[1] - 1
+        return (middle - start) / read, (end - middle) / read
+
+    reference, update = _fit(measure, rows)
+    return reference, update
+
+
+def _time_optimizer(model: CharGRU, plan: dict[str, Any], parameters: int,
+                    generator: torch.Generator) -> float:
+    """Gradient clipping and Adam's arithmetic, tensor by tensor, on the model's shapes, or
+    on a bounded flat proxy scaled to the parameter count."""
+    if parameters <= OPTIMIZER_PROXY_ELEMENTS:
+        shapes = [p.shape for p in model.parameters()]
+        scale = 1.0
+    else:
+        shapes = [torch.Size([OPTIMIZER_PROXY_ELEMENTS])]
+        scale = parameters / OPTIMIZER_PROXY_ELEMENTS
+    params = [torch.zeros(s, requires_grad=True) for s in shapes]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=generator)
+    first = [torch.zeros(s) for s in shapes]
+    second = [torch.zeros(s) for s in shapes]
+    beta1, beta2, lr, eps = 0.9, 0.999, plan["rl_lr"], 1e-8
+
+    def step() -> float:
+        start = time.perf_counter()
+        nn.utils.clip_grad_norm_(params, plan["gradient_clip"]).item()
+        with torch.no_grad():
+            for p, m, v in zip(params, first, second, strict=True):
+                m.lerp_(p.grad, 1 - beta1)
+                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                denom = (v.sqrt() / (1 - beta2) ** 0.5).add_(eps)
+                p.addcdiv_(m, denom, value=-lr / (1 - beta1))
+        return time.perf_counter() - start
+
+    start = time.perf_counter()
+    best = step()
+    while time.perf_counter() - start < REPEAT_SECONDS:
+        best = min(best, step())
+    return best * scale + OPTIMIZER_OVERHEAD_SECONDS
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def calibrate(plan: dict[str, Any]) -> Calibration:
+    """Time the real code paths at bounded sizes on this machine.
+
+    Leaves torch's global random state and thread count as it found them, so a run after a
+    calibration is bit-identical to a run without one: the model's initialisation draws from
+    the global generator and is rolled back; everything else uses its own generators.
+    """
+    start = time.perf_counter()
+    rng_state = torch.random.get_rng_state()
+    threads = torch.get_num_threads()
+    try:
+        # More threads than cores would only slow the run further; time what the cores give.
+        torch.set_num_threads(max(1, min(plan["threads"], _cores())))
+        shape = _shape(plan)
+        generator = torch.Generator().manual_seed(CALIBRATION_SEED)
+        model = CharGRU.from_plan(plan)
+        sft = _time_sft(model, plan, shape)
+        decode, row_seconds, json_seconds = _time_decode(model, plan, shape)
+        reference, update = _time_rl(model, plan, shape, generator)
+        optimizer = _time_optimizer(model, plan, shape["parameters"], generator)
+    finally:
+        torch.set_num_threads(threads)
+        torch.random.set_rng_state(rng_state)
+    return Calibration(sft=sft, reference=reference, update=update, decode=decode,
+                       row_seconds=row_seconds, json_seconds=json_seconds,
+                       optimizer_seconds=optimizer, seconds=time.perf_counter() - start)
+
+
+def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
+    """The run's time on one worker: the engine's work per seed, priced by the calibration.
+
+    Decodes are priced at ``max_new_tokens`` steps (an upper bound: decoding stops once every
+    sequence has ended), and dynamic sampling at its full budget of extra groups. For models
+    far larger than the teaching plan's the calibration sees only a few sequences, whose
+    matrix products are less efficient than the plan's, so the estimate errs high (about
+    twice the measured time at hidden 4096).
+    """
+    shape = _shape(plan)
+    c = calibration
+    positions = shape["decode_positions"]
+
+    def decode(rows: int) -> float:
+        return c.decode.seconds(rows, positions) + c.row_seconds * rows
+
+    sft_step = c.sft.seconds(plan["sft_batch"], shape["sft_positions"]) + c.optimizer_seconds
+    evaluation = sum(decode(len(pairs)) + decode(len(pairs) * plan["eval_samples"])
+                     for pairs in plan["split"].values())
+    group = plan["group_size"]
+    batch = plan["prompts_per_step"] * group
+    rl_step = (decode(batch) + c.reference.seconds(batch, positions)
+               + plan["updates_per_rollout"] * (c.update.seconds(batch, positions)
+                                                + c.optimizer_seconds))
+    if plan.get("dynamic_sampling"):
+        rl_step += decode(plan["dynamic_sampling"]["max_extra_groups"] * group)
+    arms = arm_specs(plan)
+    stages = 1 + len(arms)
+    checkpoint = shape["parameters"] * FLOAT_BYTES * 3 / CHECKPOINT_BYTES_PER_SECOND
+    per_seed = (plan["sft_steps"] * sft_step + stages * (2 * evaluation + checkpoint)
+                + sum(plan["rl_steps"] * rl_step if arm.is_rl else (arm.sft_steps or 0) * sft_step
+                      for arm in arms))
+    seeds = len(plan["seeds"])
+    # the record is rewritten after each seed with every seed so far
+    rows_per_seed = estimate_counts(plan).record_rows / seeds
+    writing = c.json_seconds * rows_per_seed * seeds * (seeds + 1) / 2
+    return STARTUP_SECONDS + seeds * per_seed + writing
+
+
+def estimate(plan: dict[str, Any], *, calibrated: bool = True) -> ComputeEstimate:
+    """Counts, and with ``calibrated`` the wall time from a calibration on this machine."""
+    counts = estimate_counts(plan)
+    if not calibrated:
+        return counts
+    calibration = calibrate(plan)
+    return replace(counts, seconds=wall_seconds(plan, calibration),
+                   calibration_seconds=calibration.seconds)
+
+
+# --- limits --------------------------------------------------------------------------------
+
+def size_problems(est: ComputeEstimate) -> list[str]:
+    """What exceeds a limit, with the figures; the time limit only once calibrated."""
+    problems = []
+    if est.memory_bytes > MAX_MEMORY_BYTES:
+        problems.append(f"memory ~{format_bytes(est.memory_bytes)} (largest batch: "
+                        f"{_batch(est)}) exceeds {format_bytes(MAX_MEMORY_BYTES)}")
+    if est.tokens > MAX_TOKENS:
+        problems.append(f"up to {format_count(est.tokens)} tokens generated exceeds "
+                        f"{format_count(MAX_TOKENS)}")
+    if est.record_rows > MAX_RECORD_ROWS:
+        problems.append(f"{format_count(est.record_rows)} record rows exceeds "
+                        f"{format_count(MAX_RECORD_ROWS)}")
+    if est.gradient_steps > MAX_GRADIENT_STEPS:
+        problems.append(f"{format_count(est.gradient_steps)} gradient steps exceeds "
+                        f"{format_count(MAX_GRADIENT_STEPS)}")
+    if est.parameters > MAX_PARAMETERS:
+        problems.append(f"{format_count(est.parameters)} model parameters exceeds "
+                        f"{format_count(MAX_PARAMETERS)}")
+    if est.seconds is not None and est.seconds > MAX_SECONDS:
+        problems.append(f"about {format_seconds(est.seconds)} on one worker exceeds "
+                        f"{format_seconds(MAX_SECONDS)}")
+    return problems
+
+
+def _refuse(problems: Sequence[str]) -> UserError:
+    return UserError(f"plan too large: {'; '.join(problems)}; pass {ALLOW_FLAG} to run it "
+                     "anyway")
+
+
+def check_size(plan_data: dict[str, Any], allow_large: bool) -> ComputeEstimate:
+    """Estimate a valid plan and refuse it if it exceeds a limit, unless ``allow_large``.
+
+    Count limits are checked before calibrating, so nothing of an absurd plan is built; the
+    calibration itself never allocates more than bounded sizes, even when allowed.
+    """
+    counts = estimate_counts(plan_data)
+    problems = size_problems(counts)
+    if problems and not allow_large:
+        raise _refuse(problems)
+    calibration = calibrate(plan_data)
+    est = replace(counts, seconds=wall_seconds(plan_data, calibration),
+                  calibration_seconds=calibration.seconds)
+    if not allow_large and est.seconds is not None and est.seconds > MAX_SECONDS:
+        raise _refuse(size_problems(est))
+    return est
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+def format_count(n: float) -> str:
+    """Thousands separators up to ten million, then a short form."""
+    if n < 10_000_000:
+        return f"{round(n):,}"
+    for size, suffix in ((1e15, " P"), (1e12, " T"), (1e9, " G"), (1e6, " M")):
+        if n >= size:
+            value = n / size
+            return f"{value:,.1f}{suffix}" if value < 1000 else f"{n:.2e}"
+    return f"{n:,.0f}"  # pragma: no cover - the loop always returns
+
+
+def format_bytes(n: float) -> str:
+    for size, unit in ((2**50, "PiB"), (2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"),
+                       (2**10, "KiB")):
+        if n >= size:
+            value = n / size
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:,.0f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:,.1f} days"
+
+
+def _batch(est: ComputeEstimate) -> str:
+    return (f"{est.batch_kind} {format_count(est.batch_sequences)} x {est.batch_positions} "
+            f"positions, ~{format_bytes(est.batch_bytes)}")
+
+
+def render_estimate(est: ComputeEstimate) -> str:
+    """Two lines for a person: what the run does, and what it needs here."""
+    arms = "arm" if est.arms == 1 else "arms"
+    seeds = "seed" if est.seeds == 1 else "seeds"
+    first = (f"estimate: {est.seeds} {seeds} x {est.arms} {arms}; "
+             f"{format_count(est.completions)} completions, <= {format_count(est.tokens)} "
+             f"tokens, {format_count(est.gradient_steps)} gradient steps, "
+             f"{format_count(est.parameters)} parameters")
+    second = f"largest batch {_batch(est)}; memory ~{format_bytes(est.memory_bytes)}"
+    if est.seconds is None:
+        second += "; time not calibrated"
+    else:
+        second += (f"; about {format_seconds(est.seconds)} on one worker here (calibrated in "
+                   f"{est.calibration_seconds or 0:.1f} s)")
+    return f"{first}\n{second}"

@@ -1,0 +1,73 @@
+"""One sha256 for a whole run: plan, record, summary and every checkpoint.
+
+The per-part digests inside a record find accidents and careless edits, but someone who edits
+a row can recompute them, and the checkpoint hashes with them. The fingerprint is the answer:
+a hash over the bytes of every file of the run, noted by whoever trusts the run (in a paper, a
+log, a message) when it finishes. ``postlab verify --expect FINGERPRINT`` recomputes it, so
+any change to any of those files is found, however carefully the inner hashes were rewritten.
+
+The fingerprint covers ``plan.json``, the record's JSON (decompressed, so a gzipped copy keeps
+the fingerprint), ``summary.json`` and the checkpoint files the record names, sorted by name.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from postlab.errors import UserError
+from postlab.jsonio import read_bytes
+
+#: The file beside a run that keeps its fingerprint (a convenience; ``--expect`` is the check).
+FINGERPRINT_FILE = "fingerprint.txt"
+#: Versions the manifest layout, so a later layout cannot collide with this one.
+MANIFEST_HEADER = "postlab run fingerprint v1\n"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fingerprint:
+    value: str
+    parts: tuple[tuple[str, str], ...]  # (file name, sha256), in manifest order
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def run_fingerprint(folder: Path, record_path: Path, record: dict[str, Any]) -> Fingerprint:
+    """Hash every file of a run; UserError if one of them cannot be read."""
+    raw = read_bytes(record_path, "record")
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    parts = [("plan.json", _sha256(read_bytes(folder / "plan.json", "plan"))),
+             ("record.json", _sha256(raw)),
+             ("summary.json", _sha256(read_bytes(folder / "summary.json", "summary")))]
+    names = sorted({info["file"] for run in record["runs"]
+                    for info in run.get("checkpoints", {}).values()})
+    parts += [(name, _sha256(read_bytes(folder / name, "checkpoint"))) for name in names]
+    manifest = MANIFEST_HEADER + "".join(f"{digest}  {name}\n" for name, digest in parts)
+    return Fingerprint(value=_sha256(manifest.encode()), parts=tuple(parts))
+
+
+def read_fingerprint_file(folder: Path) -> str | None:
+    """The fingerprint kept beside a run, or None if there is none."""
+    path = folder / FINGERPRINT_FILE
+    if not path.exists() and not path.is_symlink():
+        return None
+    text = read_bytes(path, "fingerprint").decode("ascii", errors="replace").strip()
+    return text.split()[0] if text else ""
+
+
+def fingerprint_file_bytes(value: str) -> bytes:
+    return f"{value}\n".encode()
+
+
+def check_expected(text: str) -> str:
+    """A fingerprint as given on the command line: 64 hexadecimal digits."""
+    value = text.strip().lower()
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise UserError(f"--expect {text!r}: a fingerprint is 64 hexadecimal digits")
+    return value

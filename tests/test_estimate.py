@@ -1,0 +1,229 @@
+"""Estimates before training: counts against real records, limits, calibration's bounds."""
+
+import time
+
+import pytest
+import torch
+from plans import rows, write_plan
+
+from postlab import estimate as est_mod
+from postlab.engine import RunOptions, run_plan
+from postlab.errors import UserError
+from postlab.estimate import (
+    MAX_SECONDS,
+    calibrate,
+    check_size,
+    estimate,
+    estimate_counts,
+    format_bytes,
+    format_count,
+    format_seconds,
+    render_estimate,
+)
+from postlab.model import CharGRU
+from postlab.plan import load_plan, teaching_plan
+
+#: One seed, every pipeline, a few steps of each: trains in about a second.
+TINY = {"seeds": [3], "embedding": 8, "hidden": 8, "sft_steps": 6, "sft_batch": 4,
+        "rl_steps": 3, "prompts_per_step": 2, "group_size": 3, "eval_samples": 2,
+        "arms": ["strict",
+                 {"name": "only", "pipeline": "rl-only", "contract": "substring"},
+                 {"name": "more", "pipeline": "sft-only", "sft_steps": 5}]}
+
+#: Valid plans that would train for days or exhaust memory (the teaching plan otherwise).
+ENORMOUS = {
+    "sft_steps": ({"sft_steps": 1_000_000}, "gradient steps"),
+    "hidden": ({"hidden": 4096}, "model parameters"),
+    "eval_samples": ({"eval_samples": 10_000}, "record rows"),
+    "batch": ({"prompts_per_step": 100_000, "group_size": 10_000}, "memory"),
+}
+
+
+def _train(folder, **changes):
+    plan = write_plan(folder / "plan.json", **changes)
+    loaded = load_plan(plan)
+    record = run_plan(loaded, plan.read_bytes(), RunOptions(out_dir=folder / "run", workers=1))
+    return loaded.data, record
+
+
+def _record_rows(record):
+    count = 0
+    for run in record["runs"]:
+        for history in run["training"].values():
+            for step in history:
+                count += len(step["rows"])
+                count += len(step.get("sampling", {}).get("dropped_rows", []))
+        for evaluation in run["evaluations"].values():
+            count += sum(len(s["greedy"]) + len(s["sampled"]) for s in evaluation.values())
+    return count
+
+
+def _checkpoints(record):
+    return [{stage: info["sha256"] for stage, info in run["checkpoints"].items()}
+            for run in record["runs"]]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("tiny"), **TINY)
+
+
+def test_counts_by_hand_and_against_a_real_run(tiny):
+    plan, record = tiny
+    est = estimate_counts(plan)
+    questions = sum(len(p) for p in plan["split"].values())
+    assert questions == 100
+    # two RL arms x 3 steps x 2 prompts x 3 answers
+    assert est.rl_completions == 2 * 3 * 2 * 3 == 36
+    # 4 stages, each evaluated twice (after training and after reloading its checkpoint):
+    # every question greedy once and sampled twice
+    assert est.completions == 36 + 4 * 2 * 100 * 3 == 2436
+    assert est.tokens == 2436 * plan["max_new_tokens"]
+    # SFT 6, sft-only arm 5, two RL arms x 3 steps x 2 updates
+    assert est.gradient_steps == 6 + 5 + 2 * 3 * 2 == 23
+    assert est.record_rows == 36 + 4 * 100 * 3 == 1236
+    assert est.parameters == record["parameters"] == CharGRU.from_plan(plan).parameter_count()
+    # the largest batch: the train split's questions sampled twice, 4 prompt + 6 - 1 positions
+    assert (est.batch_kind, est.batch_sequences, est.batch_positions) == ("evaluation",
+                                                                           63 * 2, 9)
+
+    compute = [c for run in record["runs"] for c in run["compute"].values()]
+    assert sum(c["completions"] for c in compute) == est.rl_completions
+    assert sum(c["gradient_steps"] for c in compute) == est.gradient_steps
+    recorded_tokens = sum(c["tokens_generated"] for c in compute)
+    assert recorded_tokens <= est.rl_completions * plan["max_new_tokens"] <= est.tokens
+    assert _record_rows(record) == est.record_rows
+
+
+def test_dynamic_sampling_is_an_upper_bound(tmp_path):
+    changes = TINY | {"arms": ["strict"], "dynamic_sampling": {"max_extra_groups": 2}}
+    plan, record = _train(tmp_path, **changes)
+    est = estimate_counts(plan)
+    assert est.rl_completions == 3 * (2 + 2) * 3
+    compute = record["runs"][0]["compute"]["strict"]
+    assert 3 * 2 * 3 <= compute["completions"] <= est.rl_completions
+    assert compute["gradient_steps"] == 3 * 2
+    assert compute["tokens_generated"] <= est.rl_completions * plan["max_new_tokens"]
+    assert _record_rows(record) <= est.record_rows
+
+
+def test_teaching_plan_figures():
+    est = estimate_counts(teaching_plan())
+    rl = 3 * 2 * 240 * 8 * 8  # seeds x arms x steps x prompts x answers
+    evaluations = 3 * 3 * 2 * 100 * (1 + 16)  # seeds x stages x twice x questions x answers
+    assert est.rl_completions == rl == 92_160
+    assert est.completions == rl + evaluations == 122_760
+    assert est.tokens == 122_760 * 6
+    assert est.gradient_steps == 3 * (200 + 2 * 240 * 2) == 3_480
+    assert est.parameters == 14 * 24 + 3 * 48 * (24 + 48 + 2) + 14 * (48 + 1) == 11_678
+    assert est.record_rows == rl + 3 * 3 * 100 * 17 == 107_460
+    assert (est.batch_kind, est.batch_sequences, est.batch_positions) == ("evaluation",
+                                                                           63 * 16, 9)
+    assert est.memory_bytes < 100 * 2**20
+    assert est.seconds is None
+
+
+def test_teaching_plan_passes_with_a_quick_calibration():
+    start = time.perf_counter()
+    est = check_size(teaching_plan(), allow_large=False)
+    assert time.perf_counter() - start < 1.0
+    assert 0 < est.calibration_seconds < 1.0
+    assert 1 < est.seconds < MAX_SECONDS
+    text = render_estimate(est)
+    assert len(text.splitlines()) == 2
+    for figure in ("3 seeds x 2 arms", "122,760 completions", "<= 736,560 tokens",
+                   "3,480 gradient steps", "11,678 parameters", "evaluation 1,008 x 9",
+                   "on one worker here (calibrated"):
+        assert figure in text
+
+
+@pytest.mark.parametrize("name", list(ENORMOUS))
+def test_enormous_plans_are_refused_at_once(name, monkeypatch):
+    changes, what = ENORMOUS[name]
+    plan = teaching_plan() | changes
+
+    def no_calibration(plan):
+        raise AssertionError("refusal must come from counts, before calibrating")
+
+    monkeypatch.setattr(est_mod, "calibrate", no_calibration)
+    start = time.perf_counter()
+    with pytest.raises(UserError) as caught:
+        check_size(plan, allow_large=False)
+    assert time.perf_counter() - start < 0.1
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("plan too large: ") and what in message
+    assert message.endswith("pass --allow-large to run it anyway")
+
+
+@pytest.mark.parametrize("name", list(ENORMOUS))
+def test_enormous_plans_are_accepted_when_allowed(name):
+    """Confirmed, a plan is estimated (bounded calibration, nothing trained) and returned."""
+    plan = teaching_plan() | ENORMOUS[name][0]
+    start = time.perf_counter()
+    est = check_size(plan, allow_large=True)
+    assert time.perf_counter() - start < 2.5
+    assert est.seconds is not None and est.seconds > 0
+    assert est_mod.size_problems(est)
+
+
+def test_figures_in_refusals():
+    plan = teaching_plan() | ENORMOUS["batch"][0]
+    with pytest.raises(UserError, match=r"RL step 1\.0 G x 9 positions") as caught:
+        check_size(plan, allow_large=False)
+    assert "tokens generated exceeds 1.0 G" in str(caught.value)
+    plan = teaching_plan() | ENORMOUS["hidden"][0]
+    with pytest.raises(UserError, match=r"50\.7 M model parameters exceeds 25\.0 M"):
+        check_size(plan, allow_large=False)
+
+
+def test_time_limit_is_checked_after_calibrating(monkeypatch):
+    monkeypatch.setattr(est_mod, "wall_seconds", lambda plan, calibration: 2 * MAX_SECONDS)
+    with pytest.raises(UserError, match=r"about 2\.0 days on one worker exceeds 24\.0 h"):
+        check_size(teaching_plan(), allow_large=False)
+    assert check_size(teaching_plan(), allow_large=True).seconds == 2 * MAX_SECONDS
+
+
+@pytest.mark.parametrize("changes", [{"hidden": 4096},
+                                     {"prompts_per_step": 100_000, "group_size": 10_000,
+                                      "sft_batch": 100_000, "eval_samples": 10_000}])
+def test_calibration_is_bounded(changes):
+    plan = teaching_plan() | changes
+    start = time.perf_counter()
+    calibration = calibrate(plan)
+    assert time.perf_counter() - start < 2.0
+    assert calibration.seconds < 2.0
+
+
+def test_calibration_leaves_training_bit_identical(tiny, tmp_path):
+    plan, before = tiny
+    torch.manual_seed(1234)
+    rng = torch.random.get_rng_state()
+    threads = torch.get_num_threads()
+    calibrate(plan | {"threads": 2})
+    assert torch.equal(torch.random.get_rng_state(), rng)
+    assert torch.get_num_threads() == threads
+    _, after = _train(tmp_path, **TINY)
+    assert rows(after) == rows(before)
+    assert [run["compute"] for run in after["runs"]] == [run["compute"] for run in before["runs"]]
+    assert _checkpoints(after) == _checkpoints(before)
+
+
+def test_estimate_without_calibration_renders():
+    est = estimate(teaching_plan(), calibrated=False)
+    assert est.seconds is None
+    assert render_estimate(est).endswith("time not calibrated")
+
+
+def test_formats():
+    assert format_count(9_999_999) == "9,999,999"
+    assert format_count(10**9) == "1.0 G"
+    assert format_count(1.4e12) == "1.4 T"
+    assert format_count(3e20) == "3.00e+20"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(5 * 2**20 + 2**19) == "5.5 MiB"
+    assert format_bytes(8 * 2**30) == "8.0 GiB"
+    assert format_seconds(25) == "25 s"
+    assert format_seconds(56 * 60) == "56 min"
+    assert format_seconds(7.6 * 3600) == "7.6 h"
+    assert format_seconds(3 * 86400) == "3.0 days"
