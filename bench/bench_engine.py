@@ -40,7 +40,12 @@ def rows_of(record_path: Path) -> list:
 
 
 def whole_process(reference: Path, plan: Path | None, repeats: int) -> None:
-    env = dict(os.environ, PYTHON=sys.executable)
+    # postlab pins the portable CPU code path by default; the reference gets the same pin, so
+    # their rows can be compared bit for bit on any CPU.
+    from postlab import numerics
+
+    env = dict(os.environ, PYTHON=sys.executable,
+               **numerics.CODE_PATHS[numerics.portable_path()].environment)
     postlab = [sys.executable, "-m", "postlab", "run", "--quiet"]
     times: dict[str, list[float]] = {"reference": [], "postlab --workers 1": [],
                                      "postlab --workers 2": []}

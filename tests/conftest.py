@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -27,7 +28,19 @@ def reference_dir() -> Path:
 
 
 def reference_env() -> dict[str, str]:
-    return dict(os.environ, PYTHON=sys.executable)
+    """The reference runs on the same pinned code path as postlab, so bits can be compared."""
+    return dict(os.environ, PYTHON=sys.executable, **PINNED)
+
+
+def _bundled_path() -> str:
+    provenance = ROOT / "src" / "postlab" / "data" / "teaching-run" / "PROVENANCE.json"
+    return json.loads(provenance.read_text())["code_path"]
+
+
+#: Tests that recompute the bundled run's bits need a CPU that runs the path it was made on.
+needs_bundled_path = pytest.mark.skipif(
+    numerics.cannot_run(_bundled_path()) is not None,
+    reason=f"this CPU cannot run the bundled run's code path {_bundled_path()}")
 
 
 def run_reference(out: Path, plan: Path | None = None) -> Path:

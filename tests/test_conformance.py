@@ -8,7 +8,7 @@ import gzip
 import json
 
 import pytest
-from conftest import reference_report, run_reference
+from conftest import needs_bundled_path, reference_report, run_reference
 from plans import VARIANT_A, VARIANT_B, rows, write_plan
 
 from postlab.cli import main
@@ -50,6 +50,7 @@ def test_reference_reads_our_record(postlab_teaching_run, tmp_path, capsys):
     assert capsys.readouterr().out == theirs
 
 
+@needs_bundled_path
 def test_bundled_record_matches_the_reference(reference_teaching_run):
     path = bundled_record_path()
     assert path is not None

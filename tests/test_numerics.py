@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import needs_bundled_path
 from plans import SMALL, write_plan
 
 from postlab import numerics
@@ -138,6 +139,7 @@ def test_reproduce_refuses_a_path_this_machine_cannot_run(small_run, tmp_path, c
     assert not out_dir.exists()  # refused before training anything
 
 
+@needs_bundled_path
 @pytest.mark.slow
 @pytest.mark.parametrize("ambient", SUPPORTED)
 def test_bundled_run_reproduces_whatever_path_the_machine_would_pick(ambient, tmp_path):
@@ -197,3 +199,20 @@ def test_reproduce_across_paths_explains_the_difference(small_run, tmp_path):
     assert "(chosen with --cpu-path)" in done.stdout.splitlines()[0]
     if done.returncode == 1:
         assert "what decides the bits differs: torch CPU capability" in done.stdout
+
+
+def test_resume_refuses_a_run_started_with_other_numerics(small_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    (run / "summary.json").unlink()
+
+    def change(record):
+        record["runs"].pop()  # the second seed is still to train
+        record["numerics"]["cpu_capability"] = "AVX512"
+
+    _edit(run, change)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main(["run", "--out-dir", str(run), "--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "torch CPU capability AVX512 then" in err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before

@@ -6,6 +6,7 @@ import re
 import shutil
 
 import pytest
+from conftest import needs_bundled_path
 from plans import SMALL, write_plan
 
 from postlab.cli import main
@@ -56,6 +57,7 @@ def test_verify_passes_on_a_fresh_run(small_run, capsys):
         assert _line(out, name).startswith("PASS"), out
 
 
+@needs_bundled_path
 def test_verify_passes_on_the_bundled_run(capsys):
     assert bundled_run_dir() is not None
     code = main(["verify"])
@@ -189,6 +191,7 @@ def test_reproduce_identical_for_a_fresh_run(small_run, tmp_path, capsys):
     assert out.splitlines()[-1].startswith("identical:")
 
 
+@needs_bundled_path
 def test_reproduce_identical_for_the_teaching_plan(tmp_path, capsys):
     assert main(["reproduce", "--out-dir", str(tmp_path / "again"), "--quiet"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("identical:")

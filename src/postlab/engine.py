@@ -296,6 +296,12 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
     configure_torch(data["threads"])  # before the record describes the numeric settings
     record = new_record(plan, options.workers)
     if previous is not None:
+        then = previous.get("numerics")
+        deciding = numerics.differences(then, record["numerics"])[0] if then else []
+        if deciding:
+            raise UserError(f"{options.out_dir}: the run was started with other numeric "
+                            f"settings ({'; '.join(deciding)}); resume it where they can be "
+                            f"the same (postlab run --resume pins the run's own code path)")
         record["runs"] = list(previous.get("runs", []))
         for key in ("parameters", "wall_seconds"):
             if key in previous:
