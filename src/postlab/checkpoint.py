@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,11 @@ def load_checkpoint_bytes(raw: bytes, source: str) -> dict[str, Any]:
     """Deserialise weights only, then refuse any entry that is not a finite dense tensor:
     a NaN or infinite weight would only surface later as a sampling error deep in torch."""
     try:
-        payload = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
+        with warnings.catch_warnings():
+            # torch warns on stderr about foreign pickles before refusing them; the refusal
+            # below is the one line the user gets.
+            warnings.simplefilter("ignore")
+            payload = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
     except Exception as exc:  # torch raises many types for a foreign or damaged file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{source}: not a weights-only checkpoint "
