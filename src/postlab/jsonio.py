@@ -202,7 +202,7 @@ def read_bytes(path: Path, what: str) -> bytes:
     except ValueError:  # an embedded NUL byte
         raise UserError(f"{shown}: {what} file name contains a NUL byte") from None
     except OSError as exc:
-        raise UserError(f"{shown}: cannot read {what}: {exc.strerror}") from None
+        raise UserError(f"{shown}: cannot read {what}: {exc.strerror or exc}") from None
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
