@@ -539,6 +539,10 @@ CHECKPOINT_CASES: dict[str, tuple[Callable[[Ctx, Path, bytes], Any], bool]] = {
         b, lambda sd: sd["head.weight"].view(-1)[3].fill_(math.nan), p), True),
     "inf-weights": (lambda ctx, p, b: _weights(
         b, lambda sd: sd["embed.weight"].fill_(math.inf), p), True),
+    # Finite, so it loads, but its logits overflow to inf: verify must fail the re-evaluation.
+    "huge-finite-weights": (lambda ctx, p, b: (
+        _weights(b, lambda sd: sd["head.weight"].fill_(3e38), p),
+        setattr(ctx, "load_must_fail", False)), True),
     "non-tensor-entry": (lambda ctx, p, b: _weights(
         b, lambda sd: sd.update({"head.bias": [0.0] * 14}), p), True),
     "pickle-that-runs-code": (lambda ctx, p, b: p.write_bytes(
