@@ -129,15 +129,17 @@ def test_directory_where_a_file_is_expected(tmp_path, capsys):
 
 
 def test_unreadable_plan(tmp_path, capsys, monkeypatch):
-    from pathlib import Path
-
     plan = tmp_path / "plan.json"
     freeze(plan)
+    real_open = os.open
 
-    def denied(self):
-        raise PermissionError(errno.EACCES, "Permission denied")
+    def denied(path, *args, **kwargs):
+        if os.fspath(path) == str(plan):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", denied)
+    # Root reads a chmod-000 file anyway, so the refusal is simulated at the open call.
+    monkeypatch.setattr(os, "open", denied)
     _fails_cleanly(capsys, ["plan", "diff", str(plan), str(plan)], "not readable")
 
 

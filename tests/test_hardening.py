@@ -161,3 +161,176 @@ def test_plot_leaves_nothing_when_interrupted(tmp_path, monkeypatch, capsys):
     assert "No space left on device" in capsys.readouterr().err
     assert not (run / "figures").exists()
     assert not [p for p in run.iterdir() if p.name.startswith(".figures")]
+
+
+# --- strict JSON, special files, checkpoint contents, usable sampling temperature ------------
+
+def _parse_error(data):
+    from postlab.errors import UserError
+    from postlab.jsonio import parse_json
+
+    with pytest.raises(UserError) as caught:
+        parse_json(data, "src")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("src: ")
+    return message
+
+
+@pytest.mark.parametrize("data", [b"[" * 100_000 + b"]" * 100_000,
+                                  b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+                                  b"[" * 100_000,
+                                  b"[" * 65 + b"]" * 65,
+                                  b'{"a": [' * 40 + b'"[[[["' + b"]}" * 40])
+def test_nesting_is_bounded(data):
+    assert "nested too deeply" in _parse_error(data)
+
+
+def test_nesting_up_to_the_bound_and_brackets_inside_strings_are_fine():
+    from postlab.jsonio import MAX_DEPTH, nesting_depth, parse_json
+
+    assert parse_json(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH, "src")
+    text = b'{"a\\\\": ["\\"[[[[", {"b": "]]]]}}"}, []]}'
+    assert parse_json(text, "src") == {"a\\": ['"[[[[', {"b": "]]]]}}"}, []]}
+    assert nesting_depth(text) == 3
+
+
+@pytest.mark.parametrize("data", [b'"\\ud800"', b'{"\\udc00x": 1}', b'["ok", {"k": "\\uDBFF"}]',
+                                  b'"\xed\xa0\x80"', b'{"\xed\xb0\x80": 1}', "\"\udcff\""])
+def test_lone_surrogates_are_refused(data):
+    assert "surrogate" in _parse_error(data) or "UTF-8" in _parse_error(data)
+
+
+def test_surrogate_pairs_and_escaped_backslashes_are_fine():
+    from postlab.jsonio import parse_json
+
+    assert parse_json(b'["\\ud83d\\ude00", "\\\\ud800"]', "src") == ["\U0001F600", "\\ud800"]
+
+
+@pytest.mark.parametrize("data", [str(10**400), str(2**64), str(-(2**63) - 1), "1" * 5000,
+                                  '{"seed": ' + "9" * 5000 + "}"])
+def test_integers_are_bounded(data):
+    assert "64-bit" in _parse_error(data)
+
+
+def test_integers_within_64_bits_and_digit_runs_in_strings_are_fine():
+    from postlab.jsonio import parse_json
+
+    text = f'[{2**63 - 1}, {-(2**63)}, "{"7" * 30}", 0.000123456789012345678901]'
+    assert parse_json(text, "src")[:3] == [2**63 - 1, -(2**63), "7" * 30]
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ('{"strict": "a", "strict": "b"}', "duplicate key"),
+    ("[NaN]", "NaN"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("[" * 100_000, "nested too deeply"),
+    ("[" + "1" * 5000 + "]", "64-bit"),
+    (f"[{2**64}]", "64-bit"),
+    ('"\\ud800"', "surrogate"),
+    ("\udcff", "not valid Unicode"),
+])
+def test_set_values_are_parsed_strictly(tmp_path, capsys, value, needle):
+    key = "seeds" if value.startswith("[") else "rewards" if "strict" in value else "selection"
+    err = _one_line_exit_2(capsys, ["freeze", str(tmp_path / "v2.json"), "--set",
+                                    f"{key}={value}"])
+    assert needle in err
+    assert not (tmp_path / "v2.json").exists()
+
+
+def test_a_set_key_with_a_newline_stays_one_line(tmp_path, capsys):
+    assert "unknown plan key" in _one_line_exit_2(
+        capsys, ["freeze", str(tmp_path / "v2.json"), "--set", "a\nb=1"])
+
+
+@pytest.fixture
+def alarm():
+    """Fail instead of hanging: a blocking open or read is interrupted after a few seconds."""
+    import signal
+
+    def hung(signum, frame):
+        raise TimeoutError("hung")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "loop", "nul"])
+def test_only_regular_files_are_read(tmp_path, alarm, kind):
+    import os
+
+    from postlab.errors import UserError
+    from postlab.jsonio import read_bytes
+
+    path = tmp_path / "record.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "loop":
+        path.symlink_to(tmp_path / "other")
+        (tmp_path / "other").symlink_to(path)
+    else:
+        path = tmp_path / "a\0b"
+    with pytest.raises(UserError) as caught:
+        read_bytes(path, "record")
+    message = str(caught.value)
+    assert "\n" not in message and "\0" not in message
+    assert {"fifo": "FIFO, not a regular file", "directory": "is a directory",
+            "loop": "symbolic links", "nul": "NUL byte"}[kind] in message
+
+
+def test_verify_and_report_do_not_wait_on_a_fifo(run_copy, capsys, alarm):
+    import os
+
+    (run_copy / "record.json").unlink()
+    os.mkfifo(run_copy / "record.json")
+    for command in ("verify", "report"):
+        assert "FIFO" in _one_line_exit_2(capsys, [command, str(run_copy)])
+
+
+def _tampered_checkpoint(run_copy, change):
+    import hashlib
+
+    import torch
+
+    path = run_copy / "seed-3-strict.pt"
+    payload = torch.load(path, weights_only=True)
+    change(payload["state_dict"])
+    path.unlink()
+    torch.save(payload, path)
+    _edit(run_copy, lambda r: r["runs"][0]["checkpoints"]["strict"].update(
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
+    return path
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    (lambda sd: sd["head.weight"].view(-1)[0].fill_(float("nan")), "'head.weight' holds NaN"),
+    (lambda sd: sd["rnn.bias_hh_l0"].fill_(float("-inf")), "'rnn.bias_hh_l0' holds NaN or inf"),
+    (lambda sd: sd.update({"head.bias": [1.0, 2.0]}), "'head.bias' is not a tensor but a list"),
+    (lambda sd: sd.update({"extra": 3}), "'extra' is not a tensor but a int"),
+])
+def test_checkpoints_with_unusable_weights_are_refused(run_copy, capsys, change, needle):
+    from postlab.checkpoint import CheckpointError, load_checkpoint
+
+    path = _tampered_checkpoint(run_copy, change)
+    record = json.loads((run_copy / "record.json").read_text())
+    with pytest.raises(CheckpointError, match=needle):
+        load_checkpoint(path, record["runs"][0]["checkpoints"]["strict"]["sha256"])
+    assert main(["verify", str(run_copy)]) == 1
+    captured = capsys.readouterr()
+    assert needle in captured.out and captured.err == ""
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-40, 0.001])
+def test_a_temperature_that_cannot_sample_is_refused_before_anything_is_written(
+        tmp_path, capsys, temperature):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(teaching_plan() | {"temperature": temperature}))
+    err = _one_line_exit_2(capsys, ["run", "--plan", str(plan), "--out-dir",
+                                    str(tmp_path / "out")])
+    assert "temperature" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+    assert validate_plan(teaching_plan() | {"temperature": 0.01}) == []

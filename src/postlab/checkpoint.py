@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from postlab.errors import UserError
-from postlab.jsonio import publish_bytes, read_bytes
+from postlab.jsonio import printable, publish_bytes, read_bytes
 
 
 class CheckpointError(UserError):
@@ -37,7 +38,7 @@ def publish_checkpoint(path: Path, data: bytes) -> str:
     except UserError:
         if not path.is_file():
             raise
-        if path.read_bytes() != data:
+        if read_bytes(path, "checkpoint") != data:
             raise CheckpointError(f"{path}: already exists with other contents; "
                                   "postlab never overwrites an output") from None
     return hashlib.sha256(data).hexdigest()
@@ -50,15 +51,37 @@ def load_checkpoint(path: Path, expected_sha256: str | None) -> dict[str, Any]:
     if expected_sha256 is not None and digest != expected_sha256:
         raise CheckpointError(f"{path}: sha256 {digest} differs from the recorded "
                               f"{expected_sha256}; refusing to load it")
-    return load_checkpoint_bytes(raw, str(path))
+    return load_checkpoint_bytes(raw, printable(path))
 
 
 def load_checkpoint_bytes(raw: bytes, source: str) -> dict[str, Any]:
+    """Deserialise weights only, then refuse any entry that is not a finite dense tensor:
+    a NaN or infinite weight would only surface later as a sampling error deep in torch."""
     try:
-        payload = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
+        with warnings.catch_warnings():
+            # torch warns on stderr about foreign pickles before refusing them; the refusal
+            # below is the one line the user gets.
+            warnings.simplefilter("ignore")
+            payload = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
     except Exception as exc:  # torch raises many types for a foreign or damaged file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{source}: not a weights-only checkpoint ({first})") from None
+        raise CheckpointError(f"{source}: not a weights-only checkpoint "
+                              f"({printable(first):.200})") from None
     if not isinstance(payload, dict) or not isinstance(payload.get("state_dict"), dict):
         raise CheckpointError(f"{source}: checkpoint has no state_dict")
+    for name, value in payload["state_dict"].items():
+        if not isinstance(name, str):
+            raise CheckpointError(f"{source}: state_dict has a key that is not a name but a "
+                                  f"{type(name).__name__}")
+        shown = repr(name)
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{source}: state_dict entry {shown:.80} is not a tensor "
+                                  f"but a {type(value).__name__}")
+        if value.layout is not torch.strided:
+            raise CheckpointError(f"{source}: tensor {shown:.80} is not a dense tensor "
+                                  f"({value.layout})")
+        if (value.is_floating_point() or value.is_complex()) and \
+                not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"{source}: tensor {shown:.80} holds NaN or infinite "
+                                  "weights")
     return payload

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from postlab.errors import UserError
-from postlab.jsonio import dump_json, parse_json, publish_bytes, read_bytes
+from postlab.jsonio import (
+    MalformedJSON,
+    dump_json,
+    parse_json,
+    printable,
+    publish_bytes,
+    read_bytes,
+)
 
 Pair = tuple[int, int]
 
@@ -136,16 +143,22 @@ AUTOMATIC_KEYS = ("version", "date", "parent")
 
 
 def parse_setting(setting: str) -> tuple[str, Any]:
-    """``key=value``; the value is read as JSON when it parses (numbers, lists), else text."""
+    """``key=value``; the value is read as JSON when it parses (numbers, lists), else text.
+
+    The JSON is read by the same strict parser as plan files (no duplicate keys, NaN, huge
+    integers or deep nesting), so a value that is refused in a file is refused here too.
+    """
     key, sep, text = setting.partition("=")
     if not sep or not key:
-        raise UserError(f"--set {setting!r}: expected key=value")
-    def refuse(name: str) -> Any:
-        raise UserError(f"--set {key}: {name} is not a valid value")
-
+        raise UserError(f"--set {printable(setting):.80}: expected key=value")
     try:
-        value = json.loads(text, parse_constant=refuse)
-    except json.JSONDecodeError:
+        setting.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"--set {printable(key):.80}: not valid Unicode (a lone surrogate, "
+                        "as from bytes that are not UTF-8)") from None
+    try:
+        value = parse_json(text, f"--set {printable(key):.80}")
+    except MalformedJSON:
         value = text
     return key, value
 
@@ -162,7 +175,7 @@ def derive_plan(parent: LoadedPlan, settings: list[str], today: str) -> dict[str
             raise UserError(f"--set {key}: set automatically for a new version")
         if key not in PlanModel.model_fields:
             known = ", ".join(k for k in PlanModel.model_fields if k not in AUTOMATIC_KEYS)
-            raise UserError(f"--set {key}: unknown plan key; known: {known}")
+            raise UserError(f"--set {printable(key):.80}: unknown plan key; known: {known}")
         if key in changes:
             raise UserError(f"--set {key}: given twice")
         if data.get(key) == value:

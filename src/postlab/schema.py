@@ -111,7 +111,10 @@ class PlanModel(BaseModel):
     kl_beta: float = Field(ge=0, le=100, description="weight of the KL penalty to the reference")
     max_new_tokens: int = Field(ge=1, le=256, description=(
         "token budget per answer; must cover the task's longest answer plus EOS"))
-    temperature: float = Field(gt=0, le=100, description="sampling temperature")
+    temperature: float = Field(ge=0.01, le=100, description=(
+        "sampling temperature, 0.01 to 100: logits are divided by it in float32, where a "
+        "tiny temperature rounds to zero and makes the sampling probabilities NaN; 0.01 "
+        "already samples all but greedily"))
     eval_samples: int = Field(ge=1, le=10_000, description="sampled answers per held-out "
                                                            "question (coverage, pass@k)")
     gradient_clip: float = Field(gt=0, le=1e6, description="gradient-norm clip")
