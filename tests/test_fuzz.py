@@ -104,6 +104,9 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
     # it keeps byte offsets, and so every random byte-level case, the same from run to run.
     record = json.loads((run / "record.json").read_bytes())
     (run / "record.json").write_bytes(_dump(record | {"wall_seconds": 1.25}))
+    # Without the kept fingerprint, every edit below must be caught by the checks of its own
+    # part, not merely by the fingerprint file disagreeing (tests/test_verify.py covers that).
+    (run / "fingerprint.txt").unlink()
     outputs = {}
     for command in RECORD_COMMANDS:
         code, outputs[command] = _quiet_main(_argv(command, run, folder, ["clip=0.3"]))
@@ -200,7 +203,8 @@ def _alarmed(call: Callable[[], Any], what: str) -> Any:
 
 
 def _check_exit(command: str, code: int, out: str, err: str, ctx: Ctx, base: Base) -> None:
-    assert "Traceback" not in err and "Traceback" not in out, err or out
+    assert "Traceback" not in err and "Traceback" not in out, \
+        f"{command}: traceback: " + " | ".join((err or out).strip().splitlines()[-3:])
     if command == "plan-check" and code == 2 and not err.startswith("postlab: "):
         # plan check lists every schema problem, one line each, then their count.
         plan = ctx.run / "plan.json"
@@ -385,12 +389,23 @@ IMPOSSIBLE = [("threads", 0), ("threads", -1), ("threads", "one"), ("threads", 1
               ("wall_seconds", -1.0), ("wall_seconds", "fast"), ("wall_seconds", True),
               ("plan_sha256", "abc"), ("python", None), ("torch", ["2.13"]),
               ("source_sha256", [])]
+#: Well-typed values that no run of this plan records: only verify, which checks provenance
+#: against the plan, must fail; a report, which does not read them, may print as before.
+UNTRUE = {("parameters", 7)}
+
+
+def _impossible(ctx: Ctx, key: str, value: Any) -> None:
+    ctx.report_may_match = any(key == k and value == v for k, v in UNTRUE)
+    _edit(ctx, "record.json", _set([key], value))
+
+
 for _key, _value in IMPOSSIBLE:
     case(f"record-impossible-{_key}-{_slug(_value)}", RECORD_COMMANDS)(
-        lambda ctx, k=_key, v=_value: _edit(ctx, "record.json", _set([k], v)))
+        lambda ctx, k=_key, v=_value: _impossible(ctx, k, v))
 
 
 def _drop_checkpoint_entry(ctx: Ctx, then: str) -> None:
+    ctx.report_may_match = True  # reports do not read checkpoints; verify must fail
     entry = ctx.read("record.json")["runs"][0]["checkpoints"]["strict"]
     _edit(ctx, "record.json", lambda r: r["runs"][0]["checkpoints"].pop("strict"))
     if then == "deleted":

@@ -107,21 +107,30 @@ def test_differences_are_named_precisely():
     assert other == ["CPU model A then, B now"]
 
 
-def test_verify_names_a_different_code_path(small_run, tmp_path, capsys):
+def test_verify_names_each_difference_that_decides_the_bits(small_run, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(small_run, run)
 
-    def change(record):
-        record["numerics"]["cpu_capability"] = "AVX512"
-        record["numerics"]["blas_code_path"] = "auto"
+    def change(record):  # as if made on the same path by a build with another BLAS, elsewhere
+        record["numerics"]["blas"] = "openblas 0.3.27"
+        record["numerics"]["cpu_model"] = "Another CPU"
 
     _edit(run, change)
     assert main(["verify", str(run)]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("WARN  environment"))
     now = json.loads((small_run / "record.json").read_text())["numerics"]
-    assert f"torch CPU capability AVX512 then, {now['cpu_capability']} now" in line
-    assert f"BLAS code path (MKL_CBWR) auto then, {now['blas_code_path']} now" in line
+    assert f"BLAS openblas 0.3.27 then, {now['blas']} now" in line
+    assert f"also CPU model Another CPU then, {now['cpu_model']} now" in line
+
+
+def test_verify_refuses_a_record_whose_kernels_are_not_its_paths(small_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    _edit(run, lambda record: record["numerics"].update(cpu_capability="AVX512"))
+    assert main(["verify", str(run)]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if "provenance:" in x)
+    assert line.startswith("FAIL") and "kernels, the record says AVX512" in line
 
 
 def test_reproduce_refuses_a_path_this_machine_cannot_run(small_run, tmp_path, capsys):

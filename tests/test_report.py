@@ -104,11 +104,17 @@ def test_unreadable_record(tiny, capsys, monkeypatch):
 
     _, record = tiny
 
-    def denied(self):
-        raise PermissionError(13, "Permission denied")
+    import os
 
-    # Root reads any file whatever its mode, so the denial is simulated at the read.
-    monkeypatch.setattr(Path, "read_bytes", denied)
+    real_open = os.open
+
+    def denied(path, *args, **kwargs):
+        if Path(path) == record:
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    # Root reads any file whatever its mode, so the denial is simulated at the open.
+    monkeypatch.setattr(os, "open", denied)
     assert main(["report", "--record", str(record)]) == 2
     err = capsys.readouterr().err
     assert "not readable" in err and err.count("\n") == 1

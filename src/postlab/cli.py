@@ -321,7 +321,7 @@ def _resolve_plan(plan_path: Path | None, record_path: Path):
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from postlab.contracts import CONTRACTS
-    from postlab.record import check_plan_link, evaluation_problems, load_record, locate_run
+    from postlab.record import check_plan_link, load_record, locate_run, reading_problems
     from postlab.report import build_report, render_text
 
     # Every argument is checked before anything is printed or written.
@@ -341,7 +341,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     check_plan_link(record, plan, str(record_path))
     if args.split != "all":
         _check_split(record, plan, args.split, record_path)
-    _check_fits(evaluation_problems(record, plan.data, "test"), record_path)
+    _check_fits(reading_problems(record, plan.data), record_path)
+    _check_unchanged(record, record_path)
     report = build_report(record, plan.data)
     lang = args.lang or default_lang()
     if args.format_ == "text":
@@ -381,6 +382,17 @@ def _analysis(record, plan, split: str, source: Path):
     _require_report_extra()
     _check_fits(record_plan_problems(record, plan.data), source)
     return analyse(record, plan.data)
+
+
+def _check_unchanged(record, source: Path) -> None:
+    """A report shows only numbers whose rows still match the digests taken in training."""
+    from postlab.record import changed_parts
+
+    changed = changed_parts(record)
+    if changed:
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise UserError(f"{source}: changed since it was recorded: {changed[0]}{more}; "
+                        "'postlab verify' shows every check")
 
 
 def _check_fits(problems: list[str], source: Path) -> None:
@@ -456,6 +468,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     record = load_record(files.record)
     plan = _resolve_plan(None, files.record)
     check_plan_link(record, plan, str(files.record))
+    _check_unchanged(record, files.record)
     out = args.out_dir or files.record.parent / "figures"
     if out.exists():
         raise UserError(f"{out}: already exists; postlab never overwrites an output")

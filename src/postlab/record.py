@@ -309,8 +309,8 @@ def check_record(record: Any, source: str) -> None:
     }, required=("plan_sha256", "runs"))
 
 
-#: A source file named in ``source_sha256``: a relative path of plain characters.
-FILE_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,254}")
+#: A source file named in ``source_sha256``: a relative path of plain characters to a .py file.
+FILE_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,251}\.py")
 
 
 def summary_bytes(summary: list[dict[str, Any]]) -> bytes:
@@ -341,22 +341,47 @@ def check_plan_link(record: dict[str, Any], plan: LoadedPlan, source: str) -> No
                         f"but {plan.path} has sha256 {plan.sha256}")
 
 
-def evaluation_problems(record: dict[str, Any], plan: dict[str, Any], split: str) -> list[str]:
-    """Where a record's evaluations of ``split`` cannot be read under the plan: a missing split,
-    or sampled rows that do not form groups of ``eval_samples`` answers to one question."""
+def reading_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+    """Where a record cannot be read under its plan: stages, splits, arms or checkpoint
+    entries the plan does not name, or sampled rows that do not form groups of
+    ``eval_samples`` answers to one question. A record may hold fewer parts than the plan
+    (a hand-made or partial record is still readable); ``verify`` asks for all of them."""
+    from postlab.arms import arm_names, rl_contracts
     from postlab.metrics import question_groups
+
+    stages = ["initial", *arm_names(plan)]
+    rl_arms = set(rl_contracts(plan))
+    problems = []
+    for run in record["runs"]:
+        seed = run["seed"]
+        for part, names, known in (("stage", run["evaluations"], stages),
+                                   ("checkpoint entry", run.get("checkpoints", {}), stages),
+                                   ("compute entry", run.get("compute", {}), stages),
+                                   ("RL arm", run.get("training", {}), rl_arms)):
+            problems += [f"seed {seed}: {part} {name!r} is not in the plan"
+                         for name in names if name not in known]
+        for stage, splits in run["evaluations"].items():
+            for split, decoded in splits.items():
+                where = f"seed {seed}, stage {stage}, split {split}"
+                if split not in plan["split"]:
+                    problems.append(f"{where}: the plan has no such split")
+                    continue
+                try:
+                    question_groups(decoded["sampled"], plan["eval_samples"])
+                except ValueError as exc:
+                    problems.append(f"{where}: {exc}")
+    return problems
+
+
+def changed_parts(record: dict[str, Any]) -> list[str]:
+    """Parts of a postlab record that no longer match the digests taken when they were made
+    (none for a record that carries no digests, such as the reference's)."""
+    from postlab.integrity import compare_digests
 
     problems = []
     for run in record["runs"]:
-        for stage, splits in run["evaluations"].items():
-            where = f"seed {run['seed']}, stage {stage}"
-            if split not in splits:
-                problems.append(f"{where} has no {split!r} split")
-                continue
-            try:
-                question_groups(splits[split]["sampled"], plan["eval_samples"])
-            except ValueError as exc:
-                problems.append(f"{where}, split {split}: {exc}")
+        if "digests" in run:
+            problems += compare_digests(run, run["digests"])
     return problems
 
 
@@ -390,6 +415,9 @@ def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[s
                 if greedy != pairs or sampled != expected:
                     problems.append(f"seed {seed}, stage {stage}, split {split}: questions or "
                                     f"samples per question differ from the plan")
+        if "compute" in run and list(run["compute"]) != stages:
+            problems.append(f"seed {seed}: compute for stages {list(run['compute'])}, "
+                            f"expected {stages}")
         training = run.get("training", {})
         if list(training) != rl_arms:
             problems.append(f"seed {seed}: RL arms {list(training)}, plan has {rl_arms}")

@@ -30,7 +30,7 @@ from postlab.plan import LoadedPlan, load_plan, teaching_plan_loaded
 from postlab.record import (
     POSTLAB_FIELDS,
     RunFiles,
-    evaluation_problems,
+    reading_problems,
     record_plan_problems,
     summary_bytes,
 )
@@ -97,7 +97,14 @@ def _check_checkpoints(record: dict[str, Any], plan: dict[str, Any] | None,
                 eval_problems.append(f"seed {run['seed']}, stage {stage}: weights do not fit "
                                      f"the plan's model ({str(exc).splitlines()[0]})")
                 continue
-            fresh = evaluate_model(model, plan, run["seed"])
+            try:
+                fresh = evaluate_model(model, plan, run["seed"])
+            except RuntimeError as exc:
+                # The weights are the checkpoint's data: ones that cannot be sampled from (an
+                # overflow to inf, say) are a failed check of that checkpoint, not a crash.
+                eval_problems.append(f"seed {run['seed']}, stage {stage}: cannot be "
+                                     f"evaluated ({str(exc).splitlines()[0][:120]})")
+                continue
             reloaded += 1
             recorded = run["evaluations"].get(stage)
             if fresh != recorded:
@@ -133,7 +140,7 @@ def _check_summary(record: dict[str, Any], plan: dict[str, Any] | None,
                                                              "of what is verified)")
     if plan is None:
         return Check(name="summary", status="skip", detail="needs the record's plan")
-    unfit = [p for split in plan["split"] for p in evaluation_problems(record, plan, split)]
+    unfit = reading_problems(record, plan)
     if unfit:
         return Check(name="summary", status="fail", detail="cannot recompute the summary: "
                                                              + unfit[0])
@@ -275,12 +282,30 @@ def _check_provenance(record: dict[str, Any], plan: dict[str, Any] | None) -> Ch
         if record["parameters"] != expected:
             problems.append(f"parameters {record['parameters']}, the plan's model has "
                             f"{expected}")
+    if isinstance(recorded, dict):
+        problems += _pin_problems(recorded)
     if "workers" in record and "wall_seconds" in record and record["wall_seconds"] <= 0:
         problems.append(f"wall_seconds {record['wall_seconds']} is not a duration")
     if problems:
         return Check(name="provenance", status="fail", detail="; ".join(problems))
     return Check(name="provenance", status="pass",
                  detail="threads, parameter count and determinism fit the plan")
+
+
+def _pin_problems(recorded: dict[str, Any]) -> list[str]:
+    """A pinned record names its path's exact settings and kernels; a native one pins none."""
+    name = recorded["code_path"]
+    if name == numerics.NATIVE:
+        return [] if recorded["pinned"] == {} else ["a native record names pinned settings"]
+    path = numerics.CODE_PATHS[name]
+    problems = []
+    if recorded["pinned"] != path.environment:
+        problems.append(f"code path {name} is pinned by {path.environment}, the record says "
+                        f"{recorded['pinned']}")
+    if recorded["cpu_capability"] != path.capability:
+        problems.append(f"code path {name} runs {path.capability} kernels, the record says "
+                        f"{recorded['cpu_capability']}")
+    return problems
 
 
 def _check_fingerprint(files: RunFiles, record: dict[str, Any], folder: Path,
