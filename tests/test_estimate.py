@@ -227,3 +227,41 @@ def test_formats():
     assert format_seconds(56 * 60) == "56 min"
     assert format_seconds(7.6 * 3600) == "7.6 h"
     assert format_seconds(3 * 86400) == "3.0 days"
+
+
+# --- through the command line ----------------------------------------------------------------
+
+def test_run_prints_the_estimate_before_training(tmp_path, capsys):
+    from postlab.cli import main
+
+    plan = write_plan(tmp_path / "plan.json", seeds=[3], embedding=8, hidden=8, sft_steps=5,
+                      rl_steps=2, prompts_per_step=2, group_size=2, eval_samples=1)
+    assert main(["run", "--plan", str(plan), "--out-dir", str(tmp_path / "run"),
+                 "--workers", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("code path: ")
+    assert lines[1].startswith("estimate: 1 seed x 2 arms;")
+
+
+@pytest.mark.parametrize("command", ["run", "reproduce"])
+def test_a_plan_over_the_limits_is_refused_before_anything_is_written(tmp_path, capsys,
+                                                                     command):
+    from postlab.cli import main
+
+    plan = write_plan(tmp_path / "plan.json", eval_samples=10_000)
+    out = tmp_path / "run"
+    if command == "run":
+        argv = ["run", "--plan", str(plan), "--out-dir", str(out)]
+    else:  # a record of this plan, as if it had been trained with --allow-large
+        (tmp_path / "old").mkdir()
+        (tmp_path / "old" / "plan.json").write_bytes(plan.read_bytes())
+        (tmp_path / "old" / "record.json").write_text(
+            '{"plan_sha256": "%s", "runs": []}' % load_plan(plan).sha256)
+        argv = ["reproduce", str(tmp_path / "old"), "--out-dir", str(out), "--quiet"]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    started = time.monotonic()
+    assert main(argv) == 2
+    assert time.monotonic() - started < 5
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--allow-large" in err and "record rows" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
