@@ -1,5 +1,6 @@
 """Estimates before training: counts against real records, limits, calibration's bounds."""
 
+import json
 import time
 
 import pytest
@@ -256,7 +257,7 @@ def test_a_plan_over_the_limits_is_refused_before_anything_is_written(tmp_path, 
         (tmp_path / "old").mkdir()
         (tmp_path / "old" / "plan.json").write_bytes(plan.read_bytes())
         (tmp_path / "old" / "record.json").write_text(
-            '{"plan_sha256": "%s", "runs": []}' % load_plan(plan).sha256)
+            json.dumps({"plan_sha256": load_plan(plan).sha256, "runs": []}))
         argv = ["reproduce", str(tmp_path / "old"), "--out-dir", str(out), "--quiet"]
     before = sorted(p.name for p in tmp_path.iterdir())
     started = time.monotonic()
