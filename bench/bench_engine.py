@@ -42,7 +42,7 @@ def rows_of(record_path: Path) -> list:
 def whole_process(reference: Path, plan: Path | None, repeats: int) -> None:
     # postlab pins the portable CPU code path by default; the reference gets the same pin, so
     # their rows can be compared bit for bit on any CPU.
-    from postlab import numerics
+    from postlab.runs import numerics
 
     env = dict(os.environ, PYTHON=sys.executable,
                **numerics.CODE_PATHS[numerics.portable_path()].environment)
@@ -74,8 +74,8 @@ def whole_process(reference: Path, plan: Path | None, repeats: int) -> None:
 
 
 def critical_path() -> None:
-    from postlab import engine
-    from postlab.plan import teaching_plan
+    from postlab.plan.frozen import teaching_plan
+    from postlab.runs import orchestration as engine
 
     plan = teaching_plan()
     engine.configure_torch(plan["threads"])
@@ -103,8 +103,8 @@ def decoding(reference: Path, repeats: int) -> None:
     import post_training_frontier as lab
     import post_training_gru as ref
 
-    from postlab.model import CharGRU
-    from postlab.rollout import generate
+    from postlab.engines.rollout import generate
+    from postlab.policies.gru import CharGRU
 
     plan = lab.make_plan()
     torch.set_num_threads(1)

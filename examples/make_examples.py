@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from postlab.plan import derive_plan, freeze, split_by_unordered_pair, teaching_plan_loaded
-from postlab.tasks import TASKS
+from postlab.plan.frozen import derive_plan, freeze, split_by_unordered_pair, teaching_plan_loaded
+from postlab.tasks.arithmetic import TASKS
 
 HERE = Path(__file__).resolve().parent
 DATE = "2026-11-29"

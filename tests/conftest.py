@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from postlab import numerics
+from postlab.runs import numerics
 
 # The whole suite runs on the portable CPU code path, pinned before torch loads, so records
 # made here agree with those of any machine that can run it (and with the bundled run). Tests
@@ -93,8 +93,8 @@ def tiny_record(plan_sha256: str, eval_samples: int = 2) -> dict:
 @pytest.fixture(scope="session")
 def postlab_teaching_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One postlab training run of the teaching plan (two workers), shared by tests."""
-    from postlab.engine import RunOptions, run_plan
-    from postlab.plan import plan_bytes, teaching_plan, teaching_plan_loaded
+    from postlab.plan.frozen import plan_bytes, teaching_plan, teaching_plan_loaded
+    from postlab.runs.orchestration import RunOptions, run_plan
 
     out = tmp_path_factory.mktemp("postlab") / "teaching"
     run_plan(teaching_plan_loaded(), plan_bytes(teaching_plan()),

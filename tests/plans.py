@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from postlab.plan import freeze, split_by_unordered_pair, teaching_plan
+from postlab.plan.frozen import freeze, split_by_unordered_pair, teaching_plan
 
 #: Fast but complete: every stage runs, every arm trains.
 SMALL = {"seeds": [3, 4], "embedding": 12, "hidden": 16, "sft_steps": 30, "sft_batch": 8,

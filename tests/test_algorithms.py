@@ -7,10 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from postlab import objective
-from postlab.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
-from postlab.groups import group_advantages
-from postlab.losses import clipped_term, token_coefficients
+from postlab.rl import objective
+from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
+from postlab.rl.groups import group_advantages
+from postlab.rl.losses import clipped_term, token_coefficients
 
 
 def adv(name, rewards):
@@ -119,6 +119,6 @@ def test_teaching_words_resolve_to_entries():
 
 
 def teaching_words(field):
-    from postlab.plan import teaching_plan
+    from postlab.plan.frozen import teaching_plan
 
     return teaching_plan()[field]

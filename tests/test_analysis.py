@@ -3,9 +3,9 @@ import math
 import pytest
 from conftest import tiny_record
 
-from postlab.analysis import analyse, interval, mean_pass_at_k, pass_at_k
-from postlab.metrics import evaluate
-from postlab.plan import teaching_plan
+from postlab.analysis.aggregate import analyse, interval, mean_pass_at_k, pass_at_k
+from postlab.analysis.metrics import evaluate
+from postlab.plan.frozen import teaching_plan
 
 T_975_DF2 = 4.302652729911275  # Student t, 97.5th percentile, 2 degrees of freedom
 
@@ -90,7 +90,7 @@ def test_pass_at_n_is_the_reference_coverage_on_the_bundled_record():
     import gzip
     import json
 
-    from postlab.record import bundled_record_path
+    from postlab.records.record import bundled_record_path
 
     record = json.loads(gzip.decompress(bundled_record_path().read_bytes()))
     rows = record["runs"][0]["evaluations"]["strict"]["test"]["sampled"]

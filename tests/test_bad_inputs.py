@@ -13,9 +13,9 @@ import torch
 from conftest import tiny_record
 from plans import SMALL, write_plan
 
-from postlab.checkpoint import CheckpointError, load_checkpoint
 from postlab.cli import main
-from postlab.plan import freeze, load_plan, plan_bytes, teaching_plan
+from postlab.plan.frozen import freeze, load_plan, plan_bytes, teaching_plan
+from postlab.runs.checkpoint import CheckpointError, load_checkpoint
 
 
 def _snapshot(folder):
@@ -165,7 +165,7 @@ def test_out_dir_colliding_with_the_plan(tmp_path, capsys):
 
 
 def test_reproduce_into_its_own_run_folder(tmp_path, capsys):
-    from postlab.engine import RunOptions, run_plan
+    from postlab.runs.orchestration import RunOptions, run_plan
 
     plan = write_plan(tmp_path / "plan.json", **(SMALL | {"seeds": [3], "rl_steps": 2}))
     run = tmp_path / "run"
@@ -175,7 +175,7 @@ def test_reproduce_into_its_own_run_folder(tmp_path, capsys):
 
 
 def test_resume_with_another_plan(tmp_path, capsys):
-    from postlab.engine import RunOptions, run_plan
+    from postlab.runs.orchestration import RunOptions, run_plan
 
     plan = write_plan(tmp_path / "plan.json", **(SMALL | {"seeds": [3], "rl_steps": 2}))
     other = write_plan(tmp_path / "other.json", **(SMALL | {"seeds": [4], "rl_steps": 2}))
@@ -233,7 +233,7 @@ def test_checkpoint_crafted_to_execute_code_does_not(tmp_path, format_):
 
 
 def test_verify_refuses_a_crafted_checkpoint(tmp_path, capsys):
-    from postlab.engine import RunOptions, run_plan
+    from postlab.runs.orchestration import RunOptions, run_plan
 
     plan = write_plan(tmp_path / "plan.json", **(SMALL | {"seeds": [3], "rl_steps": 2}))
     run = tmp_path / "run"

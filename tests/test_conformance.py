@@ -12,9 +12,9 @@ from conftest import needs_bundled_path, reference_report, run_reference
 from plans import VARIANT_A, VARIANT_B, rows, write_plan
 
 from postlab.cli import main
-from postlab.engine import RunOptions, run_plan
-from postlab.plan import freeze, load_plan
-from postlab.record import bundled_record_path
+from postlab.plan.frozen import freeze, load_plan
+from postlab.records.record import bundled_record_path
+from postlab.runs.orchestration import RunOptions, run_plan
 
 
 def _load(path):

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from postlab.contracts import CONTRACTS, exact, score, strict, substring
+from postlab.tasks.contracts import CONTRACTS, exact, score, strict, substring
 
 
 @pytest.mark.parametrize(("pair", "text", "terminated", "expected"), [

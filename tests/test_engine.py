@@ -4,11 +4,11 @@ import pytest
 import torch
 from plans import SMALL, rows, write_plan
 
-from postlab import objective
 from postlab.cli import main
-from postlab.engine import RunOptions, run_plan
-from postlab.plan import load_plan
-from postlab.train import NonFiniteError
+from postlab.engines.train import NonFiniteError
+from postlab.plan.frozen import load_plan
+from postlab.rl import objective
+from postlab.runs.orchestration import RunOptions, run_plan
 
 
 def _run(plan_path, out, workers=1, **kw):
@@ -160,6 +160,6 @@ def test_untrainable_plans_are_refused(tmp_path, capsys, change, field):
 
 
 def test_default_workers_is_the_core_count():
-    from postlab.workers import default_workers
+    from postlab.runs.workers import default_workers
 
     assert default_workers() >= 1

@@ -7,10 +7,11 @@ import pytest
 import torch
 from plans import rows, write_plan
 
-from postlab import estimate as est_mod
-from postlab.engine import RunOptions, run_plan
 from postlab.errors import UserError
-from postlab.estimate import (
+from postlab.plan.frozen import load_plan, teaching_plan
+from postlab.policies.gru import CharGRU
+from postlab.runs import estimate as est_mod
+from postlab.runs.estimate import (
     MAX_SECONDS,
     calibrate,
     check_size,
@@ -21,8 +22,7 @@ from postlab.estimate import (
     format_seconds,
     render_estimate,
 )
-from postlab.model import CharGRU
-from postlab.plan import load_plan, teaching_plan
+from postlab.runs.orchestration import RunOptions, run_plan
 
 #: One seed, every pipeline, a few steps of each: trains in about a second.
 TINY = {"seeds": [3], "embedding": 8, "hidden": 8, "sft_steps": 6, "sft_batch": 4,

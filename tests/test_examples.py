@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from postlab.cli import main
-from postlab.engine import RunOptions, run_plan
-from postlab.plan import load_plan
+from postlab.plan.frozen import load_plan
+from postlab.runs.orchestration import RunOptions, run_plan
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.json"))
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from postlab.analysis.exercises import EXERCISES
 from postlab.cli import main
-from postlab.exercises import EXERCISES
 
 
 def test_answer_1():

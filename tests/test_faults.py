@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from plans import SMALL, rows, write_plan
 
-from postlab.engine import RunOptions, run_plan
-from postlab.plan import load_plan
+from postlab.plan.frozen import load_plan
+from postlab.runs.orchestration import RunOptions, run_plan
 
 #: Long enough that a run can be caught mid-way, short enough for a test.
 SLOW = SMALL | {"seeds": [3, 4, 5, 6], "rl_steps": 40, "sft_steps": 60}

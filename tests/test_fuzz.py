@@ -45,11 +45,11 @@ import pytest
 import torch
 from plans import SMALL, write_plan
 
-from postlab.checkpoint import load_checkpoint
 from postlab.cli import main
-from postlab.engine import RunOptions, run_plan
 from postlab.errors import UserError
-from postlab.plan import load_plan
+from postlab.plan.frozen import load_plan
+from postlab.runs.checkpoint import load_checkpoint
+from postlab.runs.orchestration import RunOptions, run_plan
 
 SEED = 20261020
 #: A command still running after this long counts as hung.

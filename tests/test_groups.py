@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from postlab.groups import contrast_probability, expected_groups_until_contrast, group_advantages
+from postlab.rl.groups import contrast_probability, expected_groups_until_contrast, group_advantages
 
 
 def test_answer_3_expected_groups():

@@ -7,10 +7,10 @@ import pytest
 from plans import SMALL, write_plan
 
 from postlab.cli import main
-from postlab.engine import RunOptions, run_plan
-from postlab.plan import load_plan, teaching_plan
-from postlab.record import bundled_run_dir
-from postlab.schema import validate_plan
+from postlab.plan.frozen import load_plan, teaching_plan
+from postlab.plan.schema import validate_plan
+from postlab.records.record import bundled_run_dir
+from postlab.runs.orchestration import RunOptions, run_plan
 
 
 @pytest.fixture(scope="module")
@@ -313,7 +313,7 @@ def _tampered_checkpoint(run_copy, change):
     (lambda sd: sd.update({"extra": 3}), "'extra' is not a tensor but a int"),
 ])
 def test_checkpoints_with_unusable_weights_are_refused(run_copy, capsys, change, needle):
-    from postlab.checkpoint import CheckpointError, load_checkpoint
+    from postlab.runs.checkpoint import CheckpointError, load_checkpoint
 
     path = _tampered_checkpoint(run_copy, change)
     record = json.loads((run_copy / "record.json").read_text())

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from postlab.losses import clipped_term, token_coefficients
+from postlab.rl.losses import clipped_term, token_coefficients
 
 
 def test_answer_5_clipped_term():

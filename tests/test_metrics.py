@@ -1,6 +1,6 @@
 import pytest
 
-from postlab.metrics import coverage, evaluate, metrics, summarize
+from postlab.analysis.metrics import coverage, evaluate, metrics, summarize
 
 ROWS = [
     [1, 2, "3", True],      # strict + substring

@@ -16,11 +16,11 @@ import pytest
 from conftest import needs_bundled_path
 from plans import SMALL, write_plan
 
-from postlab import numerics
 from postlab.cli import main
-from postlab.engine import RunOptions, run_plan
 from postlab.errors import UserError
-from postlab.plan import load_plan
+from postlab.plan.frozen import load_plan
+from postlab.runs import numerics
+from postlab.runs.orchestration import RunOptions, run_plan
 
 SUPPORTED = numerics.supported_paths() or []
 

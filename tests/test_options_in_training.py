@@ -25,13 +25,13 @@ import pytest
 import torch
 from plans import write_plan
 
-from postlab.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
-from postlab.checkpoint import load_checkpoint
-from postlab.contracts import CONTRACTS
-from postlab.engine import RunOptions, run_plan
-from postlab.model import CharGRU
-from postlab.plan import load_plan, teaching_plan
-from postlab.tasks import task_for
+from postlab.plan.frozen import load_plan, teaching_plan
+from postlab.policies.gru import CharGRU
+from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
+from postlab.runs.checkpoint import load_checkpoint
+from postlab.runs.orchestration import RunOptions, run_plan
+from postlab.tasks.arithmetic import task_for
+from postlab.tasks.contracts import CONTRACTS
 
 pytestmark = pytest.mark.slow
 

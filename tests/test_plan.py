@@ -4,10 +4,10 @@ import os
 
 import pytest
 
-from postlab import plan as planmod
 from postlab.cli import main
 from postlab.errors import UserError
 from postlab.jsonio import publish_bytes
+from postlab.plan import frozen as planmod
 
 TEACHING_SHA256 = "bcdfa765d205daabe1d5ce7e2e6942586f70608d996979f793ac9daa111fcc45"
 

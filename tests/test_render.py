@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from postlab import figures as figures_module
-from postlab.analysis import analyse
+from postlab.analysis.aggregate import analyse
 from postlab.cli import main
-from postlab.plan import teaching_plan
+from postlab.plan.frozen import teaching_plan
+from postlab.render import figures as figures_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def bundled_analysis():
     import gzip
 
-    from postlab.record import bundled_record_path
+    from postlab.records.record import bundled_record_path
 
     record = json.loads(gzip.decompress(bundled_record_path().read_bytes()))
     return analyse(record, teaching_plan())
@@ -56,7 +56,7 @@ def test_json_schema_is_stable_and_documented(capsys):
     assert main(["report", "--format", "json"]) == 0
     first = capsys.readouterr().out
     data = json.loads(first)
-    assert data["schema"] == "postlab.analysis/1"
+    assert data["schema"] == "postlab.analysis.aggregate/1"
     keys = _keys(data)
     assert keys >= EXPECTED_KEYS
     assert {"mean", "low", "high", "per_seed"} == set(data["outcomes"][0]["value"])
@@ -125,7 +125,7 @@ def test_plot_writes_png_and_svg(tmp_path, capsys):
 
 
 def test_plot_defaults_to_the_run_folder(tmp_path, capsys):
-    from postlab.record import bundled_run_dir
+    from postlab.records.record import bundled_run_dir
 
     run = tmp_path / "run"
     shutil.copytree(bundled_run_dir(), run)

@@ -6,7 +6,7 @@ import pytest
 from conftest import reference_report, tiny_record
 
 from postlab.cli import default_lang, main
-from postlab.plan import freeze, load_plan, plan_bytes, teaching_plan
+from postlab.plan.frozen import freeze, load_plan, plan_bytes, teaching_plan
 
 TINY_PLAN = teaching_plan() | {"eval_samples": 2}
 
@@ -150,9 +150,9 @@ def test_report_without_arguments_reads_the_bundled_record(capsys):
 
 
 def test_missing_bundled_record_is_explained(monkeypatch, capsys):
-    import postlab.record
+    import postlab.records.record
 
-    monkeypatch.setattr(postlab.record, "bundled_run_dir", lambda: None)
+    monkeypatch.setattr(postlab.records.record, "bundled_run_dir", lambda: None)
     assert main(["report"]) == 2
     assert "no bundled record" in capsys.readouterr().err
 
@@ -174,8 +174,8 @@ def test_group_signal_uses_the_plans_group_size(tmp_path, capsys):
 # --- bugs are not bad input -----------------------------------------------------------------
 
 @pytest.mark.parametrize("target,args", [
-    ("postlab.report.build_report", ["--lang", "en"]),
-    ("postlab.analysis.analyse", ["--format", "json"]),
+    ("postlab.render.text.build_report", ["--lang", "en"]),
+    ("postlab.analysis.aggregate.analyse", ["--format", "json"]),
 ])
 def test_a_bug_in_report_code_is_shown_as_a_bug(capsys, monkeypatch, target, args):
     """If report code raised a KeyError, it must not pass for the user's bad input."""

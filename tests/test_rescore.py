@@ -6,8 +6,8 @@ import pytest
 from conftest import tiny_record
 
 from postlab.cli import main
-from postlab.plan import freeze, load_plan, plan_bytes, teaching_plan
-from postlab.rescore import rescore
+from postlab.plan.frozen import freeze, load_plan, plan_bytes, teaching_plan
+from postlab.records.rescore import rescore
 
 
 def _record_with_leading_zeros():
@@ -110,7 +110,7 @@ def test_freeze_never_overwrites_a_version(tmp_path, capsys):
 def test_derived_plan_trains(tmp_path):
     from plans import SMALL, write_plan
 
-    from postlab.engine import RunOptions, run_plan
+    from postlab.runs.orchestration import RunOptions, run_plan
 
     base = write_plan(tmp_path / "base.json", **SMALL)
     new = tmp_path / "v2.json"

@@ -6,8 +6,8 @@ import pytest
 from plans import VARIANT_A, VARIANT_B
 
 from postlab.cli import main
-from postlab.plan import plan_bytes, teaching_plan
-from postlab.schema import json_schema, validate_plan
+from postlab.plan.frozen import plan_bytes, teaching_plan
+from postlab.plan.schema import json_schema, validate_plan
 
 BASE = teaching_plan()
 

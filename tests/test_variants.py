@@ -3,11 +3,11 @@
 import pytest
 from plans import SMALL, write_plan
 
-from postlab.contracts import exact, strict, substring
-from postlab.engine import RunOptions, run_plan
-from postlab.plan import load_plan, split_by_unordered_pair
-from postlab.schema import validate_plan
-from postlab.tasks import TASKS, task_for
+from postlab.plan.frozen import load_plan, split_by_unordered_pair
+from postlab.plan.schema import validate_plan
+from postlab.runs.orchestration import RunOptions, run_plan
+from postlab.tasks.arithmetic import TASKS, task_for
+from postlab.tasks.contracts import exact, strict, substring
 
 
 def _run(tmp_path, **changes):
@@ -83,7 +83,7 @@ def test_task_split_is_by_unordered_pair():
     {"task": "multi_digit_addition", "operand_digits": 2},    # budget 6 ok; pairs fine
 ])
 def test_task_constraints_follow_from_the_task(changes):
-    from postlab.plan import teaching_plan
+    from postlab.plan.frozen import teaching_plan
 
     problems = validate_plan(teaching_plan() | changes)
     if changes["task"] == "single_digit_multiplication":

@@ -10,10 +10,10 @@ from conftest import needs_bundled_path
 from plans import SMALL, write_plan
 
 from postlab.cli import main
-from postlab.engine import RunOptions, run_plan
-from postlab.numerics import portable_path
-from postlab.plan import load_plan
-from postlab.record import bundled_run_dir
+from postlab.plan.frozen import load_plan
+from postlab.records.record import bundled_run_dir
+from postlab.runs.numerics import portable_path
+from postlab.runs.orchestration import RunOptions, run_plan
 
 
 @pytest.fixture(scope="module")
@@ -340,8 +340,8 @@ def test_impossible_provenance_is_refused(run_copy, capsys, key, value):
 # --- the run fingerprint ---------------------------------------------------------------------
 
 def test_fingerprint_is_kept_and_checked(small_run, capsys):
-    from postlab.fingerprint import run_fingerprint
-    from postlab.record import load_record
+    from postlab.records.fingerprint import run_fingerprint
+    from postlab.records.record import load_record
 
     kept = (small_run / "fingerprint.txt").read_text().strip()
     record = load_record(small_run / "record.json")
@@ -354,7 +354,7 @@ def test_fingerprint_is_kept_and_checked(small_run, capsys):
 
 def test_expect_catches_an_edit_whose_inner_hashes_were_rewritten(run_copy, capsys):
     """What the per-part digests cannot catch: an editor who rewrites them too."""
-    from postlab.integrity import run_digests
+    from postlab.records.integrity import run_digests
 
     expected = (run_copy / "fingerprint.txt").read_text().strip()
 

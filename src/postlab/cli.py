@@ -3,7 +3,7 @@
 ``main(argv)`` returns an exit code so tests call it in-process. Every user mistake surfaces as
 a :class:`UserError`, printed as one line with exit code 2; any other exception is a bug in
 postlab, shown with its traceback and exit code 1. Commands that train or re-evaluate pin the
-CPU code path before torch loads (see :mod:`postlab.numerics`).
+CPU code path before torch loads (see :mod:`postlab.runs.numerics`).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_freeze(args: argparse.Namespace) -> int:
     import datetime
 
-    from postlab.plan import derive_plan, freeze, load_plan, teaching_plan_loaded
+    from postlab.plan.frozen import derive_plan, freeze, load_plan, teaching_plan_loaded
 
     if args.parent is None and not args.settings:
         digest = freeze(args.path)
@@ -163,8 +163,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
     from postlab.jsonio import parse_json, read_bytes
-    from postlab.plan import load_plan, plan_differences, sha256_hex
-    from postlab.schema import json_schema, validate_plan
+    from postlab.plan.frozen import load_plan, plan_differences, sha256_hex
+    from postlab.plan.schema import json_schema, validate_plan
 
     if args.plan_command == "schema":
         print(json.dumps(json_schema(), indent=2, ensure_ascii=False))
@@ -193,15 +193,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from postlab.fingerprint import check_expected
-    from postlab.record import load_record, locate_run
+    from postlab.records.fingerprint import check_expected
+    from postlab.records.record import load_record, locate_run
 
     expect = None if args.expect is None else check_expected(args.expect)
     files = locate_run(args.run)
     record = load_record(files.record)
     # Re-evaluation recomputes bits, so it runs on the record's code path where it can.
     note = _pin_for_record(record, None, strict=False)
-    from postlab.verify import render_checks, verify_run
+    from postlab.records.verify import render_checks, verify_run
 
     sys.stdout.write(f"{note}\n")
     checks = verify_run(files, record, expect=expect)
@@ -216,7 +216,7 @@ def _pin_for_record(record: dict, choice: str | None, *, strict: bool) -> str:
     With ``strict``, a path this machine cannot run is an error naming what the record needs
     and what the machine has; without, the machine's portable path is used and said.
     """
-    from postlab import numerics
+    from postlab.runs import numerics
 
     if choice is not None:
         name = numerics.resolve_choice(choice)
@@ -248,7 +248,7 @@ def _pin_for_record(record: dict, choice: str | None, *, strict: bool) -> str:
 
 
 def _describe_path(name: str | None) -> str:
-    from postlab import numerics
+    from postlab.runs import numerics
 
     if name is None:
         return "native (nothing pinned: this machine's libraries choose their kernels)"
@@ -257,9 +257,9 @@ def _describe_path(name: str | None) -> str:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from postlab.compare import compare_records, render_comparison
-    from postlab.plan import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
-    from postlab.record import check_plan_link, load_record, locate_run
+    from postlab.plan.frozen import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
+    from postlab.records.compare import compare_records, render_comparison
+    from postlab.records.record import check_plan_link, load_record, locate_run
 
     files = locate_run(args.run)
     record = load_record(files.record)
@@ -284,7 +284,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 def _environment_hint(recorded: dict, fresh: dict) -> str:
     """Why the bits may differ: each difference of what decides them, or none."""
-    from postlab import numerics
+    from postlab.runs import numerics
 
     then, now = recorded.get("numerics"), fresh.get("numerics")
     if not isinstance(then, dict) or not isinstance(now, dict):
@@ -301,7 +301,7 @@ def _environment_hint(recorded: dict, fresh: dict) -> str:
 
 def _check_size(plan, args: argparse.Namespace) -> None:
     """Print the plan's estimated cost; refuse one over the limits unless confirmed."""
-    from postlab.estimate import check_size, render_estimate
+    from postlab.runs.estimate import check_size, render_estimate
 
     estimate = check_size(plan.data, args.allow_large)
     if not args.quiet:
@@ -309,7 +309,7 @@ def _check_size(plan, args: argparse.Namespace) -> None:
 
 
 def _resolve_plan(plan_path: Path | None, record_path: Path):
-    from postlab.plan import load_plan, teaching_plan_loaded
+    from postlab.plan.frozen import load_plan, teaching_plan_loaded
 
     if plan_path is not None:
         return load_plan(plan_path)
@@ -320,9 +320,9 @@ def _resolve_plan(plan_path: Path | None, record_path: Path):
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from postlab.contracts import CONTRACTS
-    from postlab.record import check_plan_link, load_record, locate_run, reading_problems
-    from postlab.report import build_report, render_text
+    from postlab.records.record import check_plan_link, load_record, locate_run, reading_problems
+    from postlab.render.text import build_report, render_text
+    from postlab.tasks.contracts import CONTRACTS
 
     # Every argument is checked before anything is printed or written.
     if args.run is not None and args.record is not None:
@@ -350,9 +350,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.format_ != "text" or args.html is not None:
         _rich_report(args, record, plan, lang, record_path)
     if args.contracts:
-        from postlab.arms import rl_contracts
-        from postlab.rescore import render_rescore, rescore
-        from postlab.tasks import answer_function
+        from postlab.plan.arms import rl_contracts
+        from postlab.records.rescore import render_rescore, rescore
+        from postlab.tasks.arithmetic import answer_function
 
         contracts = list(dict.fromkeys(args.contracts))
         split = None if args.split == "all" else args.split
@@ -375,8 +375,8 @@ def _check_split(record, plan, split: str, source: Path) -> None:
 
 
 def _analysis(record, plan, split: str, source: Path):
-    from postlab.analysis import analyse
-    from postlab.record import record_plan_problems
+    from postlab.analysis.aggregate import analyse
+    from postlab.records.record import record_plan_problems
 
     _check_split(record, plan, split, source)
     _require_report_extra()
@@ -386,7 +386,7 @@ def _analysis(record, plan, split: str, source: Path):
 
 def _check_unchanged(record, source: Path) -> None:
     """A report shows only numbers whose rows still match the digests taken in training."""
-    from postlab.record import changed_parts
+    from postlab.records.record import changed_parts
 
     changed = changed_parts(record)
     if changed:
@@ -413,7 +413,7 @@ def _require_report_extra() -> None:
 
 def _rich_report(args: argparse.Namespace, record, plan, lang: str, source: Path) -> None:
     from postlab.jsonio import publish_bytes
-    from postlab.tables import to_json, to_markdown, to_terminal
+    from postlab.render.tables import to_json, to_markdown, to_terminal
 
     analysis = _analysis(record, plan, args.split, source)
     if args.format_ == "json":
@@ -423,8 +423,8 @@ def _rich_report(args: argparse.Namespace, record, plan, lang: str, source: Path
     elif args.format_ == "table":
         to_terminal(analysis, lang, args.split)
     if args.html is not None:
-        from postlab.figures import draw_figures
-        from postlab.html import render_html
+        from postlab.render.figures import draw_figures
+        from postlab.render.html import render_html
 
         page = render_html(analysis, draw_figures(analysis, lang, args.split), lang, args.split)
         publish_bytes(args.html, page.encode())
@@ -459,8 +459,8 @@ def _publish_folder(out: Path, files: dict[str, bytes]) -> None:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from postlab.figures import draw_figures
-    from postlab.record import check_plan_link, load_record, locate_run
+    from postlab.records.record import check_plan_link, load_record, locate_run
+    from postlab.render.figures import draw_figures
 
     if args.run is None and args.out_dir is None:
         raise UserError("--out-dir is required when plotting the bundled run")
@@ -481,7 +481,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_exercises(args: argparse.Namespace) -> int:
-    from postlab.exercises import DISCURSIVE, EXERCISES
+    from postlab.analysis.exercises import DISCURSIVE, EXERCISES
 
     numbers = sorted(EXERCISES) if args.number is None else [args.number]
     for number in numbers:
@@ -507,7 +507,7 @@ class _Stopped(Exception):
 def _workers(args: argparse.Namespace) -> int:
     """The worker count; with more than one, the workers' server starts now, importing torch
     while this process does the same."""
-    from postlab.workers import default_workers, start_worker_server
+    from postlab.runs.workers import default_workers, start_worker_server
 
     workers = args.workers if args.workers is not None else default_workers()
     if workers < 1:
@@ -520,9 +520,9 @@ def _workers(args: argparse.Namespace) -> int:
 def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
            resume: bool = False):
     """Run a plan with the command's --out-dir, --workers and --quiet; report stops."""
-    from postlab.engine import RunFailed, RunOptions, run_plan
-    from postlab.progress import PLAIN_EVERY, Live, make_display
-    from postlab.train import NonFiniteError
+    from postlab.engines.train import NonFiniteError
+    from postlab.runs.orchestration import RunFailed, RunOptions, run_plan
+    from postlab.runs.progress import PLAIN_EVERY, Live, make_display
 
     display = make_display(args.quiet)
     every = 0 if args.quiet else (1 if isinstance(display, Live) else PLAIN_EVERY)
@@ -547,8 +547,14 @@ def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
 def _cmd_run(args: argparse.Namespace) -> int:
     note = _pin_for_run(args)  # before torch loads, here and in the workers' server
     workers = _workers(args)
-    from postlab.fingerprint import read_fingerprint_file
-    from postlab.plan import load_plan, parse_plan, plan_bytes, teaching_plan, teaching_plan_loaded
+    from postlab.plan.frozen import (
+        load_plan,
+        parse_plan,
+        plan_bytes,
+        teaching_plan,
+        teaching_plan_loaded,
+    )
+    from postlab.records.fingerprint import read_fingerprint_file
 
     if args.plan is not None:
         plan = load_plan(args.plan)
@@ -579,10 +585,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _pin_for_run(args: argparse.Namespace) -> str:
     """Pin the code path of a new run, or of the run being resumed (its own by default)."""
-    from postlab import numerics
+    from postlab.runs import numerics
 
     if args.resume and args.cpu_path is None:
-        from postlab.record import load_record
+        from postlab.records.record import load_record
 
         record_path = args.out_dir / "record.json"
         if record_path.is_file():

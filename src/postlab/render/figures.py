@@ -1,4 +1,4 @@
-"""Figures of an :class:`~postlab.analysis.Analysis`, drawn with matplotlib (Agg, no display).
+"""Figures of an aggregate :class:`~postlab.analysis.aggregate.Analysis`, drawn with matplotlib.
 
 Each figure is returned as PNG and SVG bytes; callers decide where they go (files, or embedded
 in one HTML page). Chinese labels need a CJK font; without one the figures fall back to English
@@ -10,8 +10,8 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
-from postlab.analysis import Analysis
-from postlab.labels import LABELS, stage_label
+from postlab.analysis.aggregate import Analysis
+from postlab.render.labels import LABELS, stage_label
 
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Source Han Sans SC", "WenQuanYi Micro Hei",
              "WenQuanYi Zen Hei", "SimHei", "Microsoft YaHei", "PingFang SC")

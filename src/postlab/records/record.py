@@ -19,7 +19,7 @@ from typing import Any
 
 from postlab.errors import UserError
 from postlab.jsonio import parse_json, read_bytes
-from postlab.plan import LoadedPlan
+from postlab.plan.frozen import LoadedPlan
 
 BUNDLED_RUN = "teaching-run"
 RECORD_NAMES = ("record.json", "record.json.gz")
@@ -265,7 +265,7 @@ def _run(value: Any, where: str) -> None:
 
 
 def _numerics(value: Any, where: str) -> None:
-    from postlab.numerics import CODE_PATHS, NATIVE, PIN_VARIABLES
+    from postlab.runs.numerics import CODE_PATHS, NATIVE, PIN_VARIABLES
 
     plain = _text(limit=200)
     _object(value, where, {
@@ -346,8 +346,8 @@ def reading_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     entries the plan does not name, or sampled rows that do not form groups of
     ``eval_samples`` answers to one question. A record may hold fewer parts than the plan
     (a hand-made or partial record is still readable); ``verify`` asks for all of them."""
-    from postlab.arms import arm_names, rl_contracts
-    from postlab.metrics import question_groups
+    from postlab.analysis.metrics import question_groups
+    from postlab.plan.arms import arm_names, rl_contracts
 
     stages = ["initial", *arm_names(plan)]
     rl_arms = set(rl_contracts(plan))
@@ -376,7 +376,7 @@ def reading_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
 def changed_parts(record: dict[str, Any]) -> list[str]:
     """Parts of a postlab record that no longer match the digests taken when they were made
     (none for a record that carries no digests, such as the reference's)."""
-    from postlab.integrity import compare_digests
+    from postlab.records.integrity import compare_digests
 
     problems = []
     for run in record["runs"]:
@@ -388,7 +388,7 @@ def changed_parts(record: dict[str, Any]) -> list[str]:
 def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     """Where a (structurally valid) record does not fit its plan: seeds, stages, splits,
     questions, samples per question, RL steps, rows per step, groups and updates."""
-    from postlab.arms import arm_names, arm_specs
+    from postlab.plan.arms import arm_names, arm_specs
 
     problems = []
     seeds = [run["seed"] for run in record["runs"]]

@@ -10,7 +10,7 @@ estimated:
   (every completion may use ``max_new_tokens``), memory is a rough figure for the largest batch
   held at once plus the model's copies and the record;
 * time comes from a short calibration: the real model code (the model, decoding with
-  :func:`postlab.rollout.generate`, the RL objective, the reward contract, record writing) is
+  :func:`postlab.engines.rollout.generate`, the RL objective, the reward contract, record writing) is
   timed on this machine at bounded sizes and scaled linearly to the plan's sizes.
 
 :func:`check_size` refuses a plan over the limits below with a one-line :class:`UserError`,
@@ -31,16 +31,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from postlab import objective
-from postlab.algorithms import KL_ESTIMATORS, REDUCTIONS, resolve
-from postlab.arms import arm_specs
-from postlab.contracts import CONTRACTS
+from postlab.rl import objective
+from postlab.rl.algorithms import KL_ESTIMATORS, REDUCTIONS, resolve
+from postlab.plan.arms import arm_specs
+from postlab.tasks.contracts import CONTRACTS
 from postlab.errors import UserError
 from postlab.jsonio import dump_json
-from postlab.model import CharGRU
-from postlab.rollout import generate, to_rows
-from postlab.tasks import task_for
-from postlab.train import _sequence_log_dist
+from postlab.policies.gru import CharGRU
+from postlab.engines.rollout import generate, to_rows
+from postlab.tasks.arithmetic import task_for
+from postlab.engines.train import _sequence_log_dist
 
 GIB = 2**30
 
@@ -292,7 +292,7 @@ def _pairs(plan: dict[str, Any], count: int) -> list[list[int]]:
 
 
 def _time_sft(model: CharGRU, plan: dict[str, Any], shape: dict[str, int]) -> Line:
-    """An SFT step as :func:`postlab.train.supervised` takes it, without the optimizer."""
+    """An SFT step as :func:`postlab.engines.train.supervised` takes it, without the optimizer."""
     rows, positions = _bounded(plan["sft_batch"], shape["sft_positions"], 1, 3 * shape["work"],
                                TRAIN_ROW_CAP)
     answer, eos = task_for(plan).answer, plan["eos"]
@@ -320,7 +320,7 @@ def _time_sft(model: CharGRU, plan: dict[str, Any], shape: dict[str, int]) -> Li
 
 def _time_decode(model: CharGRU, plan: dict[str, Any],
                  shape: dict[str, int]) -> tuple[Line, float, float]:
-    """One call of :func:`postlab.rollout.generate`; then rows, rewards and JSON per row."""
+    """One call of :func:`postlab.engines.rollout.generate`; then rows, rewards and JSON per row."""
     largest = max(len(pairs) for pairs in plan["split"].values()) * plan["eval_samples"]
     largest = max(largest, plan["prompts_per_step"] * plan["group_size"])
     rows, positions = _bounded(largest, shape["decode_positions"], shape["prompt"],
@@ -355,7 +355,7 @@ def _time_decode(model: CharGRU, plan: dict[str, Any],
 
 def _time_rl(model: CharGRU, plan: dict[str, Any], shape: dict[str, int],
              generator: torch.Generator) -> tuple[Line, Line]:
-    """The reference pass and one update of an RL step, as :func:`postlab.train.reinforce`
+    """The reference pass and one update of an RL step, as :func:`postlab.engines.train.reinforce`
     computes them (without the optimizer)."""
     rows, positions = _bounded(plan["prompts_per_step"] * plan["group_size"],
                                shape["decode_positions"], 1, 4 * shape["work"], TRAIN_ROW_CAP)

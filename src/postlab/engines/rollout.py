@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from postlab.model import CharGRU
+from postlab.policies.gru import CharGRU
 
 
 @torch.no_grad()

@@ -17,25 +17,25 @@ from typing import Any, Literal
 
 import torch
 
-from postlab import numerics
-from postlab.arms import arm_names
-from postlab.checkpoint import CheckpointError, load_checkpoint
+from postlab.analysis.metrics import summarize
+from postlab.engines.rollout import evaluate_model
 from postlab.errors import UserError
-from postlab.fingerprint import read_fingerprint_file, run_fingerprint
-from postlab.integrity import compare_digests
 from postlab.jsonio import parse_json, read_bytes
-from postlab.metrics import summarize
-from postlab.model import CharGRU
-from postlab.plan import LoadedPlan, load_plan, teaching_plan_loaded
-from postlab.record import (
+from postlab.plan.arms import arm_names
+from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
+from postlab.policies.gru import CharGRU
+from postlab.records.fingerprint import read_fingerprint_file, run_fingerprint
+from postlab.records.integrity import compare_digests
+from postlab.records.record import (
     POSTLAB_FIELDS,
     RunFiles,
     reading_problems,
     record_plan_problems,
     summary_bytes,
 )
-from postlab.rollout import evaluate_model
-from postlab.tasks import answer_function
+from postlab.runs import numerics
+from postlab.runs.checkpoint import CheckpointError, load_checkpoint
+from postlab.tasks.arithmetic import answer_function
 
 Status = Literal["pass", "fail", "warn", "skip"]
 
@@ -230,7 +230,7 @@ def _made_by_postlab(record: dict[str, Any]) -> bool:
 
 def _check_completeness(record: dict[str, Any], plan: dict[str, Any] | None) -> Check:
     """Everything a postlab record must carry is there; a foreign record is named as such."""
-    from postlab.engine import checkpoint_name
+    from postlab.runs.orchestration import checkpoint_name
 
     if not _made_by_postlab(record):
         return Check(name="record", status="fail",
@@ -337,7 +337,7 @@ def _check_fingerprint(files: RunFiles, record: dict[str, Any], folder: Path,
 
 
 def _check_source(record: dict[str, Any]) -> Check:
-    from postlab.engine import source_hashes
+    from postlab.runs.orchestration import source_hashes
 
     recorded = record.get("source_sha256")
     if not isinstance(recorded, dict):
@@ -365,7 +365,7 @@ def _check_source(record: dict[str, Any]) -> Check:
 def verify_run(files: RunFiles, record: dict[str, Any], *,
                expect: str | None = None) -> list[Check]:
     """Run every check on a run folder or record (already strictly loaded)."""
-    from postlab.engine import configure_torch
+    from postlab.runs.orchestration import configure_torch
 
     folder = files.record.parent
     plan, plan_check = _plan_for(files, record)

@@ -6,8 +6,8 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from postlab.analysis import Analysis, Interval
-from postlab.labels import LABELS, stage_label
+from postlab.analysis.aggregate import Analysis, Interval
+from postlab.render.labels import LABELS, stage_label
 
 #: k values shown in the pass@k table (the figure shows every k).
 SHOWN_K = (1, 2, 4, 8, 16, 32, 64)

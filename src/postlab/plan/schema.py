@@ -14,10 +14,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from postlab.algorithms import REGISTRIES, TEACHING_ALIASES
-from postlab.arms import PIPELINES
-from postlab.contracts import CONTRACTS
-from postlab.tasks import TASKS
+from postlab.plan.arms import PIPELINES
+from postlab.rl.algorithms import REGISTRIES, TEACHING_ALIASES
+from postlab.tasks.arithmetic import TASKS
+from postlab.tasks.contracts import CONTRACTS
 
 
 def _options(field: str) -> str:
@@ -140,8 +140,8 @@ def _path(loc: tuple) -> str:
 
 def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
     """Checks that need several fields; the fields themselves are already valid."""
-    from postlab.arms import parse_arm
-    from postlab.tasks import task_for
+    from postlab.plan.arms import parse_arm
+    from postlab.tasks.arithmetic import task_for
 
     problems: list[tuple[str, str]] = []
     if plan["task"] not in TASKS:

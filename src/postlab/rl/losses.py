@@ -2,7 +2,7 @@
 
 These state the rules on numbers a reader can check by hand (answers 4 and 5). The weights are
 not re-derived here: they are the gradients of the very reductions training uses
-(:mod:`postlab.algorithms`), so the two cannot drift apart.
+(:mod:`postlab.rl.algorithms`), so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from postlab.algorithms import REDUCTIONS
+from postlab.rl.algorithms import REDUCTIONS
 
 
 def clipped_term(ratio: float, advantage: float, clip: float,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.contracts import CONTRACTS
+from postlab.tasks.contracts import CONTRACTS
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import base64
 import html
 
-from postlab.analysis import Analysis
-from postlab.figures import Figure
-from postlab.labels import LABELS
-from postlab.tables import build_tables
+from postlab.analysis.aggregate import Analysis
+from postlab.render.figures import Figure
+from postlab.render.labels import LABELS
+from postlab.render.tables import build_tables
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222; }

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.arms import arm_names, arm_specs
-from postlab.contracts import CONTRACTS
-from postlab.metrics import Answer, count_under, evaluate, question_groups
-from postlab.tasks import answer_function
+from postlab.analysis.metrics import Answer, count_under, evaluate, question_groups
+from postlab.plan.arms import arm_names, arm_specs
+from postlab.tasks.arithmetic import answer_function
+from postlab.tasks.contracts import CONTRACTS
 
-SCHEMA = "postlab.analysis/1"
+SCHEMA = "postlab.analysis.aggregate/1"
 CONFIDENCE = 0.95
 INTERVAL_METHOD = ("Student t over seeds, 95% two-sided, seeds - 1 degrees of freedom; "
                    "no interval with one seed")

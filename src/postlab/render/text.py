@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.groups import contrast_probability
-from postlab.metrics import summarize
-from postlab.tasks import answer_function
+from postlab.analysis.metrics import summarize
+from postlab.rl.groups import contrast_probability
+from postlab.tasks.arithmetic import answer_function
 
 #: Success probabilities at which the report shows the chance of a mixed group.
 REPORT_PROBABILITIES = (0.01, 0.5, 0.99)

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from postlab.contracts import score
-from postlab.groups import contrast_probability, expected_groups_until_contrast, group_advantages
-from postlab.losses import clipped_term, token_coefficients
-from postlab.metrics import coverage, metrics
-from postlab.plan import split_by_unordered_pair
+from postlab.analysis.metrics import coverage, metrics
+from postlab.plan.frozen import split_by_unordered_pair
+from postlab.rl.groups import contrast_probability, expected_groups_until_contrast, group_advantages
+from postlab.rl.losses import clipped_term, token_coefficients
+from postlab.tasks.contracts import score
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Random streams, fixed by the plan's seed so any stage can be re-run alone:
 ``random.Random(seed + 1000)`` draws SFT batches, ``random.Random(seed + 2000)`` draws RL
 prompts, a torch generator seeded ``seed + 3000`` samples rollouts, evaluation seeds its own
-generators (see :func:`postlab.rollout.evaluate_model`), and an SFT-only arm draws its extra
+generators (see :func:`postlab.engines.rollout.evaluate_model`), and an SFT-only arm draws its extra
 batches from ``random.Random(seed + 5000)``.
 """
 
@@ -19,13 +19,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from postlab import objective
-from postlab.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
-from postlab.contracts import CONTRACTS
-from postlab.metrics import metrics
-from postlab.model import CharGRU
-from postlab.rollout import generate, to_rows
-from postlab.tasks import task_for
+from postlab.analysis.metrics import metrics
+from postlab.engines.rollout import generate, to_rows
+from postlab.policies.gru import CharGRU
+from postlab.rl import objective
+from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
+from postlab.tasks.arithmetic import task_for
+from postlab.tasks.contracts import CONTRACTS
 
 #: Called after each RL step with (step, rollout rows); used for progress display.
 StepHook = Callable[[int, list], None]

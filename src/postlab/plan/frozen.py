@@ -99,7 +99,7 @@ class LoadedPlan:
     """A plan as read from disk: the typed fields, the raw dict, and the hash of its bytes."""
 
     path: Path
-    model: Any  # postlab.schema.PlanModel
+    model: Any  # postlab.plan.schema.PlanModel
     data: dict[str, Any]
     sha256: str
     raw: bytes = b""  # the file's exact bytes, copied into a run folder as they are
@@ -111,7 +111,7 @@ def describe_problems(problems: list[tuple[str, str]]) -> str:
 
 
 def parse_plan(raw: bytes, source: str, path: Path | None = None) -> LoadedPlan:
-    from postlab.schema import PlanModel, validate_plan
+    from postlab.plan.schema import PlanModel, validate_plan
 
     data = parse_json(raw, source)
     problems = validate_plan(data)
@@ -165,7 +165,7 @@ def parse_setting(setting: str) -> tuple[str, Any]:
 
 def derive_plan(parent: LoadedPlan, settings: list[str], today: str) -> dict[str, Any]:
     """A new plan version: ``settings`` applied, version + 1, today's date, parent recorded."""
-    from postlab.schema import PlanModel, validate_plan
+    from postlab.plan.schema import PlanModel, validate_plan
 
     data = {k: v for k, v in parent.data.items() if k != "parent"}
     changes: list[str] = []

@@ -36,7 +36,7 @@ class CharGRU(nn.Module):
 
     @classmethod
     def from_plan(cls, plan: dict) -> CharGRU:
-        from postlab.tasks import task_for
+        from postlab.tasks.arithmetic import task_for
 
         return cls(plan["vocab"], plan["eos"], plan["pad"], plan["embedding"], plan["hidden"],
                    prompt=task_for(plan).prompt)

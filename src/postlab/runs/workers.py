@@ -12,7 +12,7 @@ import multiprocessing
 import os
 from multiprocessing.context import BaseContext
 
-PRELOAD = ["postlab.engine"]
+PRELOAD = ["postlab.runs.orchestration"]
 
 
 def default_workers() -> int:

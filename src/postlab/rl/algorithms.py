@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from postlab.groups import STD_EPSILON
 from postlab.registry import Registry
+from postlab.rl.groups import STD_EPSILON
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from postlab.contracts import CONTRACTS
+from postlab.tasks.contracts import CONTRACTS
 
 Row = Sequence[Any]
 #: The task's answer for an operand pair; the teaching task's is the sum.

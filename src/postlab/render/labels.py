@@ -78,7 +78,7 @@ LABELS: dict[str, dict[str, str]] = {
 def stage_label(stage: str, lang: str) -> str:
     """'SFT' for the SFT model; 'RL under X' for an arm named after contract X; else the
     arm's own name (pipeline arms are named by the plan)."""
-    from postlab.contracts import CONTRACTS
+    from postlab.tasks.contracts import CONTRACTS
 
     words = LABELS[lang]
     if stage == "initial":

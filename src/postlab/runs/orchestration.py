@@ -24,27 +24,27 @@ from typing import Any
 import torch
 
 import postlab
-from postlab import numerics
-from postlab.arms import arm_names, arm_specs
-from postlab.checkpoint import checkpoint_bytes, load_checkpoint, publish_checkpoint
+from postlab.runs import numerics
+from postlab.plan.arms import arm_names, arm_specs
+from postlab.runs.checkpoint import checkpoint_bytes, load_checkpoint, publish_checkpoint
 from postlab.errors import UserError
-from postlab.fingerprint import (
+from postlab.records.fingerprint import (
     FINGERPRINT_FILE,
     fingerprint_file_bytes,
     read_fingerprint_file,
     run_fingerprint,
 )
-from postlab.integrity import compare_digests, run_digests
+from postlab.records.integrity import compare_digests, run_digests
 from postlab.jsonio import dump_json, publish_bytes, read_bytes, replace_bytes
-from postlab.metrics import summarize
-from postlab.model import CharGRU
-from postlab.plan import LoadedPlan, parse_plan
-from postlab.progress import Quiet
-from postlab.record import load_record, summary_bytes
-from postlab.rollout import evaluate_model
-from postlab.tasks import answer_function
-from postlab.train import reinforce, rollout_rates, sft_compute, supervised
-from postlab.workers import worker_context
+from postlab.analysis.metrics import summarize
+from postlab.policies.gru import CharGRU
+from postlab.plan.frozen import LoadedPlan, parse_plan
+from postlab.runs.progress import Quiet
+from postlab.records.record import load_record, summary_bytes
+from postlab.engines.rollout import evaluate_model
+from postlab.tasks.arithmetic import answer_function
+from postlab.engines.train import reinforce, rollout_rates, sft_compute, supervised
+from postlab.runs.workers import worker_context
 
 PLAN_FILE = "plan.json"
 RECORD_FILE = "record.json"

@@ -1,0 +1,6 @@
+"""The plan: the frozen experiment rules, written and hashed before anything trains.
+
+``frozen`` holds the teaching plan, its exact bytes, loading and new versions; ``schema`` the
+typed, range-checked fields and the checks across fields; ``arms`` what each arm trains
+(a contract, a pipeline).
+"""
