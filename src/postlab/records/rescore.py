@@ -92,7 +92,7 @@ def rescore(record: dict[str, Any], trained: dict[str, str], contracts: list[str
 WORDS = {
     "en": {"title": "Re-scored raw outputs (the record is unchanged); contracts: {names}",
            "header": "seed / stage (trained on) / split / decoding / " "{columns}",
-           "sft": "no RL contract", "mark": " (trained on)",
+           "sft": "no RL contract", "mark": " (trained on)", "stages": {"initial": "SFT"},
            "gap": "accepted by {looser} but not by {stricter}: {only}, of which "
                   "{zeros} with leading zeros"},
     "zh": {"title": "按其他契约重新评分原始输出（记录未改动）；契约：{names}",
@@ -113,7 +113,8 @@ def render_rescore(result: Rescore, lang: str) -> str:
         for name in result.contracts:
             mark = words["mark"] if name == row.trained_on else ""
             cells.append(f"{name}={row.accepted[name]}/{row.n}{mark}")
-        lines.append(f"{row.seed:2d} {row.stage:9s} ({trained}) {row.split} {row.decoding:7s} "
+        stage = words.get("stages", {}).get(row.stage, row.stage)
+        lines.append(f"{row.seed:2d} {stage:9s} ({trained}) {row.split} {row.decoding:7s} "
                      + " ".join(cells))
     for gap in result.gaps:
         lines.append(words["gap"].format(looser=gap.looser, stricter=gap.stricter,

@@ -66,6 +66,8 @@ TEXT = {
         "contrast": "Probability that a group of {g} holds different rewards:",
         "table": "Held-out test: seed / stage / greedy correct / sampled correct / "
                  "substring accepted / covered by {k} samples",
+        # The SFT model is called SFT wherever English is read, as in the tables and figures.
+        "stages": {"initial": "SFT"},
     },
 }
 
@@ -78,8 +80,11 @@ def render_text(report: Report, lang: str) -> str:
     lines = [heading.format(g=report.group_size)]
     lines += [f"p={p:.2f}: {q:.6f}" for p, q in report.contrast]
     lines.append(words["table"].format(k=report.eval_samples))
+    # The Chinese layout keeps the record's key ``initial``, as the reference report prints it.
+    stages = words.get("stages", {})
     for row in report.held_out:
-        lines.append(f"{row.seed:2d} {row.stage:9s} {row.greedy_strict}/{row.greedy_n} "
+        stage = stages.get(row.stage, row.stage)
+        lines.append(f"{row.seed:2d} {stage:9s} {row.greedy_strict}/{row.greedy_n} "
                      f"{row.sampled_strict}/{row.sampled_n} "
                      f"{row.sampled_substring}/{row.sampled_n} {row.covered}/{row.questions}")
     return "\n".join(lines) + "\n"
