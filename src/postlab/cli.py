@@ -1,7 +1,8 @@
 """Command line: ``postlab freeze | plan | run | report | plot | verify | reproduce | exercises``.
 
 ``main(argv)`` returns an exit code so tests call it in-process. Every user mistake surfaces as
-a :class:`UserError`, printed as one line with exit code 2; any other exception is a bug in
+a :class:`UserError`, printed as one line with exit code 2 (a command line that does not parse
+is named by its command and ends with that command's usage); any other exception is a bug in
 postlab, shown with its traceback and exit code 1. Commands that train or re-evaluate pin the
 CPU code path before torch loads (see :mod:`postlab.runs.numerics`).
 """
@@ -9,15 +10,18 @@ CPU code path before torch loads (see :mod:`postlab.runs.numerics`).
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from postlab import __version__
 from postlab.errors import UserError
+from postlab.jsonio import printable
 
 LANGS = ("zh", "en")
 
@@ -32,21 +36,74 @@ def default_lang(environ: dict[str, str] | None = None) -> str:
     return "en"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line with exit code 2."""
+def did_you_mean(word: str, known: Sequence[str]) -> str:
+    """' (did you mean X?)' for the closest known name, or '': a typo is fixed from one line."""
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(f"{self.prog}: {message}")
+
+class _UsageError(UserError):
+    """A command line that does not parse; the message already names the (sub)command."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line: ``PROG: problem (usage: PROG ...)``, exit code 2.
+
+    A parser with commands (``postlab``, ``postlab plan``) names the missing or mistyped one
+    itself, so argparse's internal dest names never reach the user.
+    """
+
+    commands: argparse.Action | None = None
+
+    def add_commands(self, dest: str, help_: str) -> argparse._SubParsersAction:
+        """Subcommands stored in ``dest``; a missing one is reported by :meth:`parse_known_args`."""
+        sub = self.add_subparsers(dest=dest, parser_class=_Parser, title="commands",
+                                  metavar="COMMAND", help=help_)
+        self.commands = sub
+        return sub
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extras = super().parse_known_args(args, namespace)
+        if self.commands is not None and getattr(parsed, self.commands.dest, None) is None:
+            self.error(f"missing command; choose one of {', '.join(self.commands.choices)}")
+        if extras and self.commands is None:
+            # Said by the command that got them, with its usage, not by the top-level parser.
+            first = extras[0].partition("=")[0]
+            hint = did_you_mean(first, list(self._option_string_actions)) \
+                if first.startswith("-") else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed, extras
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        # argparse's own message names the dest ("argument plan_command") and no near match.
+        if action.choices is None or value in action.choices:
+            return
+        known = [str(c) for c in action.choices]
+        hint = did_you_mean(str(value), known)
+        shown = f"{printable(value):.80}"
+        if action is self.commands:
+            message = f"unknown command {shown}{hint}; choose one of {', '.join(known)}"
+        else:
+            name = "/".join(action.option_strings) or action.metavar or action.dest
+            message = f"{name} {shown}: unknown{hint}; choose one of {', '.join(known)}"
+        raise argparse.ArgumentError(None, message)
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        usage = " ".join(self.format_usage().split()).removeprefix("usage: ")
+        # Escaped, so a typed newline or undecodable byte cannot break the one line.
+        raise _UsageError(f"{self.prog}: {printable(message)} (usage: {usage})")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="postlab", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"postlab {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = _Parser(prog="postlab")
+    parser.add_argument("--version", action="version", version=f"postlab {__version__}",
+                        help="print postlab's version and exit")
+    sub = parser.add_commands("command", "what to do; 'postlab COMMAND --help' explains one")
 
     freeze = sub.add_parser("freeze", help="write the teaching plan, or a new version of a "
                                            "plan, to PATH (never overwrites)")
-    freeze.add_argument("path", type=Path)
+    freeze.add_argument("path", type=Path, metavar="PATH",
+                        help="plan file to write; must not exist")
     freeze.add_argument("--from", dest="parent", type=Path,
                         help="parent plan of a new version (default: the teaching plan)")
     freeze.add_argument("--set", dest="settings", action="append", default=[],
@@ -54,18 +111,18 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "parses); repeatable")
 
     plan = sub.add_parser("plan", help="inspect plans")
-    plan_sub = plan.add_subparsers(dest="plan_command", required=True, parser_class=_Parser)
+    plan_sub = plan.add_commands("plan_command", "what to do with plans")
     diff = plan_sub.add_parser("diff", help="show what changed from plan A to plan B")
-    diff.add_argument("a", type=Path)
-    diff.add_argument("b", type=Path)
+    diff.add_argument("a", type=Path, metavar="A", help="the earlier plan file")
+    diff.add_argument("b", type=Path, metavar="B", help="the later plan file")
     check = plan_sub.add_parser("check", help="validate a plan; list every problem with its "
                                               "field path")
-    check.add_argument("path", type=Path)
+    check.add_argument("path", type=Path, metavar="PATH", help="plan file to validate")
     plan_sub.add_parser("schema", help="print the plan's JSON Schema")
 
     verify = sub.add_parser("verify", help="re-check a run folder or record: hashes, "
                                            "checkpoints, summary, counts, raw rows")
-    verify.add_argument("run", type=Path, nargs="?",
+    verify.add_argument("run", type=Path, nargs="?", metavar="RUN",
                         help="run folder or record (default: the bundled teaching run)")
     verify.add_argument("--expect", metavar="FINGERPRINT",
                         help="the run fingerprint noted when it finished; any change to any "
@@ -73,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     reproduce = sub.add_parser("reproduce", help="re-run a record's plan and compare every "
                                                  "row with the record")
-    reproduce.add_argument("run", type=Path, nargs="?",
+    reproduce.add_argument("run", type=Path, nargs="?", metavar="RUN",
                            help="run folder or record (default: the bundled teaching run)")
     reproduce.add_argument("--out-dir", type=Path, required=True,
                            help="new run folder; must not exist")
@@ -88,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="read a record and print the held-out report; "
                                            "trains nothing")
-    report.add_argument("run", type=Path, nargs="?", help="run folder or record file "
-                                                           "(same as --record)")
+    report.add_argument("run", type=Path, nargs="?", metavar="RUN",
+                        help="run folder or record file (same as --record)")
     report.add_argument("--plan", type=Path, help="plan file (default: plan.json beside the "
                                                   "record, else the teaching plan)")
     report.add_argument("--record", type=Path, help="record file or run folder (default: "
@@ -128,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="train even if the plan's estimated cost is over the limits")
 
     plot = sub.add_parser("plot", help="write PNG and SVG figures of a run")
-    plot.add_argument("run", type=Path, nargs="?",
+    plot.add_argument("run", type=Path, nargs="?", metavar="RUN",
                       help="run folder or record (default: the bundled teaching run)")
     plot.add_argument("--out-dir", type=Path, help="new folder for the figures (default: "
                                                    "RUN/figures; required for the bundled run)")
@@ -136,7 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--split", default="test", help="split the figures show (default: test)")
 
     exercises = sub.add_parser("exercises", help="compute the worked answers arithmetic can show")
-    exercises.add_argument("number", type=int, nargs="?", help="one answer's number")
+    exercises.add_argument("number", type=int, nargs="?", metavar="N",
+                           help="one answer's number (default: every answer)")
+    # Listed from the commands themselves, so --help cannot fall behind them.
+    parser.description = (f"RL post-training lab. Commands: {', '.join(sub.choices)}; "
+                          "'postlab COMMAND --help' explains each.")
     return parser
 
 
@@ -256,7 +317,18 @@ def _describe_path(name: str | None) -> str:
     return f"{name} ({settings})"
 
 
+def _check_cpu_path(choice: str | None) -> None:
+    """Refuse an unknown ``--cpu-path`` before anything runs, naming the closest path."""
+    from postlab.runs import numerics
+
+    known = [numerics.PORTABLE, numerics.NATIVE, *numerics.CODE_PATHS.names()]
+    if choice is not None and choice not in known:
+        raise UserError(f"--cpu-path {choice}: unknown{did_you_mean(choice, known)}; "
+                        f"choose one of {', '.join(known)}")
+
+
 def _cmd_reproduce(args: argparse.Namespace) -> int:
+    _check_cpu_path(args.cpu_path)
     from postlab.plan.frozen import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
     from postlab.records.compare import compare_records, render_comparison
     from postlab.records.record import check_plan_link, load_record, locate_run
@@ -329,8 +401,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise UserError("give the run either as RUN or as --record, not both")
     for name in args.contracts:
         if name not in CONTRACTS:
-            raise UserError(f"--contract {name}: unknown; known: "
-                            f"{', '.join(sorted(CONTRACTS.names()))}")
+            raise UserError(f"--contract {name}: unknown{did_you_mean(name, CONTRACTS.names())}"
+                            f"; known: {', '.join(sorted(CONTRACTS.names()))}")
     if args.html is not None and args.html.exists():
         raise UserError(f"{args.html}: already exists; postlab never overwrites an output")
     if args.split == "all" and (args.format_ != "text" or args.html is not None):
@@ -545,6 +617,7 @@ def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    _check_cpu_path(args.cpu_path)
     note = _pin_for_run(args)  # before torch loads, here and in the workers' server
     workers = _workers(args)
     from postlab.plan.frozen import (
@@ -611,6 +684,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except _Stopped as stop:
         return stop.code
+    except _UsageError as exc:
+        print(exc, file=sys.stderr)  # already begins with the command's name
+        return 2
     except UserError as exc:
         print(f"postlab: {exc}", file=sys.stderr)
         return 2

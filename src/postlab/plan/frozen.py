@@ -7,6 +7,7 @@ the reference's, so its field order and layout are part of the contract.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import random
@@ -174,8 +175,11 @@ def derive_plan(parent: LoadedPlan, settings: list[str], today: str) -> dict[str
         if key in AUTOMATIC_KEYS:
             raise UserError(f"--set {key}: set automatically for a new version")
         if key not in PlanModel.model_fields:
-            known = ", ".join(k for k in PlanModel.model_fields if k not in AUTOMATIC_KEYS)
-            raise UserError(f"--set {printable(key):.80}: unknown plan key; known: {known}")
+            known = [k for k in PlanModel.model_fields if k not in AUTOMATIC_KEYS]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UserError(f"--set {printable(key):.80}: unknown plan key{hint}; "
+                            f"known: {', '.join(known)}")
         if key in changes:
             raise UserError(f"--set {key}: given twice")
         if data.get(key) == value:
