@@ -104,14 +104,14 @@ def decoding(reference: Path, repeats: int) -> None:
     import post_training_gru as ref
 
     from postlab.engines.rollout import generate
-    from postlab.policies.gru import CharGRU
+    from postlab.policies import build_policy
 
     plan = lab.make_plan()
     torch.set_num_threads(1)
     torch.manual_seed(11)
     theirs = ref.Adder(plan)
     ref.supervised(theirs, plan, 11)
-    ours = CharGRU.from_plan(plan)
+    ours = build_policy(plan)
     ours.load_state_dict(theirs.state_dict())
     print("rollout decoding alone (trained SFT model, same generator seed, same tokens):")
     for label, batch in (("RL step, 8 prompts x 8", 64), ("evaluation, 63 x 16", 1008)):

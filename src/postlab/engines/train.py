@@ -21,7 +21,7 @@ from torch.nn import functional as F
 
 from postlab.analysis.metrics import metrics
 from postlab.engines.rollout import generate, to_rows
-from postlab.policies.gru import CharGRU
+from postlab.policies import Policy
 from postlab.rl import objective
 from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
 from postlab.tasks.arithmetic import task_for
@@ -40,14 +40,14 @@ def _check_finite(value: float, what: str, where: str) -> None:
         raise NonFiniteError(f"non-finite {what} ({value}) at {where}")
 
 
-def _sequence_log_dist(model: CharGRU, prompts: torch.Tensor,
+def _sequence_log_dist(model: Policy, prompts: torch.Tensor,
                        tokens: torch.Tensor) -> torch.Tensor:
     """Log-probabilities (seq, len, vocab) at each response position, given the prefix."""
     inputs = torch.cat([prompts, tokens[:, :-1]], dim=1)
     return model(inputs)[:, prompts.shape[1] - 1:].log_softmax(-1)
 
 
-def supervised(model: CharGRU, plan: dict[str, Any], seed: int,
+def supervised(model: Policy, plan: dict[str, Any], seed: int,
                hook: Callable[[int, float], None] | None = None, *, steps: int | None = None,
                rng_offset: int = 1000) -> list[float]:
     """Teacher-forced cross-entropy on train pairs; returns the loss of every step."""
@@ -55,18 +55,20 @@ def supervised(model: CharGRU, plan: dict[str, Any], seed: int,
     optimizer = torch.optim.Adam(model.parameters(), lr=plan["sft_lr"])
     task = task_for(plan)
     train_pairs = plan["split"]["train"]
-    width_vocab = len(model.vocab)
+    tokenizer = model.tokenizer
+    width_vocab, pad = tokenizer.vocab_size, tokenizer.pad_id
     losses = []
     for step in range(plan["sft_steps"] if steps is None else steps):
         pairs = rng.choices(train_pairs, k=plan["sft_batch"])
-        targets = [model.encode(f"{task.answer(pair)}{plan['eos']}") for pair in pairs]
+        targets = [tokenizer.encode(f"{task.answer(pair)}{plan['eos']}") for pair in pairs]
         width = max(map(len, targets))
-        target = torch.tensor([t + [model.pad] * (width - len(t)) for t in targets])
+        target = torch.tensor([t + [pad] * (width - len(t)) for t in targets],
+                              device=model.device)
         prompts = model.prompts(pairs)
         inputs = torch.cat([prompts, target[:, :-1]], dim=1)
         logits = model(inputs)[:, prompts.shape[1] - 1:]
         loss = F.cross_entropy(logits.reshape(-1, width_vocab), target.flatten(),
-                               ignore_index=model.pad)
+                               ignore_index=pad)
         optimizer.zero_grad()
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(model.parameters(), plan["gradient_clip"])
@@ -86,14 +88,16 @@ def _pad(tokens: torch.Tensor, mask: torch.Tensor, width: int,
     extra = width - tokens.shape[1]
     if extra <= 0:
         return tokens, mask
-    return (torch.cat([tokens, torch.full((tokens.shape[0], extra), pad)], dim=1),
-            torch.cat([mask, torch.zeros(mask.shape[0], extra, dtype=torch.bool)], dim=1))
+    return (torch.cat([tokens, torch.full((tokens.shape[0], extra), pad,
+                                          device=tokens.device)], dim=1),
+            torch.cat([mask, torch.zeros(mask.shape[0], extra, dtype=torch.bool,
+                                         device=mask.device)], dim=1))
 
 
 class _Rollout:
     """One step's batch of groups: pairs, tokens, mask, rows and rewards."""
 
-    def __init__(self, model: CharGRU, plan: dict[str, Any], pairs: list, rewards_of: Callable,
+    def __init__(self, model: Policy, plan: dict[str, Any], pairs: list, rewards_of: Callable,
                  generator: torch.Generator) -> None:
         self.pairs = pairs
         self.tokens, self.mask = generate(model, pairs, plan["max_new_tokens"],
@@ -102,7 +106,7 @@ class _Rollout:
         self.rewards = rewards_of(self.rows)
 
 
-def _resample_constant_groups(batch: _Rollout, model: CharGRU, plan: dict[str, Any],
+def _resample_constant_groups(batch: _Rollout, model: Policy, plan: dict[str, Any],
                               rng: random.Random, generator: torch.Generator,
                               rewards_of: Callable) -> dict[str, Any]:
     """Dynamic sampling (DAPO): replace groups whose rewards are all equal with fresh mixed
@@ -122,8 +126,9 @@ def _resample_constant_groups(batch: _Rollout, model: CharGRU, plan: dict[str, A
                          generator)
         drawn += count
         width = max(tokens.shape[1], fresh.tokens.shape[1])
-        tokens, mask = _pad(tokens, mask, width, model.pad)
-        new_tokens, new_mask = _pad(fresh.tokens, fresh.mask, width, model.pad)
+        pad = model.tokenizer.pad_id
+        tokens, mask = _pad(tokens, mask, width, pad)
+        new_tokens, new_mask = _pad(fresh.tokens, fresh.mask, width, pad)
         fresh_std = objective.zero_variance(fresh.rewards, size).flatten()
         for index in range(count):
             part = slice(index * size, (index + 1) * size)
@@ -149,9 +154,9 @@ def _resample_constant_groups(batch: _Rollout, model: CharGRU, plan: dict[str, A
             "dropped_rows": dropped_rows}
 
 
-def reinforce(initial: CharGRU, reference: CharGRU, plan: dict[str, Any], seed: int,
+def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: int,
               contract_name: str, hook: StepHook | None = None, *,
-              label: str | None = None) -> tuple[CharGRU, list[dict[str, Any]], dict[str, int]]:
+              label: str | None = None) -> tuple[Policy, list[dict[str, Any]], dict[str, int]]:
     """GRPO-style RL from ``initial`` under a contract, KL-anchored to ``reference``.
 
     Returns the trained model, the per-step history and the compute it used.
@@ -163,7 +168,7 @@ def reinforce(initial: CharGRU, reference: CharGRU, plan: dict[str, Any], seed: 
     kl_fn = KL_ESTIMATORS[resolve("kl", plan["kl"])].fn
     model = copy.deepcopy(initial)
     rng = random.Random(seed + 2000)
-    generator = torch.Generator().manual_seed(seed + 3000)
+    generator = torch.Generator(model.device).manual_seed(seed + 3000)
     optimizer = torch.optim.Adam(model.parameters(), lr=plan["rl_lr"])
     group_size, beta = plan["group_size"], plan["kl_beta"]
     clip_low = plan["clip"]
@@ -176,7 +181,7 @@ def reinforce(initial: CharGRU, reference: CharGRU, plan: dict[str, Any], seed: 
         compute["completions"] += len(rows)
         compute["tokens_generated"] += sum(len(r[2]) + int(r[3]) for r in rows)
         return torch.tensor([contract(r[:2], r[2], r[3], answer(r[:2])) for r in rows],
-                            dtype=torch.float32)
+                            dtype=torch.float32, device=model.device)
 
     history = []
     for step in range(1, plan["rl_steps"] + 1):

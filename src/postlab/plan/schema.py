@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from postlab.plan.arms import PIPELINES
+from postlab.policies import POLICIES, section_problems
 from postlab.rl.algorithms import REGISTRIES, TEACHING_ALIASES
 from postlab.tasks.arithmetic import TASKS
 from postlab.tasks.contracts import CONTRACTS
@@ -72,6 +73,14 @@ class DynamicSampling(BaseModel):
         "recorded per step"))
 
 
+class PolicySection(BaseModel):
+    """Which policy answers, and its own fields; the kind validates the fields it takes."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+    kind: str = Field(description="registered policy kind: " + ", ".join(
+        f"`{name}`: {POLICIES[name].summary}" for name in POLICIES.names()))
+
+
 class PlanModel(BaseModel):
     """A frozen experiment plan. Fields absent from the teaching plan default to its choices."""
 
@@ -90,8 +99,11 @@ class PlanModel(BaseModel):
     vocab: str = Field(min_length=2, description="characters of the model, each once")
     eos: str = Field(min_length=1, max_length=1, description="end-of-answer character")
     pad: str = Field(min_length=1, max_length=1, description="padding character")
-    embedding: int = Field(ge=1, le=4096, description="embedding width")
-    hidden: int = Field(ge=1, le=4096, description="GRU hidden width")
+    embedding: int = Field(ge=1, le=4096, description="embedding width of the `gru` policy")
+    hidden: int = Field(ge=1, le=4096, description="hidden width of the `gru` policy")
+    policy: PolicySection | None = Field(None, description=(
+        "the policy: `{\"kind\": name, ...its fields}`; absent means the `gru` policy with "
+        "the top-level vocab, eos, pad, embedding and hidden, as in the teaching plan"))
     threads: int = Field(ge=1, le=256, description="torch threads per worker process")
     sft_steps: int = Field(ge=1, le=1_000_000, description="supervised steps")
     sft_batch: int = Field(ge=1, le=100_000, description="pairs per supervised step")
@@ -149,6 +161,8 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
     if plan.get("operand_digits") is not None and plan["task"] != "multi_digit_addition":
         problems.append(("operand_digits", "only multi_digit_addition has operand_digits"))
     task = task_for(plan)
+    if plan.get("policy") is not None:
+        problems += section_problems(plan["policy"])
     vocab = plan["vocab"]
     if len(set(vocab)) != len(vocab):
         problems.append(("vocab", "has repeated characters"))

@@ -1,4 +1,22 @@
 """Policies: the models that answer, with their tokenizer and decoding step.
 
-``gru`` is the teaching lab's character GRU.
+:mod:`~postlab.policies.base` is the interface the engine uses and the ``POLICIES`` registry of
+kinds; ``gru`` (the teaching lab's character GRU) is the first kind.
 """
+
+from postlab.policies import gru as _gru  # noqa: F401  (registers the "gru" kind)
+from postlab.policies.base import (
+    DEFAULT_KIND,
+    POLICIES,
+    CharTokenizer,
+    Policy,
+    PolicyKind,
+    Tokenizer,
+    build_policy,
+    policy_kind,
+    policy_placement,
+    section_problems,
+)
+
+__all__ = ["DEFAULT_KIND", "POLICIES", "CharTokenizer", "Policy", "PolicyKind", "Tokenizer",
+           "build_policy", "policy_kind", "policy_placement", "section_problems"]

@@ -8,26 +8,33 @@ checkpoints from either implementation load into the other.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict
 from torch import nn
+
+from postlab.policies.base import POLICIES, CharTokenizer, Policy, PolicyKind
 
 #: Characters the policy may emit; the rest of the vocabulary is masked out of its output.
 ANSWER_CHARACTERS = "0123456789"
 MASKED_LOGIT = -1e9
 
 
-class CharGRU(nn.Module):
+class CharGRU(Policy):
     """Embedding -> one GRU layer -> linear head, with disallowed characters masked."""
+
+    kind = "gru"
 
     def __init__(self, vocab: str, eos: str, pad: str, embedding: int, hidden: int,
                  prompt: Callable[[Sequence[int]], str] | None = None) -> None:
         super().__init__()
         self.prompt_text = prompt or (lambda pair: f"{pair[0]}+{pair[1]}=")
+        self.tokenizer = CharTokenizer(vocab, eos, pad)
+        # The GRU's own names for its tokenizer's parts, kept for code written against them.
         self.vocab = vocab
-        self.index = {c: i for i, c in enumerate(vocab)}
-        self.eos = vocab.index(eos)
-        self.pad = vocab.index(pad)
+        self.eos = self.tokenizer.eos_id
+        self.pad = self.tokenizer.pad_id
         self.embed = nn.Embedding(len(vocab), embedding)
         self.rnn = nn.GRU(embedding, hidden, batch_first=True)
         self.head = nn.Linear(hidden, len(vocab))
@@ -49,18 +56,39 @@ class CharGRU(nn.Module):
         hidden, _ = self.rnn(self.embed(tokens))
         return self.logits(hidden)
 
-    def step(self, tokens: torch.Tensor,
-             state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Advance the GRU over ``tokens`` (batch, time) from ``state``; return the last
-        position's output (batch, hidden) and the new state, for incremental decoding."""
-        output, state = self.rnn(self.embed(tokens), state)
-        return output[:, -1], state
+    def start(self, prompt_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The GRU state after the prompts is the cache: decoding then feeds one character a
+        step instead of re-reading the prefix, with the same bits on CPU float32."""
+        return self.advance(prompt_tokens, None)
+
+    def advance(self, tokens: torch.Tensor,
+                cache: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        output, state = self.rnn(self.embed(tokens), cache)
+        return self.logits(output[:, -1]), state
 
     def encode(self, text: str) -> list[int]:
-        return [self.index[c] for c in text]
+        return self.tokenizer.encode(text)
 
     def prompts(self, pairs: Sequence[Sequence[int]]) -> torch.Tensor:
-        return torch.tensor([self.encode(self.prompt_text(pair)) for pair in pairs])
+        return torch.tensor([self.encode(self.prompt_text(pair)) for pair in pairs],
+                            device=self.device)
 
-    def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+
+class GRUFields(BaseModel):
+    """The GRU takes its fields from the plan's top level (vocab, eos, pad, embedding, hidden),
+    so its ``policy`` section names only the kind."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def gru_size(plan: dict[str, Any]) -> tuple[int, int]:
+    """Parameters, and multiply-adds of one forward step of one sequence."""
+    vocab, emb, hid = len(plan["vocab"]), plan["embedding"], plan["hidden"]
+    parameters = vocab * emb + 3 * hid * (emb + hid + 2) + vocab * (hid + 1)
+    return parameters, 3 * hid * (emb + hid) + hid * vocab
+
+
+POLICIES.register("gru")(PolicyKind(
+    build=CharGRU.from_plan, fields=GRUFields, size=gru_size,
+    summary="the character GRU (embedding, one GRU layer, linear head); the top-level "
+            "vocab, eos, pad, embedding and hidden are its fields"))

@@ -23,7 +23,7 @@ from postlab.errors import UserError
 from postlab.jsonio import parse_json, read_bytes
 from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
-from postlab.policies.gru import CharGRU
+from postlab.policies import build_policy, policy_kind
 from postlab.records.fingerprint import read_fingerprint_file, run_fingerprint
 from postlab.records.integrity import compare_digests
 from postlab.records.record import (
@@ -34,7 +34,7 @@ from postlab.records.record import (
     summary_bytes,
 )
 from postlab.runs import numerics
-from postlab.runs.checkpoint import CheckpointError, load_checkpoint
+from postlab.runs.checkpoint import CheckpointError, check_kind, load_checkpoint
 from postlab.tasks.arithmetic import answer_function
 
 Status = Literal["pass", "fail", "warn", "skip"]
@@ -90,7 +90,12 @@ def _check_checkpoints(record: dict[str, Any], plan: dict[str, Any] | None,
                 continue
             if plan is None:
                 continue
-            model = CharGRU.from_plan(plan)
+            try:
+                check_kind(payload, policy_kind(plan), f"seed {run['seed']}, stage {stage}")
+            except CheckpointError as exc:
+                eval_problems.append(str(exc))
+                continue
+            model = build_policy(plan)
             try:
                 model.load_state_dict(payload["state_dict"])
             except (RuntimeError, KeyError) as exc:
@@ -278,7 +283,7 @@ def _check_provenance(record: dict[str, Any], plan: dict[str, Any] | None) -> Ch
     if isinstance(recorded, dict) and not recorded["deterministic"]:
         problems.append("deterministic algorithms were off, which postlab never does")
     if "parameters" in record:
-        expected = CharGRU.from_plan(plan).parameter_count()
+        expected = build_policy(plan).parameter_count()
         if record["parameters"] != expected:
             problems.append(f"parameters {record['parameters']}, the plan's model has "
                             f"{expected}")

@@ -1,7 +1,9 @@
 """Checkpoints: weights only, hashed, loaded without executing code.
 
-A checkpoint is ``{"plan": plan, "state_dict": weights}`` saved with ``torch.save`` (the same
-layout the reference writes, so either side loads the other's). Loading reads the bytes once,
+A checkpoint is ``{"plan": plan, "state_dict": weights, "kind": policy kind}`` saved with
+``torch.save``: the reference's layout plus the kind of policy the weights belong to, so weights
+are never loaded into a model of another kind. The reference writes no ``kind``; its checkpoints
+hold the GRU and load as ``gru``. Loading reads the bytes once,
 checks their sha256 against the expected one *before* deserialising, and deserialises with
 ``weights_only=True``, which refuses arbitrary pickled objects.
 """
@@ -24,10 +26,32 @@ class CheckpointError(UserError):
     """A checkpoint file does not match its record or cannot be loaded safely."""
 
 
-def checkpoint_bytes(plan: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> bytes:
+#: The kind of a checkpoint that names none: the reference's, which always holds the GRU.
+UNNAMED_KIND = "gru"
+
+
+def checkpoint_bytes(plan: dict[str, Any], state_dict: dict[str, torch.Tensor],
+                     kind: str) -> bytes:
     buffer = io.BytesIO()
-    torch.save({"plan": plan, "state_dict": state_dict}, buffer)
+    torch.save({"plan": plan, "state_dict": state_dict, "kind": kind}, buffer)
     return buffer.getvalue()
+
+
+def checkpoint_kind(payload: dict[str, Any], source: str) -> str:
+    """The policy kind a loaded checkpoint holds."""
+    kind = payload.get("kind", UNNAMED_KIND)
+    if not isinstance(kind, str):
+        raise CheckpointError(f"{source}: checkpoint kind is not a name but a "
+                              f"{type(kind).__name__}")
+    return kind
+
+
+def check_kind(payload: dict[str, Any], expected: str, source: str) -> None:
+    """Refuse weights of another policy kind than the plan's, before they meet its model."""
+    kind = checkpoint_kind(payload, source)
+    if kind != expected:
+        raise CheckpointError(f"{source}: holds a {kind!r:.80} policy, the plan's "
+                              f"policy is {expected!r}")
 
 
 def publish_checkpoint(path: Path, data: bytes) -> str:
@@ -44,14 +68,19 @@ def publish_checkpoint(path: Path, data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def load_checkpoint(path: Path, expected_sha256: str | None) -> dict[str, Any]:
-    """Load a checkpoint's payload, refusing it before deserialisation if the hash differs."""
+def load_checkpoint(path: Path, expected_sha256: str | None, *,
+                    kind: str | None = None) -> dict[str, Any]:
+    """Load a checkpoint's payload, refusing it before deserialisation if the hash differs,
+    and after it if ``kind`` is given and the checkpoint holds another kind of policy."""
     raw = read_bytes(path, "checkpoint")
     digest = hashlib.sha256(raw).hexdigest()
     if expected_sha256 is not None and digest != expected_sha256:
         raise CheckpointError(f"{path}: sha256 {digest} differs from the recorded "
                               f"{expected_sha256}; refusing to load it")
-    return load_checkpoint_bytes(raw, printable(path))
+    payload = load_checkpoint_bytes(raw, printable(path))
+    if kind is not None:
+        check_kind(payload, kind, printable(path))
+    return payload
 
 
 def load_checkpoint_bytes(raw: bytes, source: str) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from postlab.plan.arms import arm_specs
 from postlab.tasks.contracts import CONTRACTS
 from postlab.errors import UserError
 from postlab.jsonio import dump_json
-from postlab.policies.gru import CharGRU
+from postlab.policies import POLICIES, Policy, build_policy, policy_kind
 from postlab.engines.rollout import generate, to_rows
 from postlab.tasks.arithmetic import task_for
 from postlab.engines.train import _sequence_log_dist
@@ -150,17 +150,17 @@ def _shape(plan: dict[str, Any]) -> dict[str, int]:
     task = task_for(plan)
     first = next(iter(plan["split"].values()))[0]
     prompt = len(task.prompt(first))  # prompts are zero-padded to one width
-    vocab, emb, hid = len(plan["vocab"]), plan["embedding"], plan["hidden"]
+    parameters, work = POLICIES[policy_kind(plan)].size(plan)
     return {
         "prompt": prompt,
-        "vocab": vocab,
+        "vocab": len(plan["vocab"]),
         # inputs of one SFT step: the prompt and the target (answer and EOS) less its last
         "sft_positions": prompt + task.longest_answer,
         # positions a full decode reads, and an RL forward over prompt and response
         "decode_positions": prompt + plan["max_new_tokens"] - 1,
-        "parameters": vocab * emb + 3 * hid * (emb + hid + 2) + vocab * (hid + 1),
+        "parameters": parameters,
         # multiply-adds of one forward step of one sequence
-        "work": 3 * hid * (emb + hid) + hid * vocab,
+        "work": work,
     }
 
 
@@ -291,25 +291,27 @@ def _pairs(plan: dict[str, Any], count: int) -> list[list[int]]:
     return random.Random(CALIBRATION_SEED).choices(plan["split"]["train"], k=count)
 
 
-def _time_sft(model: CharGRU, plan: dict[str, Any], shape: dict[str, int]) -> Line:
+def _time_sft(model: Policy, plan: dict[str, Any], shape: dict[str, int]) -> Line:
     """An SFT step as :func:`postlab.engines.train.supervised` takes it, without the optimizer."""
     rows, positions = _bounded(plan["sft_batch"], shape["sft_positions"], 1, 3 * shape["work"],
                                TRAIN_ROW_CAP)
     answer, eos = task_for(plan).answer, plan["eos"]
+    tokenizer = model.tokenizer
     pool = _pairs(plan, rows)
 
     def measure(count: int) -> tuple[float]:
         start = time.perf_counter()
         pairs = pool[:count]
-        targets = [model.encode(f"{answer(pair)}{eos}") for pair in pairs]
+        targets = [tokenizer.encode(f"{answer(pair)}{eos}") for pair in pairs]
         width = max(map(len, targets))
-        target = torch.tensor([t + [model.pad] * (width - len(t)) for t in targets])
+        target = torch.tensor([t + [tokenizer.pad_id] * (width - len(t)) for t in targets],
+                              device=model.device)
         sequence = torch.cat([model.prompts(pairs), target], dim=1)
         inputs, wanted = sequence[:, :-1][:, -positions:], sequence[:, 1:][:, -positions:]
         scored = min(inputs.shape[1], width)
         logits = model(inputs)[:, -scored:]
         loss = F.cross_entropy(logits.reshape(-1, shape["vocab"]),
-                               wanted[:, -scored:].flatten(), ignore_index=model.pad)
+                               wanted[:, -scored:].flatten(), ignore_index=tokenizer.pad_id)
         model.zero_grad(set_to_none=True)
         loss.backward()
         loss.item()
@@ -318,7 +320,7 @@ def _time_sft(model: CharGRU, plan: dict[str, Any], shape: dict[str, int]) -> Li
     return _fit(measure, rows)[0]
 
 
-def _time_decode(model: CharGRU, plan: dict[str, Any],
+def _time_decode(model: Policy, plan: dict[str, Any],
                  shape: dict[str, int]) -> tuple[Line, float, float]:
     """One call of :func:`postlab.engines.rollout.generate`; then rows, rewards and JSON per row."""
     largest = max(len(pairs) for pairs in plan["split"].values()) * plan["eval_samples"]
@@ -327,7 +329,7 @@ def _time_decode(model: CharGRU, plan: dict[str, Any],
                                shape["work"], DECODE_ROW_CAP)
     steps = positions - shape["prompt"] + 1
     pool = _pairs(plan, rows)
-    generator = torch.Generator().manual_seed(CALIBRATION_SEED)
+    generator = torch.Generator(model.device).manual_seed(CALIBRATION_SEED)
     output: dict[str, Any] = {}
 
     def measure(count: int) -> tuple[float]:
@@ -353,7 +355,7 @@ def _time_decode(model: CharGRU, plan: dict[str, Any],
     return line, row_seconds, json_seconds
 
 
-def _time_rl(model: CharGRU, plan: dict[str, Any], shape: dict[str, int],
+def _time_rl(model: Policy, plan: dict[str, Any], shape: dict[str, int],
              generator: torch.Generator) -> tuple[Line, Line]:
     """The reference pass and one update of an RL step, as :func:`postlab.engines.train.reinforce`
     computes them (without the optimizer)."""
@@ -362,8 +364,9 @@ def _time_rl(model: CharGRU, plan: dict[str, Any], shape: dict[str, int],
     full = positions == shape["decode_positions"]
     length = plan["max_new_tokens"] if full else positions
     pool = _pairs(plan, rows)
-    tokens_all = torch.randint(0, shape["vocab"], (rows, length), generator=generator)
-    advantage_all = torch.randn(rows, generator=generator)
+    tokens_all = torch.randint(0, shape["vocab"], (rows, length),
+                               generator=generator).to(model.device)
+    advantage_all = torch.randn(rows, generator=generator).to(model.device)
     kl_fn = KL_ESTIMATORS[resolve("kl", plan["kl"])].fn
     reduce = REDUCTIONS[resolve("loss_reduction", plan["loss_reduction"])].fn
     low = plan["clip"]
@@ -371,7 +374,7 @@ def _time_rl(model: CharGRU, plan: dict[str, Any], shape: dict[str, int],
 
     def measure(count: int) -> tuple[float, float]:
         tokens, advantage = tokens_all[:count], advantage_all[:count]
-        mask = torch.ones(tokens.shape, dtype=torch.bool)
+        mask = torch.ones(tokens.shape, dtype=torch.bool, device=model.device)
         start = time.perf_counter()
         prompts = model.prompts(pool[:count])
         if not full:  # a bounded number of positions: one prompt column, fewer tokens
@@ -401,7 +404,7 @@ def _time_rl(model: CharGRU, plan: dict[str, Any], shape: dict[str, int],
     return reference, update
 
 
-def _time_optimizer(model: CharGRU, plan: dict[str, Any], parameters: int,
+def _time_optimizer(model: Policy, plan: dict[str, Any], parameters: int,
                     generator: torch.Generator) -> float:
     """Gradient clipping and Adam's arithmetic, tensor by tensor, on the model's shapes, or
     on a bounded flat proxy scaled to the parameter count."""
@@ -458,7 +461,7 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
         torch.set_num_threads(max(1, min(plan["threads"], _cores())))
         shape = _shape(plan)
         generator = torch.Generator().manual_seed(CALIBRATION_SEED)
-        model = CharGRU.from_plan(plan)
+        model = build_policy(plan)
         sft = _time_sft(model, plan, shape)
         decode, row_seconds, json_seconds = _time_decode(model, plan, shape)
         reference, update = _time_rl(model, plan, shape, generator)

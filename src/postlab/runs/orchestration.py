@@ -37,7 +37,7 @@ from postlab.records.fingerprint import (
 from postlab.records.integrity import compare_digests, run_digests
 from postlab.jsonio import dump_json, publish_bytes, read_bytes, replace_bytes
 from postlab.analysis.metrics import summarize
-from postlab.policies.gru import CharGRU
+from postlab.policies import Policy, build_policy, policy_kind, policy_placement
 from postlab.plan.frozen import LoadedPlan, parse_plan
 from postlab.runs.progress import Quiet
 from postlab.records.record import load_record, summary_bytes
@@ -115,13 +115,13 @@ def _emit(event: dict[str, Any]) -> None:
         _EMIT(event)
 
 
-def _save_and_check(model: CharGRU, plan: dict[str, Any], seed: int, stage: str,
+def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
                     out_dir: Path, rows: dict[str, Any]) -> dict[str, Any]:
     """Publish the stage's checkpoint, reload it from disk by hash, and re-evaluate it."""
     path = out_dir / checkpoint_name(seed, stage)
-    digest = publish_checkpoint(path, checkpoint_bytes(plan, model.state_dict()))
-    restored = CharGRU.from_plan(plan)
-    restored.load_state_dict(load_checkpoint(path, digest)["state_dict"])
+    digest = publish_checkpoint(path, checkpoint_bytes(plan, model.state_dict(), model.kind))
+    restored = build_policy(plan)
+    restored.load_state_dict(load_checkpoint(path, digest, kind=policy_kind(plan))["state_dict"])
     equal = evaluate_model(restored, plan, seed) == rows
     if not equal:
         raise RunFailed(f"seed {seed}, stage {stage}: the reloaded checkpoint {path.name} "
@@ -131,7 +131,7 @@ def _save_and_check(model: CharGRU, plan: dict[str, Any], seed: int, stage: str,
 
 def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int) -> dict[str, Any]:
     torch.manual_seed(seed)
-    model = CharGRU.from_plan(plan)
+    model = build_policy(plan)
     parameters = model.parameter_count()
     # RL-only arms start from the untrained weights, so keep them before SFT changes them.
     untrained = copy.deepcopy(model.state_dict()) if any(
@@ -153,7 +153,7 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int) -> dict
 def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any],
              out_dir: Path, every: int) -> dict[str, Any]:
     arm = next(a for a in arm_specs(plan) if a.name == arm_name)
-    start = CharGRU.from_plan(plan)
+    start = build_policy(plan)
     if arm.pipeline == "rl-only":
         start.load_state_dict(sft["untrained_state_dict"])
     else:
@@ -237,9 +237,10 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
 
 
 def new_record(plan: LoadedPlan, workers: int) -> dict[str, Any]:
+    device, dtype = policy_placement(plan.data)
     return {"plan_sha256": plan.sha256, "source_sha256": source_hashes(),
             "python": platform.python_version(), "torch": torch.__version__,
-            "platform": platform.platform(), "device": "cpu", "dtype": "float32",
+            "platform": platform.platform(), "device": device, "dtype": dtype,
             "postlab_version": postlab.__version__, "threads": plan.data["threads"],
             "workers": workers,
             "numerics": numerics.describe(plan.data["threads"], numerics.current_pin()),

@@ -1,0 +1,150 @@
+"""The policy interface the engine, checkpoints and verification use, and the registry of kinds.
+
+A policy is an ``nn.Module`` that holds its tokenizer, turns a task's operand pairs into prompt
+tokens, scores whole sequences (training) and decodes incrementally through an opaque cache
+(rollouts). The engine never looks inside a policy, so a new kind is a registry entry, not a
+branch: ``POLICIES`` maps a kind name to how it is built from a plan, how its plan section is
+validated and how big it is before anything is built (for the cost estimate).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any, ClassVar, Protocol
+
+import torch
+from pydantic import BaseModel, ValidationError
+from torch import nn
+
+from postlab.registry import Registry
+
+#: The kind a plan without a ``policy`` section means, and a checkpoint without ``kind`` holds.
+DEFAULT_KIND = "gru"
+
+
+class Tokenizer(Protocol):
+    """Text <-> token ids; the ids index the policy's output distribution."""
+
+    eos_id: int
+    pad_id: int
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class CharTokenizer:
+    """One token per character of ``vocab``: the teaching lab's tokenizer, shared by kinds."""
+
+    def __init__(self, vocab: str, eos: str, pad: str) -> None:
+        self.vocab = vocab
+        self.index = {c: i for i, c in enumerate(vocab)}
+        self.eos_id = vocab.index(eos)
+        self.pad_id = vocab.index(pad)
+        self.vocab_size = len(vocab)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.index[c] for c in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(self.vocab[i] for i in ids)
+
+
+class Policy(nn.Module, ABC):
+    """What the engine needs of a model; parameters and buffers are the kind's own.
+
+    ``start``/``advance`` must give the same next-token logits as ``forward`` over the whole
+    prefix (the cache only saves work), and sampling reads nothing else, so rollouts depend on
+    the weights and the generator alone.
+    """
+
+    #: The registry name of this policy's kind; checkpoints record it.
+    kind: ClassVar[str]
+    tokenizer: Tokenizer
+
+    @abstractmethod
+    def prompts(self, pairs: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Prompt tokens (batch, time) of the task's questions for ``pairs``."""
+
+    @abstractmethod
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Next-token logits at every position: (batch, time) -> (batch, time, vocab)."""
+
+    @abstractmethod
+    def start(self, prompt_tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """Read the prompts (batch, time); return next-token logits (batch, vocab) and a cache."""
+
+    @abstractmethod
+    def advance(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+        """Read ``tokens`` (batch, time) after ``cache``; return next logits and a new cache."""
+
+    @property
+    def device(self) -> torch.device:
+        """Where the policy's tensors live; the engine makes its tensors there."""
+        first = next(chain(self.parameters(), self.buffers()), None)
+        return torch.device("cpu") if first is None else first.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating-point type of the weights."""
+        for tensor in self.parameters():
+            if tensor.is_floating_point():
+                return tensor.dtype
+        return torch.get_default_dtype()
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+@dataclass(frozen=True)
+class PolicyKind:
+    """A registered kind: how to build it from a plan, check its plan section, size it."""
+
+    build: Callable[[dict[str, Any]], Policy]
+    #: validates the plan's ``policy`` section less ``kind`` (pydantic; unknown fields refused)
+    fields: type[BaseModel]
+    #: (parameters, multiply-adds per token) from the plan alone, for the cost estimate, which
+    #: must refuse an absurd plan before building anything
+    size: Callable[[dict[str, Any]], tuple[int, int]]
+    summary: str
+
+
+POLICIES: Registry[PolicyKind] = Registry("policy kind")
+
+
+def policy_kind(plan: dict[str, Any]) -> str:
+    """The plan's policy kind; the top-level GRU fields mean ``gru`` when no section names one."""
+    section = plan.get("policy")
+    return section["kind"] if isinstance(section, dict) else DEFAULT_KIND
+
+
+def build_policy(plan: dict[str, Any]) -> Policy:
+    """A fresh policy of the plan's kind, initialised from torch's global generator."""
+    return POLICIES[policy_kind(plan)].build(plan)
+
+
+def policy_placement(plan: dict[str, Any]) -> tuple[str, str]:
+    """(device, dtype) the plan's policy runs on, for the record; building it here leaves
+    torch's global random state as it was, so the run's own initialisation is unchanged."""
+    with torch.random.fork_rng(devices=[]):
+        policy = build_policy(plan)
+    return str(policy.device), str(policy.dtype).removeprefix("torch.")
+
+
+def section_problems(section: dict[str, Any]) -> list[tuple[str, str]]:
+    """Problems of a plan's ``policy`` section as (field path, message)."""
+    kind = section["kind"]
+    if kind not in POLICIES:
+        return [("policy.kind", f"unknown policy kind {kind!r}; known: "
+                                f"{', '.join(POLICIES.names())}")]
+    fields = {key: value for key, value in section.items() if key != "kind"}
+    try:
+        POLICIES[kind].fields.model_validate(fields)
+    except ValidationError as exc:
+        return [(".".join(["policy", *map(str, err["loc"])]), err["msg"])
+                for err in exc.errors()]
+    return []
