@@ -2,6 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from postlab.records.rows import Row
 from postlab.tasks.contracts import CONTRACTS, exact, score, strict, substring
 
 
@@ -39,7 +40,7 @@ def test_exact(pair, text, terminated, expected):
 
 def test_unknown_contract_lists_known_ones():
     with pytest.raises(KeyError, match="exact, strict, substring"):
-        score("lenient", (1, 1), "2", True)
+        score(Row(1, 1, "2", True), "lenient")
 
 
 def test_registry_refuses_duplicates():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -23,6 +24,19 @@ class Registry(Generic[T]):
             return obj
 
         return add
+
+    def unregister(self, name: str) -> T:
+        """Remove an entry; for code (tests, notebooks) that registers only for a while."""
+        return self._entries.pop(name)
+
+    @contextmanager
+    def registered(self, name: str, obj: T) -> Iterator[T]:
+        """Register ``obj`` for the duration of a ``with`` block, so it cannot leak out."""
+        self.register(name)(obj)
+        try:
+            yield obj
+        finally:
+            self.unregister(name)
 
     def __getitem__(self, name: str) -> T:
         try:

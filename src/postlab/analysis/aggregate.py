@@ -15,8 +15,8 @@ from typing import Any
 
 from postlab.analysis.metrics import Answer, count_under, evaluate, question_groups
 from postlab.plan.arms import arm_names, arm_specs
-from postlab.tasks.arithmetic import answer_function
-from postlab.tasks.contracts import CONTRACTS
+from postlab.records.rows import ROLLOUT, Place, Row, iter_run_rows, rows_by_place
+from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, answer_function, plan_contracts
 
 SCHEMA = "postlab.analysis.aggregate/1"
 CONFIDENCE = 0.95
@@ -24,14 +24,21 @@ INTERVAL_METHOD = ("Student t over seeds, 95% two-sided, seeds - 1 degrees of fr
                    "no interval with one seed")
 BAND_METHOD = "mean over seeds, band from the lowest to the highest seed"
 
-#: Outcome metrics per decoding: the share of outputs (or questions) accepted.
-OUTCOME_METRICS = {"greedy": ("strict_rate", "substring_rate"),
-                   "sampled": ("strict_rate", "substring_rate", "coverage")}
+#: Per-step training series after the rollout reward rates (one ``<contract>_reward`` per
+#: contract, from the rows); the rest come from the update statistics and the rows' lengths.
+STEP_SERIES = ("zero_variance_groups", "kl", "entropy", "ratio_outside_clip",
+               "gradient_norm_before_clip", "loss", "mean_tokens", "truncated")
 
-#: Per-step training series: rollout rates from the rows, the rest from the update statistics.
-DYNAMICS_SERIES = ("strict_reward", "substring_reward", "zero_variance_groups", "kl", "entropy",
-                   "ratio_outside_clip", "gradient_norm_before_clip", "loss", "mean_tokens",
-                   "truncated")
+
+def outcome_metrics(contracts: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """Outcome metrics per decoding: the share of outputs accepted under each contract, and
+    for sampled answers the share of questions covered (under the first contract)."""
+    rates = tuple(f"{name}_rate" for name in contracts)
+    return {"greedy": rates, "sampled": (*rates, "coverage")}
+
+
+def dynamics_series(contracts: Sequence[str]) -> tuple[str, ...]:
+    return (*(f"{name}_reward" for name in contracts), *STEP_SERIES)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,8 +63,9 @@ class Outcome:
 
 @dataclass(frozen=True, kw_only=True)
 class HackingGap:
-    """Substring acceptance minus strict success of sampled outputs: reward a checker pays
-    for answers that are not right."""
+    """Acceptance under the second contract minus success under the first (substring minus
+    strict for arithmetic), of sampled outputs: reward a checker pays for answers that are
+    not right."""
 
     stage: str
     split: str
@@ -116,6 +124,9 @@ class Analysis:
     dynamics: tuple[Dynamics, ...]
     sft_loss: Band
     compute: tuple[Compute, ...] = ()
+    #: The contracts reported, the reference rule first; metric and series keys name them.
+    #: Not in the JSON form: schema 1 already names them in those keys.
+    contracts: tuple[str, ...] = ARITHMETIC_CONTRACTS
 
     def outcome(self, stage: str, split: str, decoding: str, metric: str) -> Outcome:
         for item in self.outcomes:
@@ -153,12 +164,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def mean_pass_at_k(rows: Sequence[Sequence[Any]], samples: int, k: int,
-                   contract: str = "strict", answer: Answer = sum) -> float:
+                   contract: str = ARITHMETIC_CONTRACTS[0], answer: Answer = sum) -> float:
     """pass@k averaged over the questions of an evaluation's sampled rows."""
-    check = CONTRACTS[contract]
-    groups = question_groups(rows, samples)
-    values = [pass_at_k(samples, sum(check(r[:2], r[2], r[3], answer(r[:2])) for r in group), k)
-              for group in groups]
+    return _mean_pass_at_k(_accepted_per_question(rows, samples, contract, answer), samples, k)
+
+
+def _accepted_per_question(rows: Sequence[Sequence[Any]], samples: int, contract: str,
+                           answer: Answer) -> list[int]:
+    return [count_under(group, contract, answer) for group in question_groups(rows, samples)]
+
+
+def _mean_pass_at_k(accepted: Sequence[int], samples: int, k: int) -> float:
+    values = [pass_at_k(samples, c, k) for c in accepted]
     return sum(values) / len(values)
 
 
@@ -170,8 +187,8 @@ def _band(columns: Sequence[Sequence[float]]) -> Band:
                 high=tuple(max(v) for v in by_position))
 
 
-def _step_series(step: dict[str, Any], answer: Answer) -> dict[str, float]:
-    rows = step["rows"]
+def _step_series(step: dict[str, Any], rows: Sequence[Row], answer: Answer,
+                 contracts: Sequence[str]) -> dict[str, float]:
     n = len(rows)
     updates = step["updates"]
 
@@ -179,15 +196,14 @@ def _step_series(step: dict[str, Any], answer: Answer) -> dict[str, float]:
         return sum(u[key] for u in updates) / len(updates)
 
     return {
-        "strict_reward": count_under(rows, "strict", answer) / n,
-        "substring_reward": count_under(rows, "substring", answer) / n,
+        **{f"{name}_reward": count_under(rows, name, answer) / n for name in contracts},
         "zero_variance_groups": float(step["zero_variance_groups"]),
         "kl": mean_update("kl"), "entropy": mean_update("entropy"),
         "ratio_outside_clip": mean_update("ratio_outside_clip"),
         "gradient_norm_before_clip": mean_update("gradient_norm_before_clip"),
         "loss": mean_update("loss"),
-        "mean_tokens": sum(len(r[2]) + int(r[3]) for r in rows) / n,
-        "truncated": sum(not r[3] for r in rows) / n,
+        "mean_tokens": sum(row.tokens for row in rows) / n,
+        "truncated": sum(not row.terminated for row in rows) / n,
     }
 
 
@@ -197,22 +213,31 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
         raise ValueError("the record holds no completed seed")
     samples = plan["eval_samples"]
     answer = answer_function(plan)
+    contracts = plan_contracts(plan)
+    reference = contracts[0]
+    wanted = outcome_metrics(contracts)
+    # each seed's rows by where they sit (kept per run, as a record may repeat a seed)
+    blocks = [rows_by_place(iter_run_rows(run)) for run in runs]
+
+    def block(index: int, stage: str, split: str | None, step: int | None,
+              decoding: str) -> list[Row]:
+        return blocks[index][Place(runs[index]["seed"], stage, split, step, decoding)]
+
     stages = tuple(runs[0]["evaluations"])
     splits = tuple(runs[0]["evaluations"][stages[0]])
     arms = tuple(a for a in arm_names(plan) if all(a in run.get("training", {}) for run in runs))
 
     # per (stage, split, decoding, metric): one value per seed, in seed order
     values: dict[tuple[str, str, str, str], list[float]] = {}
-    for run in runs:
+    for index in range(len(runs)):
         for stage in stages:
             for split in splits:
-                decoded = run["evaluations"][stage][split]
                 for decoding, count in (("greedy", 1), ("sampled", samples)):
-                    result = evaluate(decoded[decoding], count, answer)
-                    computed = {"strict_rate": result["strict_rate"],
-                                "substring_rate": result["substring_rate"],
-                                "coverage": result["covered"] / result["questions"]}
-                    for metric in OUTCOME_METRICS[decoding]:
+                    result = evaluate(block(index, stage, split, None, decoding), count,
+                                      answer, contracts)
+                    computed = {metric: result[metric] for metric in wanted["greedy"]}
+                    computed["coverage"] = result["covered"] / result["questions"]
+                    for metric in wanted[decoding]:
                         values.setdefault((stage, split, decoding, metric), []).append(
                             computed[metric])
 
@@ -226,20 +251,24 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                                 value=interval(per_seed), change_from_sft=change))
 
     gaps = []
-    for stage in stages:
-        for split in splits:
-            strict = values[(stage, split, "sampled", "strict_rate")]
-            substring = values[(stage, split, "sampled", "substring_rate")]
-            gaps.append(HackingGap(stage=stage, split=split, gap=interval(
-                [s - t for s, t in zip(substring, strict, strict=True)])))
+    if len(contracts) > 1:
+        for stage in stages:
+            for split in splits:
+                right = values[(stage, split, "sampled", f"{reference}_rate")]
+                paid = values[(stage, split, "sampled", f"{contracts[1]}_rate")]
+                gaps.append(HackingGap(stage=stage, split=split, gap=interval(
+                    [p - r for p, r in zip(paid, right, strict=True)])))
 
     ks = tuple(range(1, samples + 1))
     curves = []
     for stage in stages:
         for split in splits:
-            per_seed = tuple(tuple(mean_pass_at_k(run["evaluations"][stage][split]["sampled"],
-                                                  samples, k, answer=answer) for k in ks)
-                             for run in runs)
+            # each question's accepted count once per seed, then every k from it
+            accepted = [_accepted_per_question(block(index, stage, split, None, "sampled"),
+                                               samples, reference, answer)
+                        for index in range(len(runs))]
+            per_seed = tuple(tuple(_mean_pass_at_k(counts, samples, k) for k in ks)
+                             for counts in accepted)
             per_k = [interval([curve[i] for curve in per_seed]) for i in range(len(ks))]
             curves.append(PassAtK(stage=stage, split=split, k=ks, per_seed=per_seed,
                                   mean=tuple(i.mean for i in per_k),
@@ -248,11 +277,12 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
 
     dynamics = []
     for arm in arms:
-        per_seed_steps = [[_step_series(step, answer) for step in run["training"][arm]]
-                          for run in runs]
+        per_seed_steps = [[_step_series(step, block(index, arm, None, step["step"], ROLLOUT),
+                                        answer, contracts)
+                           for step in run["training"][arm]] for index, run in enumerate(runs)]
         steps = tuple(step["step"] for step in runs[0]["training"][arm])
         series = {name: _band([[s[name] for s in seed_steps] for seed_steps in per_seed_steps])
-                  for name in DYNAMICS_SERIES}
+                  for name in dynamics_series(contracts)}
         dynamics.append(Dynamics(arm=arm, steps=steps, series=series))
 
     sft_loss = _band([run["sft_loss"] for run in runs])
@@ -262,7 +292,8 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                     splits=splits, eval_samples=samples, interval_method=INTERVAL_METHOD,
                     band_method=BAND_METHOD, outcomes=tuple(outcomes),
                     hacking_gaps=tuple(gaps), pass_at_k=tuple(curves),
-                    dynamics=tuple(dynamics), sft_loss=sft_loss, compute=compute)
+                    dynamics=tuple(dynamics), sft_loss=sft_loss, compute=compute,
+                    contracts=contracts)
 
 
 def _compute(runs: list[dict[str, Any]], plan: dict[str, Any],

@@ -13,9 +13,14 @@ from typing import Any
 
 from postlab.analysis.metrics import coverage, metrics
 from postlab.plan.frozen import split_by_unordered_pair
+from postlab.records.rows import Row
 from postlab.rl.groups import contrast_probability, expected_groups_until_contrast, group_advantages
 from postlab.rl.losses import clipped_term, token_coefficients
+from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
 from postlab.tasks.contracts import score
+
+#: The teaching task's contracts: the reference rule ("correct") and the gameable one.
+REFERENCE, GAMEABLE = ARITHMETIC_CONTRACTS
 
 
 @dataclass(frozen=True)
@@ -34,11 +39,11 @@ def exercise_1() -> Exercise:
     cases = [((5, 5), "1010", True), ((0, 1), "1", False)]
     values, lines = {}, []
     for pair, text, terminated in cases:
-        got = {name: score(name, pair, text, terminated) for name in ("strict", "substring")}
+        got = {name: score(Row(*pair, text, terminated), name) for name in ARITHMETIC_CONTRACTS}
         values[text] = got
         state = "terminated" if terminated else "not terminated"
         lines.append(f"{pair[0]}+{pair[1]}, output {text!r} ({state}): "
-                     f"strict={got['strict']} substring={got['substring']}")
+                     + " ".join(f"{name}={ok}" for name, ok in got.items()))
     return Exercise(1, "strict vs substring contract", values, lines)
 
 
@@ -106,9 +111,10 @@ def exercise_7() -> Exercise:
         batch = rows(successes)
         m = metrics(batch)
         covered = coverage(batch, 4)
-        values[name] = {"correct": m["strict"], "accuracy": m["strict_rate"],
+        values[name] = {"correct": m[REFERENCE], "accuracy": m[f"{REFERENCE}_rate"],
                         "covered": covered}
-        lines.append(f"{name}: correct {m['strict']}/8 (accuracy {m['strict_rate']:.2f}), "
+        lines.append(f"{name}: correct {m[REFERENCE]}/8 "
+                     f"(accuracy {m[f'{REFERENCE}_rate']:.2f}), "
                      f"covered {covered}/2 questions")
     return Exercise(7, "accuracy vs coverage", values, lines)
 
@@ -117,10 +123,10 @@ def exercise_10() -> Exercise:
     cases = [((3, 4), "7"), ((3, 4), "007"), ((5, 5), "010")]
     values, lines = {}, []
     for pair, text in cases:
-        got = {name: score(name, pair, text, True) for name in ("strict", "exact")}
+        got = {name: score(Row(*pair, text, True), name) for name in (REFERENCE, "exact")}
         values[text] = got
         lines.append(f"{pair[0]}+{pair[1]}, output {text!r} (terminated): "
-                     f"strict={got['strict']} exact={got['exact']}")
+                     + " ".join(f"{name}={ok}" for name, ok in got.items()))
     return Exercise(10, "a stricter contract: exact", values, lines)
 
 

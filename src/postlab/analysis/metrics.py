@@ -1,75 +1,99 @@
 """Metrics over raw output rows, and the per-seed, per-stage, per-split summary.
 
-A row is ``[a, b, text, terminated]``: the question's operands, the visible output, and whether
-EOS was emitted. Every reported number is computed from such rows, never stored on its own.
+A row is a :class:`~postlab.records.rows.Row`: the question's operands, the visible output,
+and whether EOS was emitted. Every reported number is computed from such rows, never stored on
+its own. Rows are scored under the contracts the caller names (a plan's come from
+:func:`~postlab.tasks.arithmetic.plan_contracts`); the first of them decides coverage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from postlab.tasks.contracts import CONTRACTS
+from postlab.records.rows import Row, iter_run_rows, rows_by_place
+from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, answer_function, plan_contracts
+from postlab.tasks.contracts import Answer, score
 
-Row = Sequence[Any]
-#: The task's answer for an operand pair; the teaching task's is the sum.
-Answer = Callable[[Sequence[int]], int]
+__all__ = ["Answer", "count_under", "coverage", "evaluate", "metrics", "question_groups",
+           "summarize", "summary_for"]
+
+#: Keys of a metrics entry that are not contract counts; a contract may not take these names.
+RESERVED = frozenset({"n", "mean_tokens", "truncated", "covered", "questions"})
 
 
-def count_under(rows: Iterable[Row], contract: str, answer: Answer = sum) -> int:
-    check = CONTRACTS[contract]
-    return sum(check(row[:2], row[2], row[3], answer(row[:2])) for row in rows)
+def count_under(rows: Iterable[Sequence[Any]], contract: str, answer: Answer = sum) -> int:
+    return sum(score(Row.of(row), contract, answer) for row in rows)
 
 
-def metrics(rows: Sequence[Row], answer: Answer = sum) -> dict[str, Any]:
-    """Counts and rates under both teaching contracts, mean tokens (EOS counts) and truncations."""
+def metrics(rows: Sequence[Sequence[Any]], answer: Answer = sum,
+            contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> dict[str, Any]:
+    """Counts and rates under each contract, mean tokens (EOS counts) and truncations.
+
+    Keys, in order: ``n``, one count per contract, one ``<contract>_rate`` per contract,
+    ``mean_tokens``, ``truncated`` (the teaching contracts give the reference's summary keys).
+    """
     n = len(rows)
     if n == 0:
         raise ValueError("metrics need at least one row")
-    strict = count_under(rows, "strict", answer)
-    substring = count_under(rows, "substring", answer)
-    return {
-        "n": n, "strict": strict, "substring": substring,
-        "strict_rate": strict / n, "substring_rate": substring / n,
-        "mean_tokens": sum(len(row[2]) + int(row[3]) for row in rows) / n,
-        "truncated": sum(not row[3] for row in rows),
-    }
+    clash = RESERVED.intersection(contracts)
+    if clash:
+        raise ValueError(f"a contract cannot be named {', '.join(sorted(clash))} in metrics")
+    typed = [Row.of(row) for row in rows]
+    counts = {name: count_under(typed, name, answer) for name in contracts}
+    return {"n": n, **counts, **{f"{name}_rate": count / n for name, count in counts.items()},
+            "mean_tokens": sum(row.tokens for row in typed) / n,
+            "truncated": sum(not row.terminated for row in typed)}
 
 
-def question_groups(rows: Sequence[Row], samples: int) -> list[Sequence[Row]]:
+def question_groups(rows: Sequence[Sequence[Any]], samples: int) -> list[list[Row]]:
     """Split rows into consecutive blocks of ``samples`` answers to the same question."""
     if samples <= 0 or len(rows) % samples:
         raise ValueError(f"{len(rows)} rows do not form groups of {samples}")
-    groups = [rows[i:i + samples] for i in range(0, len(rows), samples)]
+    typed = [Row.of(row) for row in rows]
+    groups = [typed[i:i + samples] for i in range(0, len(typed), samples)]
     for group in groups:
-        first = list(group[0][:2])
-        if any(list(row[:2]) != first for row in group):
-            raise ValueError(f"a group of {samples} rows mixes questions (first {first})")
+        first = group[0].pair
+        if any(row.pair != first for row in group):
+            raise ValueError(f"a group of {samples} rows mixes questions (first {list(first)})")
     return groups
 
 
-def coverage(rows: Sequence[Row], samples: int, contract: str = "strict",
-             answer: Answer = sum) -> int:
+def coverage(rows: Sequence[Sequence[Any]], samples: int,
+             contract: str = ARITHMETIC_CONTRACTS[0], answer: Answer = sum) -> int:
     """Questions with at least one accepted answer among their samples (pass@samples count)."""
     return sum(count_under(group, contract, answer) > 0
                for group in question_groups(rows, samples))
 
 
-def evaluate(rows: Sequence[Row], samples: int, answer: Answer = sum) -> dict[str, Any]:
-    """Metrics plus coverage: ``covered`` of ``questions`` had a strict success."""
-    covered = coverage(rows, samples, answer=answer)
-    return dict(metrics(rows, answer), covered=covered, questions=len(rows) // samples)
+def evaluate(rows: Sequence[Sequence[Any]], samples: int, answer: Answer = sum,
+             contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> dict[str, Any]:
+    """Metrics plus coverage: ``covered`` of ``questions`` had a success under the first
+    contract."""
+    covered = coverage(rows, samples, contracts[0], answer)
+    return dict(metrics(rows, answer, contracts), covered=covered,
+                questions=len(rows) // samples)
 
 
-def summarize(record: dict[str, Any], eval_samples: int,
-              answer: Answer = sum) -> list[dict[str, Any]]:
+def summarize(record: dict[str, Any], eval_samples: int, answer: Answer = sum,
+              contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> list[dict[str, Any]]:
     """One entry per seed and stage, each split scored greedy (1 sample) and sampled."""
     summary = []
     for run in record["runs"]:
-        for stage, splits in run["evaluations"].items():
-            entry: dict[str, Any] = {"seed": run["seed"], "stage": stage}
-            for split, decoded in splits.items():
-                entry[split] = {"greedy": evaluate(decoded["greedy"], 1, answer),
-                                "sampled": evaluate(decoded["sampled"], eval_samples, answer)}
-            summary.append(entry)
+        blocks = rows_by_place(iter_run_rows(run, training=False))
+        entries: dict[str, dict[str, Any]] = {}
+        for place in blocks:
+            entry = entries.setdefault(place.stage, {"seed": place.seed, "stage": place.stage})
+            if place.split in entry:
+                continue
+            greedy, sampled = (blocks.get(place._replace(decoding=d), [])
+                               for d in ("greedy", "sampled"))
+            entry[place.split] = {"greedy": evaluate(greedy, 1, answer, contracts),
+                                  "sampled": evaluate(sampled, eval_samples, answer, contracts)}
+        summary += entries.values()
     return summary
+
+
+def summary_for(record: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary a plan's run writes: its samples, its task's answers, its contracts."""
+    return summarize(record, plan["eval_samples"], answer_function(plan), plan_contracts(plan))

@@ -22,10 +22,11 @@ from torch.nn import functional as F
 from postlab.analysis.metrics import metrics
 from postlab.engines.rollout import generate, to_rows
 from postlab.policies import Policy
+from postlab.records.rows import Row
 from postlab.rl import objective
 from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
-from postlab.tasks.arithmetic import task_for
-from postlab.tasks.contracts import CONTRACTS
+from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, task_for
+from postlab.tasks.contracts import CONTRACTS, score
 
 #: Called after each RL step with (step, rollout rows); used for progress display.
 StepHook = Callable[[int, list], None]
@@ -161,7 +162,7 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
 
     Returns the trained model, the per-step history and the compute it used.
     """
-    contract = CONTRACTS[contract_name]
+    CONTRACTS[contract_name]  # an unknown contract fails here, before any training
     answer = task_for(plan).answer
     advantage_fn = ADVANTAGES[resolve("advantage", plan["advantage"])].fn
     reduce = REDUCTIONS[resolve("loss_reduction", plan["loss_reduction"])].fn
@@ -178,9 +179,10 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
                "examples_seen": 0}
 
     def rewards_of(rows: list) -> torch.Tensor:
-        compute["completions"] += len(rows)
-        compute["tokens_generated"] += sum(len(r[2]) + int(r[3]) for r in rows)
-        return torch.tensor([contract(r[:2], r[2], r[3], answer(r[:2])) for r in rows],
+        typed = [Row.of(r) for r in rows]
+        compute["completions"] += len(typed)
+        compute["tokens_generated"] += sum(row.tokens for row in typed)
+        return torch.tensor([score(row, contract_name, answer) for row in typed],
                             dtype=torch.float32, device=model.device)
 
     history = []
@@ -242,7 +244,8 @@ def sft_compute(plan: dict[str, Any], steps: int) -> dict[str, int]:
             "examples_seen": steps * plan["sft_batch"]}
 
 
-def rollout_rates(rows: list, answer: Callable = sum) -> tuple[float, float]:
-    """Strict and substring acceptance of one step's rollouts, for progress lines."""
-    m = metrics(rows, answer)
-    return m["strict_rate"], m["substring_rate"]
+def rollout_rates(rows: list, answer: Callable = sum,
+                  contracts: tuple[str, ...] = ARITHMETIC_CONTRACTS) -> dict[str, float]:
+    """Acceptance of one step's rollouts under each contract, for progress lines."""
+    m = metrics(rows, answer, contracts)
+    return {name: m[f"{name}_rate"] for name in contracts}

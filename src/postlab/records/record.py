@@ -20,6 +20,7 @@ from typing import Any
 from postlab.errors import UserError
 from postlab.jsonio import parse_json, read_bytes
 from postlab.plan.frozen import LoadedPlan
+from postlab.records.rows import Row
 
 BUNDLED_RUN = "teaching-run"
 RECORD_NAMES = ("record.json", "record.json.gz")
@@ -179,9 +180,10 @@ def _row(row: Any, where: str) -> None:
             or type(row[1]) is not int or not isinstance(row[2], str)
             or type(row[3]) is not bool):
         raise UserError(f"{where}: expected a row [a, b, text, terminated], got {row!r:.80}")
-    _operand(row[0], where)
-    _operand(row[1], where)
-    if len(row[2]) > MAX_TEXT:
+    typed = Row.of(row)
+    _operand(typed.a, where)
+    _operand(typed.b, where)
+    if len(typed.text) > MAX_TEXT:
         raise UserError(f"{where}: the answer text is longer than any plan allows")
 
 
@@ -409,8 +411,8 @@ def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[s
                 problems.append(f"seed {seed}, stage {stage}: splits {list(splits)}")
                 continue
             for split, pairs in plan["split"].items():
-                greedy = [row[:2] for row in splits[split]["greedy"]]
-                sampled = [row[:2] for row in splits[split]["sampled"]]
+                greedy = [list(Row.of(row).pair) for row in splits[split]["greedy"]]
+                sampled = [list(Row.of(row).pair) for row in splits[split]["sampled"]]
                 expected = [p for p in pairs for _ in range(plan["eval_samples"])]
                 if greedy != pairs or sampled != expected:
                     problems.append(f"seed {seed}, stage {stage}, split {split}: questions or "
@@ -429,7 +431,7 @@ def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[s
                 continue
             for step in history:
                 rows = step["rows"]
-                questions = [tuple(r[:2]) for r in rows]
+                questions = [Row.of(r).pair for r in rows]
                 bad_rows = len(rows) != per_step or ("sampling" in step and (
                     step["sampling"]["drawn"] != step["sampling"]["kept"]
                     + step["sampling"]["dropped"]))

@@ -7,11 +7,11 @@ trained on it. Training under the new rule is another experiment, not a re-score
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.tasks.contracts import CONTRACTS
+from postlab.records.rows import iter_run_rows, rows_by_place
+from postlab.tasks.contracts import CONTRACTS, Answer, score
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,38 +47,35 @@ def _leading_zero(text: str) -> bool:
 
 
 def rescore(record: dict[str, Any], trained: dict[str, str], contracts: list[str],
-            split: str | None = None, answer: Callable[[Sequence[int]], int] = sum) -> Rescore:
+            split: str | None = None, answer: Answer = sum) -> Rescore:
     """Score every evaluation row under each contract; ``split`` limits to one split.
 
     ``trained`` maps each RL stage to the contract it was trained on.
     """
-    checkers = {name: CONTRACTS[name] for name in contracts}
+    for name in contracts:
+        CONTRACTS[name]  # an unknown name fails before any row is read
     rows, gap_counts = [], {}
     for run in record["runs"]:
-        for stage, splits in run["evaluations"].items():
-            for split_name, decoded in splits.items():
-                if split is not None and split_name != split:
-                    continue
-                for decoding, outputs in decoded.items():
-                    accepted = {name: 0 for name in contracts}
-                    for a, b, text, terminated in outputs:
-                        expected = answer((a, b))
-                        verdicts = {name: check((a, b), text, terminated, expected)
-                                    for name, check in checkers.items()}
-                        for name, ok in verdicts.items():
-                            accepted[name] += ok
-                        for i, first in enumerate(contracts):
-                            for second in contracts[i + 1:]:
-                                for looser, stricter in ((first, second), (second, first)):
-                                    if verdicts[looser] and not verdicts[stricter]:
-                                        key = (looser, stricter)
-                                        only, zeros = gap_counts.get(key, (0, 0))
-                                        gap_counts[key] = (only + 1,
-                                                           zeros + _leading_zero(text))
-                    rows.append(ScoreRow(seed=run["seed"], stage=stage,
-                                         trained_on=trained.get(stage),
-                                         split=split_name, decoding=decoding, n=len(outputs),
-                                         accepted=accepted))
+        # per run, so a block is one seed's even where a record repeats a seed
+        blocks = rows_by_place(iter_run_rows(run, training=False))
+        for place, outputs in blocks.items():
+            if split is not None and place.split != split:
+                continue
+            accepted = {name: 0 for name in contracts}
+            for row in outputs:
+                verdicts = {name: score(row, name, answer) for name in contracts}
+                for name, ok in verdicts.items():
+                    accepted[name] += ok
+                for i, first in enumerate(contracts):
+                    for second in contracts[i + 1:]:
+                        for looser, stricter in ((first, second), (second, first)):
+                            if verdicts[looser] and not verdicts[stricter]:
+                                key = (looser, stricter)
+                                only, zeros = gap_counts.get(key, (0, 0))
+                                gap_counts[key] = (only + 1, zeros + _leading_zero(row.text))
+            rows.append(ScoreRow(seed=place.seed, stage=place.stage,
+                                 trained_on=trained.get(place.stage), split=place.split,
+                                 decoding=place.decoding, n=len(outputs), accepted=accepted))
     gaps = []
     for i, first in enumerate(contracts):
         for second in contracts[i + 1:]:

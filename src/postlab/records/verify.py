@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 
-from postlab.analysis.metrics import summarize
+from postlab.analysis.metrics import summary_for
 from postlab.engines.rollout import evaluate_model
 from postlab.errors import UserError
 from postlab.jsonio import parse_json, read_bytes
@@ -35,7 +35,6 @@ from postlab.records.record import (
 )
 from postlab.runs import numerics
 from postlab.runs.checkpoint import CheckpointError, check_kind, load_checkpoint
-from postlab.tasks.arithmetic import answer_function
 
 Status = Literal["pass", "fail", "warn", "skip"]
 
@@ -149,7 +148,7 @@ def _check_summary(record: dict[str, Any], plan: dict[str, Any] | None,
     if unfit:
         return Check(name="summary", status="fail", detail="cannot recompute the summary: "
                                                              + unfit[0])
-    fresh = summarize(record, plan["eval_samples"], answer_function(plan))
+    fresh = summary_for(record, plan)
     if stored == summary_bytes(fresh):
         return Check(name="summary", status="pass",
                      detail="summary.json is, byte for byte, the summary of the raw rows")

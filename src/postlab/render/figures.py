@@ -10,8 +10,8 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
-from postlab.analysis.aggregate import Analysis
-from postlab.render.labels import LABELS, stage_label
+from postlab.analysis.aggregate import Analysis, HackingGap
+from postlab.render.labels import LABELS, metric_label, stage_label
 
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Source Han Sans SC", "WenQuanYi Micro Hei",
              "WenQuanYi Zen Hei", "SimHei", "Microsoft YaHei", "PingFang SC")
@@ -63,6 +63,22 @@ def _errors(mean: float, low: float | None, high: float | None) -> tuple[float, 
     return mean - low, high - mean
 
 
+def _gap_figure(gaps: list[HackingGap], words: dict[str, str], lang: str,
+                split: str) -> Figure:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    means = [g.gap.mean for g in gaps]
+    errs = list(zip(*[_errors(g.gap.mean, g.gap.low, g.gap.high) for g in gaps],
+                    strict=True))
+    ax.bar(range(len(gaps)), means, yerr=errs, capsize=4, color="tab:red")
+    for i, g in enumerate(gaps):
+        ax.plot([i] * len(g.gap.per_seed), g.gap.per_seed, "k.", markersize=4)
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(gaps)), [stage_label(g.stage, lang) for g in gaps])
+    ax.set_title(f"{words['fig_gap']} ({split})")
+    return _save(fig, "hacking_gap", words["fig_gap"])
+
+
 def draw_figures(analysis: Analysis, lang: str, split: str = "test") -> list[Figure]:
     import matplotlib
 
@@ -79,8 +95,9 @@ def draw_figures(analysis: Analysis, lang: str, split: str = "test") -> list[Fig
 
         # 1. held-out outcomes with intervals and per-seed points
         fig, ax = plt.subplots(figsize=(7.5, 3.6))
-        series = [("greedy", "strict_rate"), ("sampled", "strict_rate"),
-                  ("sampled", "substring_rate"), ("sampled", "coverage")]
+        rates = [f"{name}_rate" for name in analysis.contracts]
+        series = [("greedy", rates[0]), *(("sampled", rate) for rate in rates),
+                  ("sampled", "coverage")]
         width = 0.8 / len(series)
         for j, (decoding, metric) in enumerate(series):
             means, errs, points = [], ([], []), []
@@ -93,7 +110,7 @@ def draw_figures(analysis: Analysis, lang: str, split: str = "test") -> list[Fig
                 points.append(item.per_seed)
             xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(stages))]
             ax.bar(xs, means, width, yerr=errs, capsize=3,
-                   label=f"{words[decoding]}: {words[metric]}")
+                   label=f"{words[decoding]}: {metric_label(metric, lang)}")
             for x, seeds in zip(xs, points, strict=True):
                 ax.plot([x] * len(seeds), seeds, "k.", markersize=3)
         ax.set_xticks(range(len(stages)), names)
@@ -102,20 +119,10 @@ def draw_figures(analysis: Analysis, lang: str, split: str = "test") -> list[Fig
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
         figures.append(_save(fig, "outcomes", words["fig_outcomes"]))
 
-        # 2. reward hacking gap
-        fig, ax = plt.subplots(figsize=(5, 3.2))
+        # 2. reward hacking gap (a task judged by one contract has none)
         gaps = [g for g in analysis.hacking_gaps if g.split == split]
-        means = [g.gap.mean for g in gaps]
-        errs = list(zip(*[_errors(g.gap.mean, g.gap.low, g.gap.high) for g in gaps],
-                        strict=True))
-        ax.bar(range(len(gaps)), means, yerr=errs, capsize=4, color="tab:red")
-        for i, g in enumerate(gaps):
-            ax.plot([i] * len(g.gap.per_seed), g.gap.per_seed, "k.", markersize=4)
-        ax.axhline(0, color="grey", linewidth=0.8)
-        ax.set_xticks(range(len(gaps)), [stage_label(g.stage, lang) for g in gaps])
-        ax.set_title(f"{words['fig_gap']} ({split})")
-        figures.append(_save(fig, "hacking_gap", words["fig_gap"]))
-
+        if gaps:
+            figures.append(_gap_figure(gaps, words, lang, split))
         # 3. pass@k curves
         fig, ax = plt.subplots(figsize=(5.5, 3.4))
         for curve in analysis.pass_at_k:
@@ -147,7 +154,7 @@ def draw_figures(analysis: Analysis, lang: str, split: str = "test") -> list[Fig
                                     label=stage_label(dyn.arm, lang))
                     ax.fill_between(dyn.steps, band.low, band.high, alpha=0.2,
                                     color=line.get_color())
-                ax.set_title(words[name], fontsize=8)
+                ax.set_title(metric_label(name, lang), fontsize=8)
                 ax.set_xlabel(words["step"], fontsize=7)
             for index in range(len(names_series), rows * cols):
                 axes[index // cols][index % cols].axis("off")

@@ -1,6 +1,12 @@
-"""Words of the reports in each language, kept apart from layout and from numbers."""
+"""Words of the reports in each language, kept apart from layout and from numbers.
+
+Words about a particular contract are not here: each contract registers its own
+(:data:`postlab.tasks.contracts.CONTRACT_WORDS`), and :func:`metric_label` looks them up.
+"""
 
 from __future__ import annotations
+
+from postlab.tasks.contracts import CONTRACTS, describe
 
 LABELS: dict[str, dict[str, str]] = {
     "en": {
@@ -10,19 +16,16 @@ LABELS: dict[str, dict[str, str]] = {
         "stage": "stage", "decoding": "decoding", "metric": "metric",
         "per_seed": "per seed", "mean_ci": "mean [95% CI]",
         "change": "change from SFT [95% CI]",
-        "hacking": "Reward hacking gap: substring acceptance minus strict success "
-                   "(sampled, {split} split)",
+        "hacking": "Reward hacking gap: {paid} minus {right} (sampled, {split} split)",
         "gap": "gap [95% CI]",
-        "pass_at_k": "pass@k on the {split} split (unbiased estimator, strict contract)",
+        "pass_at_k": "pass@k on the {split} split (unbiased estimator, {contract} contract)",
         "dynamics": "Training dynamics (mean over seeds; band: lowest to highest seed)",
         "series": "series", "first_steps": "first 10% of steps", "last_steps": "last 10% of steps",
         "sft_loss": "SFT loss", "step": "step",
         "interval_method": "Intervals: {method}.",
         "greedy": "greedy", "sampled": "sampled",
-        "strict_rate": "strict success", "substring_rate": "substring acceptance",
         "coverage": "coverage",
         "initial": "SFT", "arm": "RL under {arm}",
-        "strict_reward": "strict reward rate", "substring_reward": "substring reward rate",
         "zero_variance_groups": "zero-variance groups", "kl": "KL to SFT", "entropy": "entropy",
         "ratio_outside_clip": "ratio outside clip", "gradient_norm_before_clip":
             "gradient norm before clip", "loss": "loss", "mean_tokens": "mean tokens",
@@ -47,18 +50,16 @@ LABELS: dict[str, dict[str, str]] = {
         "stage": "阶段", "decoding": "解码", "metric": "指标",
         "per_seed": "各种子", "mean_ci": "均值 [95% 区间]",
         "change": "相对 SFT 的变化 [95% 区间]",
-        "hacking": "奖励投机差距：子串接受率减严格正确率（采样，{split} 划分）",
+        "hacking": "奖励投机差距：{paid}减{right}（采样，{split} 划分）",
         "gap": "差距 [95% 区间]",
-        "pass_at_k": "{split} 划分上的 pass@k（无偏估计，严格契约）",
+        "pass_at_k": "{split} 划分上的 pass@k（无偏估计，{contract}契约）",
         "dynamics": "训练动态（种子均值；带：最低到最高种子）",
         "series": "序列", "first_steps": "前 10% 步", "last_steps": "后 10% 步",
         "sft_loss": "SFT 损失", "step": "步",
         "interval_method": "区间：{method}。",
         "greedy": "贪心", "sampled": "采样",
-        "strict_rate": "严格正确率", "substring_rate": "子串接受率",
         "coverage": "覆盖率",
         "initial": "SFT", "arm": "RL（{arm}）",
-        "strict_reward": "严格奖励率", "substring_reward": "子串奖励率",
         "zero_variance_groups": "零方差组数", "kl": "对 SFT 的 KL", "entropy": "熵",
         "ratio_outside_clip": "比值出界比例", "gradient_norm_before_clip": "裁剪前梯度范数",
         "loss": "损失", "mean_tokens": "平均词元数", "truncated": "截断比例",
@@ -78,9 +79,32 @@ LABELS: dict[str, dict[str, str]] = {
 def stage_label(stage: str, lang: str) -> str:
     """'SFT' for the SFT model; 'RL under X' for an arm named after contract X; else the
     arm's own name (pipeline arms are named by the plan)."""
-    from postlab.tasks.contracts import CONTRACTS
-
     words = LABELS[lang]
     if stage == "initial":
         return words["initial"]
     return words["arm"].format(arm=stage) if stage in CONTRACTS else stage
+
+
+def metric_label(key: str, lang: str) -> str:
+    """Words for a metric or series key: fixed ones from :data:`LABELS`; a contract's own
+    (``<contract>_rate``, ``<contract>_reward``) from the words that contract registered."""
+    words = LABELS[lang]
+    if key in words:
+        return words[key]
+    contract, _, kind = key.rpartition("_")
+    if kind == "rate":
+        return describe(contract, lang).rate
+    if kind == "reward":
+        return describe(contract, lang).reward
+    raise KeyError(key)
+
+
+def hacking_title(contracts: tuple[str, ...], lang: str, split: str) -> str:
+    """The hacking-gap heading: the second contract's acceptance minus the first's."""
+    return LABELS[lang]["hacking"].format(paid=describe(contracts[1], lang).rate,
+                                          right=describe(contracts[0], lang).rate, split=split)
+
+
+def pass_at_k_title(contracts: tuple[str, ...], lang: str, split: str) -> str:
+    return LABELS[lang]["pass_at_k"].format(contract=describe(contracts[0], lang).name,
+                                            split=split)

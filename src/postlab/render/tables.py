@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 
 from postlab.analysis.aggregate import Analysis, Interval
-from postlab.render.labels import LABELS, stage_label
+from postlab.render.labels import LABELS, hacking_title, metric_label, pass_at_k_title, stage_label
 
 #: k values shown in the pass@k table (the figure shows every k).
 SHOWN_K = (1, 2, 4, 8, 16, 32, 64)
@@ -41,7 +41,8 @@ def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Tab
                 change = (fmt_interval(item.change_from_sft, lang)
                           if item.change_from_sft else "—")
                 outcome_rows.append((stage_label(stage, lang), words[decoding],
-                                     words[item.metric], fmt_seeds(item.value.per_seed),
+                                     metric_label(item.metric, lang),
+                                     fmt_seeds(item.value.per_seed),
                                      fmt_interval(item.value, lang), change))
     tables = [Table(words["outcomes"].format(split=split),
                     (words["stage"], words["decoding"], words["metric"], words["per_seed"],
@@ -50,8 +51,9 @@ def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Tab
     gap_rows = tuple((stage_label(g.stage, lang), fmt_seeds(g.gap.per_seed),
                       fmt_interval(g.gap, lang))
                      for g in analysis.hacking_gaps if g.split == split)
-    tables.append(Table(words["hacking"].format(split=split),
-                        (words["stage"], words["per_seed"], words["gap"]), gap_rows))
+    if len(analysis.contracts) > 1:
+        tables.append(Table(hacking_title(analysis.contracts, lang, split),
+                            (words["stage"], words["per_seed"], words["gap"]), gap_rows))
 
     shown = [k for k in SHOWN_K if k <= analysis.eval_samples]
     if analysis.eval_samples not in shown:
@@ -66,7 +68,7 @@ def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Tab
             cells.append(fmt_interval(Interval(per_seed=(), mean=curve.mean[i], low=curve.low[i],
                                                high=curve.high[i]), lang))
         pass_rows.append((stage_label(curve.stage, lang), *cells))
-    tables.append(Table(words["pass_at_k"].format(split=split),
+    tables.append(Table(pass_at_k_title(analysis.contracts, lang, split),
                         (words["stage"], *[f"pass@{k}" for k in shown]), tuple(pass_rows)))
 
     dyn_rows = []
@@ -76,7 +78,7 @@ def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Tab
         for name, band in dyn.series.items():
             first = sum(band.mean[:tenth]) / tenth
             last = sum(band.mean[-tenth:]) / tenth
-            dyn_rows.append((stage_label(dyn.arm, lang), words[name], f"{first:.3f}",
+            dyn_rows.append((stage_label(dyn.arm, lang), metric_label(name, lang), f"{first:.3f}",
                              f"{last:.3f}"))
     if analysis.compute:
         keys = list(analysis.compute[0].own)
@@ -92,9 +94,12 @@ def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Tab
 
 
 def to_json(analysis: Analysis) -> str:
-    """The documented, stable JSON form (docs/report-json.md): the analysis as plain data."""
-    return json.dumps(dataclasses.asdict(analysis), ensure_ascii=False, indent=2,
-                      allow_nan=False) + "\n"
+    """The documented, stable JSON form (docs/report-json.md): the analysis as plain data.
+
+    ``contracts`` is left out: schema 1 names them in its metric and series keys already."""
+    data = dataclasses.asdict(analysis)
+    del data["contracts"]
+    return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
 
 
 def to_markdown(analysis: Analysis, lang: str, split: str = "test") -> str:

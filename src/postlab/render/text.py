@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.analysis.metrics import summarize
+from postlab.analysis.metrics import summary_for
 from postlab.rl.groups import contrast_probability
-from postlab.tasks.arithmetic import answer_function
+from postlab.tasks.arithmetic import plan_contracts
+from postlab.tasks.contracts import describe
 
 #: Success probabilities at which the report shows the chance of a mixed group.
 REPORT_PROBABILITIES = (0.01, 0.5, 0.99)
@@ -21,10 +22,9 @@ REPORT_PROBABILITIES = (0.01, 0.5, 0.99)
 class HeldOutRow:
     seed: int
     stage: str
-    greedy_strict: int
+    greedy_correct: int  # greedy answers accepted by the first contract
     greedy_n: int
-    sampled_strict: int
-    sampled_substring: int
+    sampled_accepted: tuple[int, ...]  # sampled answers accepted, per contract
     sampled_n: int
     covered: int
     questions: int
@@ -34,6 +34,7 @@ class HeldOutRow:
 class Report:
     group_size: int
     eval_samples: int
+    contracts: tuple[str, ...]  # the first decides "correct" and coverage
     contrast: tuple[tuple[float, float], ...]
     held_out: tuple[HeldOutRow, ...]
 
@@ -44,32 +45,45 @@ def build_report(record: dict[str, Any], plan: dict[str, Any],
     # reference's lines byte for byte).
     group_size = plan["group_size"]
     contrast = tuple((p, contrast_probability(p, group_size)) for p in REPORT_PROBABILITIES)
+    contracts = plan_contracts(plan)
     rows = []
-    for entry in summarize(record, plan["eval_samples"], answer_function(plan)):
+    for entry in summary_for(record, plan):
         greedy, sampled = entry[split]["greedy"], entry[split]["sampled"]
         rows.append(HeldOutRow(
             seed=entry["seed"], stage=entry["stage"],
-            greedy_strict=greedy["strict"], greedy_n=greedy["n"],
-            sampled_strict=sampled["strict"], sampled_substring=sampled["substring"],
+            greedy_correct=greedy[contracts[0]], greedy_n=greedy["n"],
+            sampled_accepted=tuple(sampled[name] for name in contracts),
             sampled_n=sampled["n"], covered=sampled["covered"], questions=sampled["questions"]))
-    return Report(group_size=group_size, eval_samples=plan["eval_samples"], contrast=contrast,
-                  held_out=tuple(rows))
+    return Report(group_size=group_size, eval_samples=plan["eval_samples"],
+                  contracts=contracts, contrast=contrast, held_out=tuple(rows))
 
 
+#: Column words come from each contract's registered words: the first contract's column is
+#: shown greedy and sampled, the others' sampled (the teaching contracts give the reference's
+#: "贪心正确 / 采样正确 / 子串接受").
 TEXT = {
     "zh": {
         "contrast": "组内出现不同奖励的概率：",
         "contrast_sized": "组内出现不同奖励的概率（每组 {g} 个回答）：",
-        "table": "留出测试：种子 / 阶段 / 贪心正确 / 采样正确 / 子串接受 / {k}次覆盖",
+        "table": "留出测试：种子 / 阶段 / {columns} / {k}次覆盖",
+        "greedy": "贪心{column}", "sampled": "采样{column}",
     },
     "en": {
         "contrast": "Probability that a group of {g} holds different rewards:",
-        "table": "Held-out test: seed / stage / greedy correct / sampled correct / "
-                 "substring accepted / covered by {k} samples",
+        "table": "Held-out test: seed / stage / {columns} / covered by {k} samples",
+        "greedy": "greedy {column}", "sampled": "sampled {column}",
         # The SFT model is called SFT wherever English is read, as in the tables and figures.
         "stages": {"initial": "SFT"},
     },
 }
+
+
+def _columns(contracts: tuple[str, ...], lang: str) -> str:
+    words = TEXT[lang]
+    first = describe(contracts[0], lang).column
+    return " / ".join([words["greedy"].format(column=first),
+                       words["sampled"].format(column=first),
+                       *(describe(name, lang).column for name in contracts[1:])])
 
 
 def render_text(report: Report, lang: str) -> str:
@@ -79,12 +93,13 @@ def render_text(report: Report, lang: str) -> str:
         "contrast_sized", words["contrast"])
     lines = [heading.format(g=report.group_size)]
     lines += [f"p={p:.2f}: {q:.6f}" for p, q in report.contrast]
-    lines.append(words["table"].format(k=report.eval_samples))
+    lines.append(words["table"].format(columns=_columns(report.contracts, lang),
+                                       k=report.eval_samples))
     # The Chinese layout keeps the record's key ``initial``, as the reference report prints it.
     stages = words.get("stages", {})
     for row in report.held_out:
         stage = stages.get(row.stage, row.stage)
-        lines.append(f"{row.seed:2d} {stage:9s} {row.greedy_strict}/{row.greedy_n} "
-                     f"{row.sampled_strict}/{row.sampled_n} "
-                     f"{row.sampled_substring}/{row.sampled_n} {row.covered}/{row.questions}")
+        sampled = " ".join(f"{count}/{row.sampled_n}" for count in row.sampled_accepted)
+        lines.append(f"{row.seed:2d} {stage:9s} {row.greedy_correct}/{row.greedy_n} "
+                     f"{sampled} {row.covered}/{row.questions}")
     return "\n".join(lines) + "\n"

@@ -34,7 +34,8 @@ from torch.nn import functional as F
 from postlab.rl import objective
 from postlab.rl.algorithms import KL_ESTIMATORS, REDUCTIONS, resolve
 from postlab.plan.arms import arm_specs
-from postlab.tasks.contracts import CONTRACTS
+from postlab.tasks.contracts import score
+from postlab.records.rows import Row
 from postlab.errors import UserError
 from postlab.jsonio import dump_json
 from postlab.policies import POLICIES, Policy, build_policy, policy_kind
@@ -341,13 +342,13 @@ def _time_decode(model: Policy, plan: dict[str, Any],
         return (elapsed / (shape["prompt"] + tokens.shape[1] - 1),)
 
     line = _fit(measure, rows)[0]
-    contract = CONTRACTS[next((arm.contract for arm in arm_specs(plan) if arm.contract),
-                              "strict")]
-    answer = task_for(plan).answer
+    task = task_for(plan)
+    contract = next((arm.contract for arm in arm_specs(plan) if arm.contract),
+                    task.contracts[0])
     start = time.perf_counter()
     made = to_rows(model, output["pairs"], output["tokens"], output["mask"])
     for row in made:
-        contract(row[:2], row[2], row[3], answer(row[:2]))
+        score(Row.of(row), contract, task.answer)
     row_seconds = (time.perf_counter() - start) / len(made)
     start = time.perf_counter()
     dump_json(made)

@@ -36,13 +36,13 @@ from postlab.records.fingerprint import (
 )
 from postlab.records.integrity import compare_digests, run_digests
 from postlab.jsonio import dump_json, publish_bytes, read_bytes, replace_bytes
-from postlab.analysis.metrics import summarize
+from postlab.analysis.metrics import summary_for
 from postlab.policies import Policy, build_policy, policy_kind, policy_placement
 from postlab.plan.frozen import LoadedPlan, parse_plan
 from postlab.runs.progress import Quiet
 from postlab.records.record import load_record, summary_bytes
 from postlab.engines.rollout import evaluate_model
-from postlab.tasks.arithmetic import answer_function
+from postlab.tasks.arithmetic import answer_function, plan_contracts
 from postlab.engines.train import reinforce, rollout_rates, sft_compute, supervised
 from postlab.runs.workers import worker_context
 
@@ -168,12 +168,12 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
         reference = copy.deepcopy(start).requires_grad_(False)
         total = plan["rl_steps"]
         answer = answer_function(plan)
+        contracts = plan_contracts(plan)
 
         def hook(step: int, rows: list) -> None:
             if every and (step % every == 0 or step == total):
-                strict, substring = rollout_rates(rows, answer)
                 _emit({"kind": "rl", "seed": seed, "arm": arm.name, "step": step,
-                       "total": total, "strict": strict, "substring": substring})
+                       "total": total, "rates": rollout_rates(rows, answer, contracts)})
 
         model, result["history"], result["compute"] = reinforce(
             start, reference, plan, seed, arm.contract, hook, label=arm.name)
@@ -325,7 +325,7 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
     if summary_path.exists():
         display.message("the run was already complete; nothing to do")
     else:
-        summary = summarize(record, data["eval_samples"], answer_function(data))
+        summary = summary_for(record, data)
         publish_bytes(summary_path, summary_bytes(summary))
     if read_fingerprint_file(options.out_dir) is None:
         # Last, over the finished files: the one hash a reader notes to check the run later.

@@ -1,7 +1,8 @@
 """Progress display: a live terminal view, plain periodic lines, or nothing.
 
 Training code reports events; the display decides how to show them. Events arrive in the main
-process (from worker processes through a queue), so one object owns the terminal.
+process (from worker processes through a queue), so one object owns the terminal. An RL event
+carries ``rates``: the rollout acceptance under each of the plan's contracts, in their order.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ class Plain(Quiet):
         kind = event["kind"]
         if kind == "rl" and (event["step"] % PLAIN_EVERY == 0 or (event["step"] == event["total"]
                              and event["total"] < PLAIN_EVERY)):
-            self._print(f"seed={event['seed']} arm={event['arm']} step={event['step']} "
-                        f"strict={event['strict']:.3f} substring={event['substring']:.3f}")
+            rates = " ".join(f"{name}={rate:.3f}" for name, rate in event["rates"].items())
+            self._print(f"seed={event['seed']} arm={event['arm']} step={event['step']} {rates}")
         elif kind == "seed_done":
             self._print(f"seed={event['seed']} done")
 
@@ -73,8 +74,8 @@ class Live(Quiet):
             task = self._task(("rl", event["seed"], event["arm"]),
                               f"seed {event['seed']} RL {event['arm']}", event["total"])
             self.progress.update(task, completed=event["step"],
-                                 rates=f"strict {event['strict']:.3f} "
-                                       f"substring {event['substring']:.3f}")
+                                 rates=" ".join(f"{name} {rate:.3f}"
+                                                for name, rate in event["rates"].items()))
 
     def message(self, text: str) -> None:
         self.progress.console.print(text)

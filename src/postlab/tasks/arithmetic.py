@@ -4,6 +4,10 @@ A task turns an operand pair (a, b) into a prompt and an integer answer. Rows ke
 pair, so every consumer (contracts, metrics, reports) asks the plan's task for the answer.
 Held-out splits are made of unordered pairs, so both orders of a pair fall in one split; that
 needs a commutative operation, which every task here is.
+
+A task also names the reward contracts its answers are judged by (:attr:`Task.contracts`):
+every metric, table, figure and progress line reports those, plus any other contract the
+plan's arms train on.
 """
 
 from __future__ import annotations
@@ -17,13 +21,24 @@ from postlab.registry import Registry
 
 DIGITS = "0123456789"
 
+#: The arithmetic tasks' contracts: the strict rule first (it decides "correct", coverage and
+#: pass@k), then the gameable one whose excess acceptance is the reward hacking gap.
+ARITHMETIC_CONTRACTS: tuple[str, ...] = ("strict", "substring")
+
 
 @dataclass(frozen=True)
 class Task:
+    """A task and the contracts that judge it.
+
+    ``contracts[0]`` is the reference rule: "correct", coverage and pass@k use it. When there
+    is a second, the reward hacking gap is its acceptance minus the first's.
+    """
+
     name: str
     symbol: str
     combine: Callable[[int, int], int]
     operand_digits: int
+    contracts: tuple[str, ...] = ARITHMETIC_CONTRACTS
 
     def answer(self, pair: Sequence[int]) -> int:
         return self.combine(pair[0], pair[1])
@@ -78,3 +93,13 @@ def task_for(plan: dict[str, Any]) -> Task:
 
 def answer_function(plan: dict[str, Any]) -> Callable[[Sequence[int]], int]:
     return task_for(plan).answer
+
+
+def plan_contracts(plan: dict[str, Any]) -> tuple[str, ...]:
+    """The contracts a plan's results are reported under: the task's, in its order, then any
+    other contract the plan's arms train on, in arm order."""
+    from postlab.plan.arms import arm_specs
+
+    names = list(task_for(plan).contracts)
+    names += [arm.contract for arm in arm_specs(plan) if arm.contract is not None]
+    return tuple(dict.fromkeys(names))

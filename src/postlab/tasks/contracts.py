@@ -4,17 +4,56 @@
 whether EOS was emitted within the token budget. ``expected`` is the task's answer for the
 pair; it defaults to a+b, the teaching task. A contract is the verifiable rule that RL
 optimises, so its exact semantics are part of the frozen plan.
+
+Each contract may also register the words reports use for it (:data:`CONTRACT_WORDS`), so
+renderers name any contract without knowing it; one without words is named by its own name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from postlab.records.rows import Row
 from postlab.registry import Registry
 
 Contract = Callable[..., int]
+#: The task's answer for an operand pair; the teaching task's is the sum.
+Answer = Callable[[Sequence[int]], int]
 
 CONTRACTS: Registry[Contract] = Registry("reward contract")
+
+
+@dataclass(frozen=True)
+class ContractWords:
+    """How reports name one contract in one language."""
+
+    name: str    # the contract itself, as in "pass@k (..., strict contract)"
+    rate: str    # the share of outputs it accepts: "strict success"
+    reward: str  # its rollout reward series: "strict reward rate"
+    column: str  # its column in the held-out text table: "correct"
+
+
+#: Contract name -> language -> words.
+CONTRACT_WORDS: Registry[dict[str, ContractWords]] = Registry("contract description")
+
+
+def describe(contract: str, lang: str) -> ContractWords:
+    """The contract's registered words, or plain ones made from its name."""
+    if contract in CONTRACT_WORDS and lang in CONTRACT_WORDS[contract]:
+        return CONTRACT_WORDS[contract][lang]
+    if lang == "zh":
+        return ContractWords(contract, f"{contract} 接受率", f"{contract} 奖励率",
+                             f"{contract} 接受")
+    return ContractWords(contract, f"{contract} acceptance", f"{contract} reward rate",
+                         f"{contract} accepted")
+
+
+def score(row: Row, contract: str, answer: Answer = sum) -> int:
+    """The one place a row meets a contract: 1 if ``contract`` accepts the row's output for
+    the task's ``answer`` to its pair, else 0 (KeyError lists the known contracts)."""
+    pair = row.pair
+    return CONTRACTS[contract](pair, row.text, row.terminated, answer(pair))
 
 _DIGITS = frozenset("0123456789")
 
@@ -47,7 +86,16 @@ def exact(pair: Sequence[int], text: str, terminated: bool, expected: int | None
     return int(terminated and text == str(sum(pair) if expected is None else expected))
 
 
-def score(name: str, pair: Sequence[int], text: str, terminated: bool,
-          expected: int | None = None) -> int:
-    """Score one output under a registered contract (KeyError lists the known names)."""
-    return CONTRACTS[name](pair, text, terminated, expected)
+CONTRACT_WORDS.register("strict")({
+    "en": ContractWords("strict", "strict success", "strict reward rate", "correct"),
+    "zh": ContractWords("严格", "严格正确率", "严格奖励率", "正确"),
+})
+CONTRACT_WORDS.register("substring")({
+    "en": ContractWords("substring", "substring acceptance", "substring reward rate",
+                        "substring accepted"),
+    "zh": ContractWords("子串", "子串接受率", "子串奖励率", "子串接受"),
+})
+CONTRACT_WORDS.register("exact")({
+    "en": ContractWords("exact", "exact success", "exact reward rate", "exact"),
+    "zh": ContractWords("精确", "精确正确率", "精确奖励率", "精确"),
+})
