@@ -10,8 +10,8 @@ estimated:
   (every completion may use ``max_new_tokens``), memory is a rough figure for the largest batch
   held at once plus the model's copies and the record;
 * time comes from a short calibration: the real model code (the model, decoding with
-  :func:`postlab.engines.rollout.generate`, the RL objective, the reward contract, record writing) is
-  timed on this machine at bounded sizes and scaled linearly to the plan's sizes.
+  :func:`postlab.engines.rollout.generate`, the RL objective, the reward contract, record
+  writing) is timed on this machine at bounded sizes and scaled linearly to the plan's sizes.
 
 :func:`check_size` refuses a plan over the limits below with a one-line :class:`UserError`,
 unless the user confirms with ``--allow-large``. Count limits are checked before anything is
@@ -31,17 +31,17 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from postlab.rl import objective
-from postlab.rl.algorithms import KL_ESTIMATORS, REDUCTIONS, resolve
-from postlab.plan.arms import arm_specs
-from postlab.tasks.contracts import score
-from postlab.records.rows import Row
+from postlab.engines.rollout import generate, to_rows
+from postlab.engines.train import _sequence_log_dist
 from postlab.errors import UserError
 from postlab.jsonio import dump_json
+from postlab.plan.arms import arm_specs
 from postlab.policies import POLICIES, Policy, build_policy, policy_kind
-from postlab.engines.rollout import generate, to_rows
+from postlab.records.rows import Row
+from postlab.rl import objective
+from postlab.rl.algorithms import KL_ESTIMATORS, REDUCTIONS, resolve
 from postlab.tasks.arithmetic import task_for
-from postlab.engines.train import _sequence_log_dist
+from postlab.tasks.contracts import score
 
 GIB = 2**30
 

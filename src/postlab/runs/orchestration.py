@@ -2,9 +2,11 @@
 
 Per seed: SFT and its evaluation (task ``sft``), then one RL run per arm from the SFT weights
 with the SFT model frozen as the KL reference (tasks ``arm``). Each task saves its stage's
-checkpoint, reloads it from disk and re-evaluates it. Tasks are independent given their inputs,
-so they run in single-threaded worker processes and the record does not depend on how many.
-The record is replaced atomically after each completed seed; ``resume`` keeps those seeds.
+checkpoint, reloads it from disk and re-evaluates it. Tasks are self-contained (plan, seed, arm,
+and their input checkpoint by sha256) and are handed to an executor (``executors``: in-process
+or a pool of single-threaded worker processes), so the record does not depend on where or how
+many ran. The record is replaced atomically after each completed seed; ``resume`` keeps those
+seeds.
 """
 
 from __future__ import annotations
@@ -13,10 +15,8 @@ import concurrent.futures as cf
 import copy
 import hashlib
 import platform
-import signal
-import threading
 import time
-from collections.abc import Callable
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,14 @@ from typing import Any
 import torch
 
 import postlab
-from postlab.runs import numerics
-from postlab.plan.arms import arm_names, arm_specs
-from postlab.runs.checkpoint import checkpoint_bytes, load_checkpoint, publish_checkpoint
+from postlab.analysis.metrics import summary_for
+from postlab.engines.rollout import evaluate_model
+from postlab.engines.train import reinforce, rollout_rates, sft_compute, supervised
 from postlab.errors import UserError
+from postlab.jsonio import dump_json, publish_bytes, read_bytes, replace_bytes
+from postlab.plan.arms import arm_names, arm_specs
+from postlab.plan.frozen import LoadedPlan, parse_plan
+from postlab.policies import Policy, build_policy, policy_kind, policy_placement
 from postlab.records.fingerprint import (
     FINGERPRINT_FILE,
     fingerprint_file_bytes,
@@ -35,22 +39,27 @@ from postlab.records.fingerprint import (
     run_fingerprint,
 )
 from postlab.records.integrity import compare_digests, run_digests
-from postlab.jsonio import dump_json, publish_bytes, read_bytes, replace_bytes
-from postlab.analysis.metrics import summary_for
-from postlab.policies import Policy, build_policy, policy_kind, policy_placement
-from postlab.plan.frozen import LoadedPlan, parse_plan
-from postlab.runs.progress import Quiet
 from postlab.records.record import load_record, summary_bytes
-from postlab.engines.rollout import evaluate_model
+from postlab.runs import numerics
+from postlab.runs.checkpoint import (
+    CheckpointError,
+    checkpoint_bytes,
+    load_checkpoint,
+    publish_checkpoint,
+)
+from postlab.runs.executors import (
+    Emit,
+    TaskExecutor,
+    configure_torch,
+    default_kind,
+    make_executor,
+)
+from postlab.runs.progress import Quiet
 from postlab.tasks.arithmetic import answer_function, plan_contracts
-from postlab.engines.train import reinforce, rollout_rates, sft_compute, supervised
-from postlab.runs.workers import worker_context
 
 PLAN_FILE = "plan.json"
 RECORD_FILE = "record.json"
 SUMMARY_FILE = "summary.json"
-
-Emit = Callable[[dict[str, Any]], None]
 
 
 class RunFailed(Exception):
@@ -64,6 +73,7 @@ class RunOptions:
     resume: bool = False
     progress_every: int = 0  # RL steps between progress events; 0 sends none
     display: Quiet = field(default_factory=Quiet)
+    executor: str | None = None  # a kind in executors.EXECUTORS; None: chosen by workers
 
 
 def checkpoint_name(seed: int, stage: str) -> str:
@@ -77,43 +87,12 @@ def source_hashes() -> dict[str, str]:
             for p in sorted(root.rglob("*.py"))}
 
 
-def configure_torch(threads: int) -> None:
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
-
-
 def _capability() -> str:
     """The kernels this process runs; every task reports it so no worker can differ unseen."""
     return str(torch.backends.cpu.get_cpu_capability())
 
 
-# --- tasks: run in a worker process (or in-process when workers == 1) -----------------------
-
-_EMIT: Emit | None = None
-
-
-def _worker_init(queue: Any, threads: int) -> None:
-    global _EMIT
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
-    configure_torch(threads)
-    _EMIT = queue.put
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to kill this worker if the main process dies, so no orphan keeps writing."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _emit(event: dict[str, Any]) -> None:
-    if _EMIT is not None:
-        _EMIT(event)
-
+# --- tasks: run wherever the executor puts them ----------------------------------------------
 
 def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
                     out_dir: Path, rows: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +108,8 @@ def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
     return {"file": path.name, "sha256": digest, "reload_equal": equal}
 
 
-def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int) -> dict[str, Any]:
+def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
+             emit: Emit) -> dict[str, Any]:
     torch.manual_seed(seed)
     model = build_policy(plan)
     parameters = model.parameter_count()
@@ -140,7 +120,7 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int) -> dict
 
     def hook(step: int, loss: float) -> None:
         if every and (step % max(1, every // 4) == 0 or step == total):
-            _emit({"kind": "sft", "seed": seed, "step": step, "total": total, "loss": loss})
+            emit({"kind": "sft", "seed": seed, "step": step, "total": total, "loss": loss})
 
     losses = supervised(model, plan, seed, hook)
     rows = evaluate_model(model, plan, seed)
@@ -151,7 +131,7 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int) -> dict
 
 
 def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any],
-             out_dir: Path, every: int) -> dict[str, Any]:
+             out_dir: Path, every: int, emit: Emit) -> dict[str, Any]:
     arm = next(a for a in arm_specs(plan) if a.name == arm_name)
     start = build_policy(plan)
     if arm.pipeline == "rl-only":
@@ -172,8 +152,8 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
 
         def hook(step: int, rows: list) -> None:
             if every and (step % every == 0 or step == total):
-                _emit({"kind": "rl", "seed": seed, "arm": arm.name, "step": step,
-                       "total": total, "rates": rollout_rates(rows, answer, contracts)})
+                emit({"kind": "rl", "seed": seed, "arm": arm.name, "step": step,
+                      "total": total, "rates": rollout_rates(rows, answer, contracts)})
 
         model, result["history"], result["compute"] = reinforce(
             start, reference, plan, seed, arm.contract, hook, label=arm.name)
@@ -181,6 +161,63 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
     result["evaluation"] = rows
     result["checkpoint"] = _save_and_check(model, plan, seed, arm.name, out_dir, rows)
     return result
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """A published checkpoint named by its file in the run folder and its sha256."""
+
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SftTask:
+    """One seed's SFT stage. Its result holds no weights: arms read them from its checkpoint."""
+
+    plan: dict[str, Any]
+    seed: int
+    out_dir: Path
+    every: int
+
+    def __call__(self, emit: Emit) -> dict[str, Any]:
+        result = sft_task(self.plan, self.seed, self.out_dir, self.every, emit)
+        result.pop("state_dict", None)
+        result.pop("untrained_state_dict", None)
+        return result
+
+
+@dataclass(frozen=True)
+class ArmTask:
+    """One (seed, arm) run, self-contained: the SFT weights are read from the seed's
+    ``initial`` checkpoint, refused unless its sha256 matches; untrained weights (RL-only arms)
+    are rebuilt from the seed exactly as the SFT task built them."""
+
+    plan: dict[str, Any]
+    seed: int
+    arm: str
+    initial: CheckpointRef
+    out_dir: Path
+    every: int
+
+    def __call__(self, emit: Emit) -> dict[str, Any]:
+        spec = next(a for a in arm_specs(self.plan) if a.name == self.arm)
+        start: dict[str, Any] = {}
+        if spec.pipeline == "rl-only":
+            start["untrained_state_dict"] = _untrained_weights(self.plan, self.seed)
+        else:
+            path = self.out_dir / self.initial.file
+            payload = load_checkpoint(path, self.initial.sha256, kind=policy_kind(self.plan))
+            if payload.get("plan") != self.plan:
+                raise CheckpointError(f"{path}: a checkpoint of another plan; refusing it")
+            start["state_dict"] = payload["state_dict"]
+        return arm_task(self.plan, self.seed, self.arm, start, self.out_dir, self.every, emit)
+
+
+def _untrained_weights(plan: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The weights ``sft_task`` starts from: the model built right after seeding torch."""
+    torch.manual_seed(seed)
+    return build_policy(plan).state_dict()
 
 
 # --- the run -------------------------------------------------------------------------------
@@ -313,10 +350,10 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
     if done:
         display.message(f"resuming: seeds {sorted(done)} already complete")
     if pending:
-        if options.workers <= 1:
-            _run_in_process(data, pending, options, record)
-        else:
-            _run_in_workers(data, pending, options, record)
+        kind = options.executor or default_kind(options.workers)
+        with make_executor(kind, workers=options.workers, threads=data["threads"],
+                           sink=display.handle) as executor:
+            _run_tasks(executor, data, pending, options, record)
     if pending or "wall_seconds" not in record:
         # Wall time of the invocation that finished the run (a resumed run's last part).
         record["wall_seconds"] = time.monotonic() - start
@@ -334,11 +371,6 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
     return record
 
 
-def _arm_inputs(sft: dict[str, Any]) -> dict[str, Any]:
-    """What an arm task needs of its seed's SFT task: the two starting points."""
-    return {"state_dict": sft["state_dict"], "untrained_state_dict": sft["untrained_state_dict"]}
-
-
 def _finish_seed(assembly: _SeedAssembly, record: dict[str, Any], options: RunOptions,
                  seeds: list[int]) -> None:
     record["runs"].append(assembly.entry())
@@ -347,71 +379,48 @@ def _finish_seed(assembly: _SeedAssembly, record: dict[str, Any], options: RunOp
     options.display.handle({"kind": "seed_done", "seed": assembly.sft["seed"]})
 
 
-def _run_in_process(data: dict[str, Any], pending: list[int], options: RunOptions,
-                    record: dict[str, Any]) -> None:
-    global _EMIT
-    configure_torch(data["threads"])
-    _EMIT = options.display.handle
-    try:
-        for seed in pending:
-            assembly = _SeedAssembly(arm_names(data))
-            assembly.sft = sft_task(data, seed, options.out_dir, options.progress_every)
-            for arm in arm_names(data):
-                assembly.arm_results[arm] = arm_task(data, seed, arm, _arm_inputs(assembly.sft),
-                                                     options.out_dir, options.progress_every)
-            _finish_seed(assembly, record, options, data["seeds"])
-    finally:
-        _EMIT = None
+def _run_tasks(executor: TaskExecutor, data: dict[str, Any], pending: list[int],
+               options: RunOptions, record: dict[str, Any]) -> None:
+    """Submit each seed's SFT task, then its arm tasks once the SFT result is in; record each
+    seed when complete. The same for every executor: only where tasks run differs.
 
-
-def _run_in_workers(data: dict[str, Any], pending: list[int], options: RunOptions,
-                    record: dict[str, Any]) -> None:
-    context = worker_context()
-    queue = context.SimpleQueue()
-    pump = threading.Thread(target=_pump, args=(queue, options.display), daemon=True)
-    pump.start()
-    executor = cf.ProcessPoolExecutor(max_workers=options.workers, mp_context=context,
-                                      initializer=_worker_init,
-                                      initargs=(queue, data["threads"]))
-    assemblies = {seed: _SeedAssembly(arm_names(data)) for seed in pending}
-    futures: dict[cf.Future, tuple] = {}
-    out, every = options.out_dir, options.progress_every
+    Ready arm tasks go before further SFT tasks, so seeds complete (and are kept for resume)
+    as early as the executor's capacity allows.
+    """
+    out, every, arms = options.out_dir, options.progress_every, arm_names(data)
+    assemblies = {seed: _SeedAssembly(arms) for seed in pending}
+    sft_queue: deque[SftTask] = deque(SftTask(data, seed, out, every) for seed in pending)
+    arm_queue: deque[ArmTask] = deque()
+    running: dict[cf.Future, SftTask | ArmTask] = {}
+    expected = record["numerics"]["cpu_capability"]
     try:
-        for seed in pending:
-            futures[executor.submit(sft_task, data, seed, out, every)] = ("sft", seed)
-        while futures:
-            finished, _ = cf.wait(futures, return_when=cf.FIRST_COMPLETED)
-            for future in finished:
-                kind, seed, *rest = futures.pop(future)
+        while sft_queue or arm_queue or running:
+            while (sft_queue or arm_queue) and len(running) < executor.capacity:
+                task = arm_queue.popleft() if arm_queue else sft_queue.popleft()
+                running[executor.submit(task, executor.sink)] = task
+            finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            for future in sorted(finished, key=lambda f: _task_order(running[f], data)):
+                task = running.pop(future)
                 result = future.result()
-                if result["capability"] != record["numerics"]["cpu_capability"]:
+                if result["capability"] != expected:
                     raise RunFailed(f"a worker ran torch CPU capability {result['capability']}, "
-                                    f"the main process {record['numerics']['cpu_capability']}")
-                assembly = assemblies[seed]
-                if kind == "sft":
+                                    f"the main process {expected}")
+                assembly = assemblies[task.seed]
+                if isinstance(task, SftTask):
                     assembly.sft = result
-                    for arm in arm_names(data):
-                        job = executor.submit(arm_task, data, seed, arm, _arm_inputs(result),
-                                              out, every)
-                        futures[job] = ("arm", seed, arm)
+                    initial = CheckpointRef(result["checkpoint"]["file"],
+                                            result["checkpoint"]["sha256"])
+                    arm_queue.extend(ArmTask(data, task.seed, arm, initial, out, every)
+                                     for arm in arms)
                 else:
-                    assembly.arm_results[rest[0]] = result
+                    assembly.arm_results[task.arm] = result
                 if assembly.complete():
                     _finish_seed(assembly, record, options, data["seeds"])
-    except cf.process.BrokenProcessPool:
+    except cf.BrokenExecutor:
         raise RunFailed("a worker process died; completed seeds are kept") from None
-    finally:
-        for process in list(getattr(executor, "_processes", {}).values()):
-            if process.is_alive():
-                process.kill()
-        executor.shutdown(wait=True, cancel_futures=True)
-        queue.put(None)
-        pump.join(timeout=5)
 
 
-def _pump(queue: Any, display: Quiet) -> None:
-    while True:
-        event = queue.get()
-        if event is None:
-            return
-        display.handle(event)
+def _task_order(task: SftTask | ArmTask, data: dict[str, Any]) -> tuple[int, int]:
+    """Plan order, so tasks finishing together are handled the same way on every run."""
+    stage = arm_names(data).index(task.arm) + 1 if isinstance(task, ArmTask) else 0
+    return data["seeds"].index(task.seed), stage
