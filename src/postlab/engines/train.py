@@ -116,7 +116,7 @@ def _resample_constant_groups(batch: _Rollout, model: Policy, plan: dict[str, An
     budget = plan["dynamic_sampling"]["max_extra_groups"]
     pairs, rows = list(batch.pairs), list(batch.rows)
     tokens, mask, rewards = batch.tokens, batch.mask, batch.rewards.clone()
-    constant = [g for g, std in enumerate(objective.zero_variance(rewards, size).flatten())
+    constant = [g for g, std in enumerate(objective.group_reward_std(rewards, size).flatten())
                 if std == 0]
     drawn = dropped = replaced = 0
     dropped_rows: list = []
@@ -130,7 +130,7 @@ def _resample_constant_groups(batch: _Rollout, model: Policy, plan: dict[str, An
         pad = model.tokenizer.pad_id
         tokens, mask = _pad(tokens, mask, width, pad)
         new_tokens, new_mask = _pad(fresh.tokens, fresh.mask, width, pad)
-        fresh_std = objective.zero_variance(fresh.rewards, size).flatten()
+        fresh_std = objective.group_reward_std(fresh.rewards, size).flatten()
         for index in range(count):
             part = slice(index * size, (index + 1) * size)
             if fresh_std[index] == 0:
@@ -196,7 +196,7 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
         tokens, mask = batch.tokens, batch.mask
         grouped = batch.rewards.reshape(-1, group_size)
         advantage = advantage_fn(grouped).flatten()
-        std = objective.zero_variance(batch.rewards, group_size)
+        std = objective.group_reward_std(batch.rewards, group_size)
         prompts = model.prompts(batch.pairs)
         with torch.no_grad():
             ref_log_dist = _sequence_log_dist(reference, prompts, tokens)

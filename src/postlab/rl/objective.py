@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 
 
-def zero_variance(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Per-group population std (groups, 1); a group with std 0 carries no signal."""
+def group_reward_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Per-group population std of the rewards (groups, 1); a group whose std is 0 has zero
+    variance and carries no learning signal (counted as ``zero_variance_groups``)."""
     return rewards.reshape(-1, group_size).std(-1, unbiased=False, keepdim=True)
 
 
