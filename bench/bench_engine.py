@@ -82,12 +82,12 @@ def critical_path() -> None:
     seed = plan["seeds"][0]
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        sft = engine.sft_task(plan, seed, Path(tmp), 0)
+        sft = engine.sft_task(plan, seed, Path(tmp), 0, lambda event: None)
         sft_time = time.perf_counter() - start
         arm_times = []
         for arm in plan["arms"]:
             start = time.perf_counter()
-            engine.arm_task(plan, seed, arm, sft, Path(tmp), 0)
+            engine.arm_task(plan, seed, arm, sft, Path(tmp), 0, lambda event: None)
             arm_times.append(time.perf_counter() - start)
     tasks = len(plan["seeds"]) * (sft_time + sum(arm_times))
     path = sft_time + max(arm_times)

@@ -59,7 +59,11 @@ def test_the_record_names_what_decides_the_bits(small_run):
     assert entry["pinned"] == numerics.CODE_PATHS[entry["code_path"]].environment
     assert entry["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert entry["cpu_model"] == numerics.cpu_model() and entry["cpu_model"]
-    assert entry["blas"].startswith("mkl") or entry["blas"]
+    blas, version = numerics._blas()
+    assert entry["blas"] == f"{blas} {version}".strip() and blas != "unknown"
+    if blas == "mkl":
+        assert entry["blas_code_path"] == numerics.CODE_PATHS[entry["code_path"]].environment[
+            "MKL_CBWR"]
     assert entry["threads"] == 1 and entry["deterministic"] is True
     assert entry["device"] == "cpu" and entry["dtype"] == "float32"
     assert entry["cpu_supports"] == SUPPORTED

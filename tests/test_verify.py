@@ -390,3 +390,44 @@ def test_run_prints_its_fingerprint(tmp_path, capsys):
     out = capsys.readouterr().out
     kept = (tmp_path / "run" / "fingerprint.txt").read_text().strip()
     assert f"fingerprint: {kept} (note it;" in out
+
+
+# --- parts that only some plans have: the plan decides they must be there -------------------
+
+@pytest.fixture(scope="module")
+def sampled_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("verify-options")
+    plan = write_plan(folder / "plan.json", **(SMALL | {
+        "seeds": [3], "rl_steps": 3, "dynamic_sampling": {"max_extra_groups": 2},
+        "arms": ["strict", {"name": "more", "pipeline": "sft-only", "sft_steps": 5}]}))
+    out = folder / "run"
+    run_plan(load_plan(plan), plan.read_bytes(), RunOptions(out_dir=out, workers=1))
+    return out
+
+
+def _drop_sampling(record):
+    run = record["runs"][0]
+    for step, digests in zip(run["training"]["strict"], run["digests"]["training"]["strict"],
+                             strict=True):
+        step.pop("sampling")
+        digests.pop("sampling")
+
+
+def _drop_sft_only_losses(record):
+    run = record["runs"][0]
+    run.pop("arm_sft_loss")
+    run["digests"].pop("arm_sft_loss")
+
+
+@pytest.mark.parametrize("change", [_drop_sampling, _drop_sft_only_losses],
+                         ids=["dynamic-sampling-record", "sft-only-losses"])
+def test_parts_the_plan_requires_cannot_be_removed_with_their_digests(sampled_run, tmp_path,
+                                                                      capsys, change):
+    run = tmp_path / "run"
+    shutil.copytree(sampled_run, run)
+    assert _verify(capsys, run)[0] == 0
+    _edit_record(run, change)
+    (run / "fingerprint.txt").unlink()
+    code, out = _verify(capsys, run)
+    assert code == 1, out
+    assert _line(out, "counts").startswith("FAIL")

@@ -299,7 +299,14 @@ def _pin_for_record(record: dict, choice: str | None, *, strict: bool) -> str:
         numerics.pin(fallback)
         return f"code path: {_describe_path(fallback)} ({message})"
     if isinstance(recorded, dict):
-        settings = numerics.pin_native_like(recorded)
+        try:
+            settings = numerics.pin_native_like(recorded)
+        except UserError as exc:
+            if strict:
+                raise
+            fallback = numerics.resolve_choice(numerics.PORTABLE)
+            numerics.pin(fallback)
+            return f"code path: {_describe_path(fallback)} ({exc})"
         shown = " ".join(f"{k}={v}" for k, v in settings.items())
         return f"code path: the record's native settings, pinned ({shown})"
     fallback = numerics.resolve_choice(numerics.PORTABLE)

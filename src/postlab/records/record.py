@@ -387,6 +387,22 @@ def changed_parts(record: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _sampling_problem(step: dict[str, Any], plan: dict[str, Any]) -> bool:
+    """A step's dynamic-sampling record is there exactly when the plan samples dynamically,
+    and its counts agree with its rows: groups kept fill the step, every group drawn beyond
+    them was dropped (its rows kept), within the plan's budget."""
+    dynamic = plan.get("dynamic_sampling")
+    if ("sampling" in step) != (dynamic is not None):
+        return True
+    if dynamic is None:
+        return False
+    sampling, size = step["sampling"], plan["group_size"]
+    return (sampling["kept"] * size != len(step["rows"])
+            or sampling["drawn"] != sampling["kept"] + sampling["dropped"]
+            or len(sampling["dropped_rows"]) != sampling["dropped"] * size
+            or not sampling["replaced"] <= sampling["dropped"] <= dynamic["max_extra_groups"])
+
+
 def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     """Where a (structurally valid) record does not fit its plan: seeds, stages, splits,
     questions, samples per question, RL steps, rows per step, groups and updates."""
@@ -420,6 +436,14 @@ def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[s
         if "compute" in run and list(run["compute"]) != stages:
             problems.append(f"seed {seed}: compute for stages {list(run['compute'])}, "
                             f"expected {stages}")
+        sft_only = {arm.name: arm.sft_steps for arm in arm_specs(plan)
+                    if arm.pipeline == "sft-only"}
+        extra_sft = run.get("arm_sft_loss", {})
+        if list(extra_sft) != list(sft_only) or any(
+                len(extra_sft[name]) != steps for name, steps in sft_only.items()):
+            problems.append(f"seed {seed}: SFT-only arms' losses "
+                            f"{ {k: len(v) for k, v in extra_sft.items()} }, plan has "
+                            f"{sft_only}")
         training = run.get("training", {})
         if list(training) != rl_arms:
             problems.append(f"seed {seed}: RL arms {list(training)}, plan has {rl_arms}")
@@ -432,9 +456,7 @@ def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[s
             for step in history:
                 rows = step["rows"]
                 questions = [Row.of(r).pair for r in rows]
-                bad_rows = len(rows) != per_step or ("sampling" in step and (
-                    step["sampling"]["drawn"] != step["sampling"]["kept"]
-                    + step["sampling"]["dropped"]))
+                bad_rows = len(rows) != per_step or _sampling_problem(step, plan)
                 bad_groups = any(len(set(questions[i:i + plan["group_size"]])) != 1
                                  for i in range(0, len(questions), plan["group_size"]))
                 if bad_rows or bad_groups or len(step["updates"]) != \

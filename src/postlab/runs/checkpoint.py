@@ -63,8 +63,9 @@ def publish_checkpoint(path: Path, data: bytes) -> str:
         if not path.is_file():
             raise
         if read_bytes(path, "checkpoint") != data:
-            raise CheckpointError(f"{path}: already exists with other contents; "
-                                  "postlab never overwrites an output") from None
+            raise CheckpointError(f"{path}: already exists with other contents; postlab "
+                                  "never overwrites an output (a resumed run must use the "
+                                  "plan and --cpu-path it was started with)") from None
     return hashlib.sha256(data).hexdigest()
 
 

@@ -399,7 +399,11 @@ def _run_tasks(executor: TaskExecutor, data: dict[str, Any], pending: list[int],
                 task = arm_queue.popleft() if arm_queue else sft_queue.popleft()
                 running[executor.submit(task, executor.sink)] = task
             finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
-            for future in sorted(finished, key=lambda f: _task_order(running[f], data)):
+            # Successful results first: a seed completed in the same batch as a failure is
+            # still recorded (and kept for resume) before the failure stops the run.
+            ordered = sorted(finished, key=lambda f: (f.exception() is not None,
+                                                      _task_order(running[f], data)))
+            for future in ordered:
                 task = running.pop(future)
                 result = future.result()
                 if result["capability"] != expected:
