@@ -106,8 +106,8 @@ def test_the_policy_section_is_validated_by_its_kind():
     assert validate_plan(plan | {"policy": {"kind": "gru"}}) == []
     assert validate_plan(plan | {"policy": {"kind": "bigram", "width": 3}}) == \
         [("policy.width", "Extra inputs are not permitted")]
-    (path, message), = validate_plan(plan | {"policy": {"kind": "transformer"}})
-    assert path == "policy.kind" and "unknown policy kind 'transformer'" in message
+    (path, message), = validate_plan(plan | {"policy": {"kind": "mamba"}})
+    assert path == "policy.kind" and "unknown policy kind 'mamba'" in message
     assert policy_kind(plan) == "gru" and isinstance(build_policy(plan), CharGRU)
 
 

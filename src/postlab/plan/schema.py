@@ -162,7 +162,11 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
         problems.append(("operand_digits", "only multi_digit_addition has operand_digits"))
     task = task_for(plan)
     if plan.get("policy") is not None:
-        problems += section_problems(plan["policy"])
+        section = section_problems(plan["policy"])
+        problems += section
+        check = None if section else POLICIES[plan["policy"]["kind"]].plan_problems
+        if check is not None:
+            problems += check(plan)
     vocab = plan["vocab"]
     if len(set(vocab)) != len(vocab):
         problems.append(("vocab", "has repeated characters"))

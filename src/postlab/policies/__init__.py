@@ -1,10 +1,12 @@
 """Policies: the models that answer, with their tokenizer and decoding step.
 
 :mod:`~postlab.policies.base` is the interface the engine uses and the ``POLICIES`` registry of
-kinds; ``gru`` (the teaching lab's character GRU) is the first kind.
+kinds; ``gru`` (the teaching lab's character GRU) is the first kind;
+:mod:`~postlab.policies.transformer` adds ``transformer`` and ``pretrained``.
 """
 
 from postlab.policies import gru as _gru  # noqa: F401  (registers the "gru" kind)
+from postlab.policies import transformer as _transformer  # noqa: F401  (two kinds; lazy import)
 from postlab.policies.base import (
     DEFAULT_KIND,
     POLICIES,

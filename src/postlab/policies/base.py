@@ -111,6 +111,9 @@ class PolicyKind:
     #: must refuse an absurd plan before building anything
     size: Callable[[dict[str, Any]], tuple[int, int]]
     summary: str
+    #: problems that need the rest of the plan, as (field path, message); run after ``fields``
+    #: accepted the section
+    plan_problems: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = None
 
 
 POLICIES: Registry[PolicyKind] = Registry("policy kind")

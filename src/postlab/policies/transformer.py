@@ -1,0 +1,326 @@
+"""Transformer policies: causal language models from the ``transformers`` library.
+
+Two kinds are registered when :mod:`postlab.policies` is imported (so worker processes, which
+import postlab afresh, know them), but ``transformers`` itself is imported only when one is
+built or sized, so the core runs without that optional extra:
+
+* ``transformer``: a GPT-2 or Llama model built from a configuration over the task's character
+  vocabulary and randomly initialised from torch's global generator (the engine seeds it), so a
+  seed gives the same weights.
+* ``pretrained``: a model and its tokenizer loaded from a local folder, never from a hub; the
+  plan records the folder's content hash and a run refuses a folder that differs.
+
+Both mask every character but the answer characters and EOS, like the GRU, and keep the network
+in evaluation mode: dropout would make the logits of a rollout differ from those of the update
+that scores it, and would draw from the global generator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from torch import nn
+
+from postlab.errors import UserError
+from postlab.policies.base import POLICIES, CharTokenizer, Policy, PolicyKind, Tokenizer
+from postlab.policies.gru import ANSWER_CHARACTERS, MASKED_LOGIT
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+#: Eager attention is plain matrix arithmetic on every device; fused kernels chosen at run time
+#: could change the bits between machines.
+ATTENTION = "eager"
+
+
+def _require_transformers() -> None:
+    """One line telling how to install the extra, instead of an ImportError traceback."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise UserError("this plan's policy needs the transformers extra: "
+                        "pip install 'postlab[transformers]'") from None
+
+
+class CausalLMPolicy(Policy):
+    """A ``transformers`` causal LM whose past key/values are the decoding cache."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: Tokenizer, vocab: str, eos: str,
+                 prompt: Callable[[Sequence[int]], str]) -> None:
+        super().__init__()
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.prompt_text = prompt
+        width = model.config.vocab_size
+        allowed = torch.zeros(width, dtype=torch.bool)
+        for character in vocab:
+            if character in ANSWER_CHARACTERS or character == eos:
+                allowed[tokenizer.encode(character)[0]] = True
+        self.register_buffer("allowed", allowed)
+
+    def train(self, mode: bool = True) -> CausalLMPolicy:
+        """Training flags stay on this wrapper: the network itself never runs dropout."""
+        super().train(mode)
+        self.model.eval()
+        return self
+
+    def logits(self, raw: torch.Tensor) -> torch.Tensor:
+        return raw.masked_fill(~self.allowed, MASKED_LOGIT)
+
+    @staticmethod
+    def _visible(tokens: torch.Tensor, cache: Any) -> torch.Tensor:
+        """An attention mask that hides nothing: sequences are right-padded, and causal
+        attention already keeps every real position from seeing the padding after it (stated
+        so the library does not warn that the padding might be unmasked)."""
+        past = 0 if cache is None else cache.get_seq_length()
+        return torch.ones(tokens.shape[0], past + tokens.shape[1], dtype=torch.long,
+                          device=tokens.device)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits at every position of ``tokens`` (batch, time) -> (batch, time, vocab)."""
+        out = self.model(input_ids=tokens, attention_mask=self._visible(tokens, None),
+                         use_cache=False)
+        return self.logits(out.logits)
+
+    def start(self, prompt_tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        return self.advance(prompt_tokens, None)
+
+    def advance(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+        """The cache (the model's past key/values) is extended in place and returned."""
+        out = self.model(input_ids=tokens, attention_mask=self._visible(tokens, cache),
+                         past_key_values=cache, use_cache=True)
+        return self.logits(out.logits[:, -1]), out.past_key_values
+
+    def prompts(self, pairs: Sequence[Sequence[int]]) -> torch.Tensor:
+        return torch.tensor([self.tokenizer.encode(self.prompt_text(p)) for p in pairs],
+                            device=self.device)
+
+
+class TransformerPolicy(CausalLMPolicy):
+    kind = "transformer"
+
+
+class PretrainedPolicy(CausalLMPolicy):
+    kind = "pretrained"
+
+
+# --- kind "transformer": built from a configuration -----------------------------------------
+
+class TransformerFields(BaseModel):
+    """A small causal LM over the plan's characters; vocab, eos and pad come from the plan."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    architecture: Literal["gpt2", "llama"] = Field(description="model family")
+    layers: int = Field(ge=1, le=64, description="transformer blocks")
+    heads: int = Field(ge=1, le=64, description="attention heads; must divide width")
+    width: int = Field(ge=8, le=8192, description="hidden size")
+    intermediate: int | None = Field(None, ge=8, le=32768, description=(
+        "MLP size (llama only; gpt2 uses 4 x width)"))
+    max_positions: int = Field(ge=8, le=8192, description=(
+        "longest sequence; must cover the prompt plus max_new_tokens"))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TransformerFields:
+        if self.width % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide width ({self.width})")
+        if self.architecture == "llama" and self.intermediate is None:
+            raise ValueError("llama needs intermediate")
+        if self.architecture == "gpt2" and self.intermediate is not None:
+            raise ValueError("intermediate is for llama only; gpt2 uses 4 x width")
+        return self
+
+
+def _section(plan: dict[str, Any]) -> TransformerFields:
+    return TransformerFields.model_validate(
+        {k: v for k, v in plan["policy"].items() if k != "kind"})
+
+
+def _config(plan: dict[str, Any]) -> Any:
+    """The ``transformers`` configuration the plan describes, dropout off."""
+    _require_transformers()
+    from transformers import GPT2Config, LlamaConfig
+
+    fields, vocab = _section(plan), plan["vocab"]
+    common = {"vocab_size": len(vocab), "pad_token_id": vocab.index(plan["pad"]),
+              "eos_token_id": vocab.index(plan["eos"]), "bos_token_id": vocab.index(plan["eos"])}
+    if fields.architecture == "gpt2":
+        config = GPT2Config(n_layer=fields.layers, n_head=fields.heads, n_embd=fields.width,
+                            n_positions=fields.max_positions, resid_pdrop=0.0,
+                            embd_pdrop=0.0, attn_pdrop=0.0, **common)
+    else:
+        config = LlamaConfig(num_hidden_layers=fields.layers, num_attention_heads=fields.heads,
+                             num_key_value_heads=fields.heads, hidden_size=fields.width,
+                             intermediate_size=fields.intermediate,
+                             max_position_embeddings=fields.max_positions,
+                             attention_dropout=0.0, tie_word_embeddings=False, **common)
+    config._attn_implementation = ATTENTION
+    return config
+
+
+def build_transformer(plan: dict[str, Any]) -> TransformerPolicy:
+    """Initialised by the model's own init from torch's global generator (seeded by the
+    engine), so the same seed gives the same weights."""
+    from transformers import AutoModelForCausalLM
+
+    from postlab.tasks.arithmetic import task_for
+
+    model = AutoModelForCausalLM.from_config(_config(plan))
+    tokenizer = CharTokenizer(plan["vocab"], plan["eos"], plan["pad"])
+    return TransformerPolicy(model, tokenizer, plan["vocab"], plan["eos"], task_for(plan).prompt)
+
+
+def transformer_size(plan: dict[str, Any]) -> tuple[int, int]:
+    """Parameters counted from the plan; multiply-adds of one token at the longest position."""
+    fields, vocab = _section(plan), len(plan["vocab"])
+    w, n, positions = fields.width, fields.layers, fields.max_positions
+    if fields.architecture == "gpt2":
+        # blocks: two layer norms, qkv and output projections, a 4x MLP, all with biases;
+        # the head shares the token embedding
+        parameters = vocab * w + positions * w + n * (12 * w * w + 13 * w) + 2 * w
+        block = 12 * w * w
+    else:
+        i = fields.intermediate or 0
+        # blocks: q, k, v, o without biases, a gated MLP, two RMS norms; an untied head
+        parameters = 2 * vocab * w + n * (4 * w * w + 3 * w * i + 2 * w) + w
+        block = 4 * w * w + 3 * w * i
+    return parameters, n * (block + 2 * positions * w) + vocab * w
+
+
+def transformer_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """Positions must hold the longest sequence a run reads."""
+    from postlab.tasks.arithmetic import task_for
+
+    task = task_for(plan)
+    first = next(iter(plan["split"].values()))[0]
+    needed = len(task.prompt(first)) + plan["max_new_tokens"]
+    positions = plan["policy"]["max_positions"]
+    if positions < needed:
+        return [("policy.max_positions", f"{positions} is fewer than the prompt plus "
+                                         f"max_new_tokens ({needed})")]
+    return []
+
+
+POLICIES.register("transformer")(PolicyKind(
+    build=build_transformer, fields=TransformerFields, size=transformer_size,
+    summary="a GPT-2 or Llama causal LM built from its configuration over the plan's "
+            "characters (needs the transformers extra); fields architecture, layers, heads, "
+            "width, intermediate (llama), max_positions",
+    plan_problems=transformer_problems))
+
+
+# --- kind "pretrained": loaded from a local folder ------------------------------------------
+
+def folder_sha256(folder: Path) -> str:
+    """SHA-256 over every file's relative path and bytes, in sorted path order."""
+    digest = hashlib.sha256()
+    files = sorted((p for p in folder.rglob("*") if p.is_file()),
+                   key=lambda p: p.relative_to(folder).as_posix())
+    for path in files:
+        name = path.relative_to(folder).as_posix().encode()
+        data = path.read_bytes()
+        digest.update(len(name).to_bytes(8, "big") + name + len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+class PretrainedFields(BaseModel):
+    """A local folder written by ``save_pretrained`` (model and tokenizer) and its hash."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    path: str = Field(min_length=1, description=(
+        "folder of the model and its tokenizer (absolute, or relative to the working folder)"))
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description=(
+        "hash over every file's relative path and bytes, sorted; a run refuses a folder "
+        "that differs"))
+
+
+class HFTokenizer:
+    """The folder's tokenizer seen through postlab's interface.
+
+    Supported: tokenizers whose tokens are literal pieces of text (e.g. a ``WordLevel``
+    vocabulary of characters), so decoding joins tokens without separators or markers.
+    """
+
+    def __init__(self, inner: PreTrainedTokenizerBase, eos: str, pad: str) -> None:
+        self.inner = inner
+        self.eos_id = self._single(eos)
+        self.pad_id = self._single(pad)
+        self.vocab_size = len(inner)
+
+    def _single(self, character: str) -> int:
+        ids = self.encode(character)
+        if len(ids) != 1 or self.decode(ids) != character:
+            raise UserError(f"the pretrained tokenizer does not encode {character!r} as one "
+                            "token of that text; it needs one token per character of the "
+                            "plan's vocab")
+        return ids[0]
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.inner(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(self.inner.convert_ids_to_tokens(list(ids)))
+
+
+def _checked_folder(plan: dict[str, Any]) -> Path:
+    """The plan's folder, refused in one line unless its hash is the plan's."""
+    fields = PretrainedFields.model_validate(
+        {k: v for k, v in plan["policy"].items() if k != "kind"})
+    folder = Path(fields.path)
+    if not folder.is_dir():
+        raise UserError(f"policy.path {fields.path}: not a folder")
+    actual = folder_sha256(folder)
+    if actual != fields.sha256:
+        raise UserError(f"policy.path {fields.path}: folder hash is {actual}, the plan "
+                        f"records {fields.sha256}; the model or tokenizer changed")
+    return folder
+
+
+def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
+    """Refuses a folder whose hash differs from the plan's before loading anything."""
+    _require_transformers()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from postlab.tasks.arithmetic import task_for
+
+    folder = _checked_folder(plan)
+    inner = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tokenizer = HFTokenizer(inner, plan["eos"], plan["pad"])
+    for character in plan["vocab"]:
+        tokenizer._single(character)
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True,
+                                                 attn_implementation=ATTENTION)
+    if model.config.vocab_size < tokenizer.vocab_size:
+        raise UserError(f"policy.path {folder}: the model's vocabulary "
+                        f"({model.config.vocab_size}) is smaller than its tokenizer's "
+                        f"({tokenizer.vocab_size})")
+    return PretrainedPolicy(model, tokenizer, plan["vocab"], plan["eos"], task_for(plan).prompt)
+
+
+def pretrained_size(plan: dict[str, Any]) -> tuple[int, int]:
+    """Parameters of the folder's configuration, counted on the meta device (no weights read,
+    no random numbers drawn); about one multiply-add per parameter and token."""
+    _require_transformers()
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = _checked_folder(plan)
+    try:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"policy.path {folder}: no model configuration: {exc}") from None
+    with torch.device("meta"):
+        model: nn.Module = AutoModelForCausalLM.from_config(config)
+    parameters = sum(p.numel() for p in model.parameters())
+    return parameters, parameters
+
+
+POLICIES.register("pretrained")(PolicyKind(
+    build=build_pretrained, fields=PretrainedFields, size=pretrained_size,
+    summary="a causal LM and its tokenizer loaded from a local folder (never a hub) whose "
+            "content hash the plan records (needs the transformers extra); fields path, "
+            "sha256"))
