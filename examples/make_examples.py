@@ -2,8 +2,10 @@
 
     python examples/make_examples.py      (refuses to overwrite; delete the JSON files first)
 
-Every example keeps two seeds and 80 RL steps so that it trains in well under a minute on a
-2-core machine; the README beside this file says what question each one asks.
+Every example keeps two seeds; the GRU ones keep 80 RL steps so that each trains in well under
+a minute on a 2-core machine, and the two transformer ones (which need the transformers extra)
+take 40 RL steps on one arm and about a minute. The README beside this file says what question
+each one asks.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ def multi_digit_split() -> dict:
     pairs = TASKS["multi_digit_addition"]({"operand_digits": 2}).unordered_pairs()
     return split_by_unordered_pair(seed=7, sizes=(600, 60, 60), pairs=pairs)
 
+
+#: A tiny causal LM learns two-digit addition from the multi-digit example's 600 pairs; on the
+#: teaching plan's 63 single-digit pairs it memorises them and stays near chance held out.
+TRANSFORMER = {"task": "multi_digit_addition", "operand_digits": 2, "split": multi_digit_split(),
+               "max_new_tokens": 4, "rl_steps": 40, "arms": ["strict"], "eval_samples": 4,
+               "sft_steps": 2000, "sft_lr": 0.002}
 
 EXAMPLES = {
     "loss-seq-mean-token-mean": {"loss_reduction": "seq-mean-token-mean"},
@@ -57,6 +65,12 @@ EXAMPLES = {
                                           "a*b; leading zeros allowed",
                                 "substring": "decimal str(a*b) occurs anywhere, even without "
                                              "EOS"}},
+    "transformer-gpt2": TRANSFORMER | {"policy": {
+        "kind": "transformer", "architecture": "gpt2", "layers": 2, "heads": 4, "width": 64,
+        "max_positions": 12}},
+    "transformer-llama": TRANSFORMER | {"policy": {
+        "kind": "transformer", "architecture": "llama", "layers": 2, "heads": 4, "width": 64,
+        "intermediate": 128, "max_positions": 12}},
 }
 
 

@@ -17,7 +17,8 @@ def test_there_is_an_example_per_option():
     for needed in ("loss-seq-mean-token-mean", "loss-constant-normaliser", "advantage-mean-only",
                    "advantage-leave-one-out", "advantage-group-mean-batch-std", "kl-k1",
                    "kl-k3", "kl-none", "clip-higher", "dynamic-sampling", "arms-pipelines",
-                   "task-multi-digit-addition", "task-multiplication"):
+                   "task-multi-digit-addition", "task-multiplication", "transformer-gpt2",
+                   "transformer-llama"):
         assert needed in names
     readme = (EXAMPLES[0].parent / "README.md").read_text()
     for name in names:
@@ -34,7 +35,8 @@ def test_example_runs_and_reports(path, tmp_path, capsys):
     capsys.readouterr()
     assert main(["report", str(out), "--lang", "en"]) == 0
     text = capsys.readouterr().out
-    assert text.count("\n") >= 5 + 3 * len(plan.data["seeds"])
+    # a line per stage (SFT, then each arm) of every seed
+    assert text.count("\n") >= 5 + (1 + len(plan.data["arms"])) * len(plan.data["seeds"])
     assert main(["report", str(out), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert len(data["compute"]) == 1 + len(plan.data["arms"])
