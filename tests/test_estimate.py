@@ -241,7 +241,8 @@ def test_run_prints_the_estimate_before_training(tmp_path, capsys):
                  "--workers", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("code path: ")
-    assert lines[1].startswith("estimate: 1 seed x 2 arms;")
+    assert lines[1] == "device: cpu (the default)"
+    assert lines[2].startswith("estimate: 1 seed x 2 arms;")
 
 
 @pytest.mark.parametrize("command", ["run", "reproduce"])

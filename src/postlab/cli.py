@@ -24,6 +24,7 @@ from postlab.errors import UserError
 from postlab.jsonio import printable
 
 LANGS = ("zh", "en")
+DEVICE_CHOICES = ("cpu", "cuda", "auto")
 
 
 def default_lang(environ: dict[str, str] | None = None) -> str:
@@ -142,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "made on; another one compares across code paths)")
     reproduce.add_argument("--allow-large", action="store_true",
                            help="train even if the plan's estimated cost is over the limits")
+    reproduce.add_argument("--device", choices=DEVICE_CHOICES,
+                           help="device to train on (default: the record's; refused before "
+                                "training if this machine lacks it)")
 
     report = sub.add_parser("report", help="read a record and print the held-out report; "
                                            "trains nothing")
@@ -183,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default, avx2, avx512); with --resume, default: the run's own")
     run.add_argument("--allow-large", action="store_true",
                      help="train even if the plan's estimated cost is over the limits")
+    run.add_argument("--device", choices=DEVICE_CHOICES,
+                     help="cpu (default; with --resume, the run's own), cuda, or auto (cuda "
+                          "where torch finds it, else cpu); recorded. CUDA runs one worker")
 
     plot = sub.add_parser("plot", help="write PNG and SVG figures of a run")
     plot.add_argument("run", type=Path, nargs="?", metavar="RUN",
@@ -262,6 +269,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     record = load_record(files.record)
     # Re-evaluation recomputes bits, so it runs on the record's code path where it can.
     note = _pin_for_record(record, None, strict=False)
+    if record.get("device") == "cuda":
+        from postlab.runs.device import prepare
+
+        prepare("cuda")  # re-evaluates on CUDA where it exists; before CUDA initialises
     from postlab.records.verify import render_checks, verify_run
 
     sys.stdout.write(f"{note}\n")
@@ -344,8 +355,10 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     record = load_record(files.record)
     # Before torch loads: the record's code path, or a clear refusal before training.
     note = _pin_for_record(record, args.cpu_path, strict=True)
-    print(note, flush=True)
-    workers = _workers(args)
+    device = _device_for_record(record, args.device)
+    how = "chosen with --device" if args.device else "the record's"
+    print(f"{note}; device: {device} ({how})", flush=True)
+    workers = _workers(args, device)
     if files.plan.is_file():
         plan = load_plan(files.plan)
         raw = plan.raw
@@ -353,7 +366,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
     check_plan_link(record, plan, str(files.record))
     _check_size(plan, args)
-    fresh = _train(plan, raw, args, workers)
+    fresh = _train(plan, raw, args, workers, device=device)
     result = compare_records(record, fresh)
     sys.stdout.write(render_comparison(result))
     if not result.identical:
@@ -583,12 +596,22 @@ class _Stopped(Exception):
         self.code = code
 
 
-def _workers(args: argparse.Namespace) -> int:
+def _workers(args: argparse.Namespace, device: str = "cpu") -> int:
     """The worker count; with more than one, the workers' server starts now, importing torch
-    while this process does the same."""
+    while this process does the same.
+
+    On CUDA a run has one worker: processes sharing one GPU would split its memory and gain
+    little on models this size, and one process keeps the GPU's state in one place.
+    """
     from postlab.runs.workers import default_workers, start_worker_server
 
-    workers = args.workers if args.workers is not None else default_workers()
+    if device == "cuda":
+        if args.workers is not None and args.workers > 1:
+            raise UserError(f"--workers {args.workers} with device cuda: a CUDA run trains "
+                            "in one process; leave --workers out or set it to 1")
+        workers = 1 if args.workers is None else args.workers
+    else:
+        workers = args.workers if args.workers is not None else default_workers()
     if workers < 1:
         raise UserError(f"--workers must be at least 1, got {workers}")
     if workers > 1:
@@ -597,7 +620,7 @@ def _workers(args: argparse.Namespace) -> int:
 
 
 def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
-           resume: bool = False):
+           resume: bool = False, device: str = "cpu"):
     """Run a plan with the command's --out-dir, --workers and --quiet; report stops."""
     from postlab.engines.train import NonFiniteError
     from postlab.runs.orchestration import RunFailed, RunOptions, run_plan
@@ -606,7 +629,7 @@ def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
     display = make_display(args.quiet)
     every = 0 if args.quiet else (1 if isinstance(display, Live) else PLAIN_EVERY)
     options = RunOptions(out_dir=args.out_dir, workers=workers, resume=resume,
-                         progress_every=every, display=display)
+                         progress_every=every, display=display, device=device)
     try:
         return run_plan(plan, raw, options)
     except (NonFiniteError, RunFailed) as exc:
@@ -626,7 +649,8 @@ def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
 def _cmd_run(args: argparse.Namespace) -> int:
     _check_cpu_path(args.cpu_path)
     note = _pin_for_run(args)  # before torch loads, here and in the workers' server
-    workers = _workers(args)
+    device, device_note = _device_for_run(args)
+    workers = _workers(args, device)
     from postlab.plan.frozen import (
         load_plan,
         parse_plan,
@@ -645,6 +669,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
     if not args.quiet:
         print(note, flush=True)
+        print(device_note, flush=True)
     sized = plan
     if sized is None and (args.out_dir / "plan.json").is_file():
         from postlab.jsonio import read_bytes
@@ -654,7 +679,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if sized is not None:
         _check_size(sized, args)
     start = time.monotonic()
-    _train(plan, raw, args, workers, resume=args.resume)
+    _train(plan, raw, args, workers, resume=args.resume, device=device)
     if not args.quiet:
         print(f"done: {args.out_dir} in {time.monotonic() - start:.1f} s")
         print(f"fingerprint: {read_fingerprint_file(args.out_dir)} (note it; "
@@ -677,6 +702,48 @@ def _pin_for_run(args: argparse.Namespace) -> str:
     numerics.pin(name)
     how = "chosen with --cpu-path" if args.cpu_path else "portable, the default"
     return f"code path: {_describe_path(name)} ({how})"
+
+
+def _device_for_run(args: argparse.Namespace) -> tuple[str, str]:
+    """The run's device and a line saying how it was chosen; cuda where there is none is
+    refused here, before anything is written."""
+    from postlab.runs import device
+
+    choice, how = args.device, "chosen with --device"
+    if choice is None and args.resume:
+        record_path = args.out_dir / "record.json"
+        if record_path.is_file():
+            from postlab.records.record import load_record
+
+            choice, how = load_record(record_path).get("device", "cpu"), "the run's own"
+    if choice is None:
+        choice, how = "cpu", "the default"
+    device.prepare(choice)  # before CUDA initialises
+    resolved = device.resolve(choice)
+    if choice == "auto":
+        how = ("auto: torch finds a CUDA device" if resolved == "cuda"
+               else "auto: torch finds no CUDA device here")
+    return resolved, f"device: {resolved} ({how})"
+
+
+def _device_for_record(record: dict, choice: str | None) -> str:
+    """The device to reproduce a record on: ``choice``, else the record's, which this machine
+    must have; refused in one line before training otherwise."""
+    from postlab.runs import device
+
+    if choice is not None:
+        device.prepare(choice)
+        return device.resolve(choice)
+    recorded = record.get("device", "cpu")
+    device.prepare(recorded)
+    if recorded == "cuda" and not device.cuda_available():
+        numerics = record.get("numerics")
+        gpu = numerics.get("cuda", {}).get("device_name") if isinstance(numerics, dict) else None
+        made_on = f"cuda ({gpu})" if gpu else "cuda"
+        raise UserError(f"the record was made on {made_on} and torch finds no CUDA device "
+                        "here; reproduce it on a machine with CUDA, or pass --device cpu to "
+                        "compare across devices (bits may then differ)")
+    return device.resolve(recorded)
 
 
 COMMANDS = {"freeze": _cmd_freeze, "plan": _cmd_plan, "report": _cmd_report,

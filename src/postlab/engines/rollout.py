@@ -8,12 +8,19 @@ checks it), at a fraction of the work.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from postlab.policies import Policy
+
+
+def _autocast(model: Policy) -> contextlib.AbstractContextManager[Any]:
+    """The policy's forward-pass context; a stand-in model without one runs as it is."""
+    autocast = getattr(model, "autocast", None)
+    return contextlib.nullcontext() if autocast is None else autocast()
 
 
 @torch.no_grad()
@@ -26,7 +33,9 @@ def generate(model: Policy, pairs: Sequence[Sequence[int]], max_new_tokens: int,
     Stops early once every sequence has ended, as the random stream depends on it.
     """
     tokenizer = model.tokenizer
-    logits, cache = model.start(model.prompts(pairs))
+    with _autocast(model):
+        logits, cache = model.start(model.prompts(pairs))
+    logits = logits.float()  # sampling in float32 (a no-op for a float32 forward pass)
     active = torch.ones(len(pairs), dtype=torch.bool, device=model.device)
     tokens, masks = [], []
     for position in range(max_new_tokens):
@@ -42,7 +51,9 @@ def generate(model: Policy, pairs: Sequence[Sequence[int]], max_new_tokens: int,
         active = active & (chosen != tokenizer.eos_id)
         if not active.any() or position == max_new_tokens - 1:
             break
-        logits, cache = model.advance(chosen[:, None], cache)
+        with _autocast(model):
+            logits, cache = model.advance(chosen[:, None], cache)
+        logits = logits.float()
     return torch.stack(tokens, dim=1), torch.stack(masks, dim=1)
 
 

@@ -45,7 +45,10 @@ def _sequence_log_dist(model: Policy, prompts: torch.Tensor,
                        tokens: torch.Tensor) -> torch.Tensor:
     """Log-probabilities (seq, len, vocab) at each response position, given the prefix."""
     inputs = torch.cat([prompts, tokens[:, :-1]], dim=1)
-    return model(inputs)[:, prompts.shape[1] - 1:].log_softmax(-1)
+    with model.autocast():
+        logits = model(inputs)
+    # Log-probabilities in float32 whatever the forward pass ran in (a no-op for float32).
+    return logits.float()[:, prompts.shape[1] - 1:].log_softmax(-1)
 
 
 def supervised(model: Policy, plan: dict[str, Any], seed: int,
@@ -67,7 +70,9 @@ def supervised(model: Policy, plan: dict[str, Any], seed: int,
                               device=model.device)
         prompts = model.prompts(pairs)
         inputs = torch.cat([prompts, target[:, :-1]], dim=1)
-        logits = model(inputs)[:, prompts.shape[1] - 1:]
+        with model.autocast():
+            logits = model(inputs)[:, prompts.shape[1] - 1:]
+        logits = logits.float()  # the loss in float32 (a no-op for a float32 forward pass)
         loss = F.cross_entropy(logits.reshape(-1, width_vocab), target.flatten(),
                                ignore_index=pad)
         optimizer.zero_grad()

@@ -105,6 +105,10 @@ class PlanModel(BaseModel):
         "the policy: `{\"kind\": name, ...its fields}`; absent means the `gru` policy with "
         "the top-level vocab, eos, pad, embedding and hidden, as in the teaching plan"))
     threads: int = Field(ge=1, le=256, description="torch threads per worker process")
+    precision: Literal["float32", "bf16"] | None = Field(None, description=(
+        "what forward passes compute in: `float32` (absent means this, as in the teaching "
+        "plan) or `bf16`, bfloat16 autocast on the run's device with float32 weights and "
+        "optimizer; recorded as the record's `numerics.dtype`"))
     sft_steps: int = Field(ge=1, le=1_000_000, description="supervised steps")
     sft_batch: int = Field(ge=1, le=100_000, description="pairs per supervised step")
     sft_lr: float = Field(gt=0, le=10, description="Adam learning rate for SFT")

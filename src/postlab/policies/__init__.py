@@ -15,10 +15,11 @@ from postlab.policies.base import (
     PolicyKind,
     Tokenizer,
     build_policy,
+    place_policy,
     policy_kind,
     policy_placement,
     section_problems,
 )
 
 __all__ = ["DEFAULT_KIND", "POLICIES", "CharTokenizer", "Policy", "PolicyKind", "Tokenizer",
-           "build_policy", "policy_kind", "policy_placement", "section_problems"]
+           "build_policy", "place_policy", "policy_kind", "policy_placement", "section_problems"]

@@ -9,6 +9,7 @@ validated and how big it is before anything is built (for the cost estimate).
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,8 @@ class Policy(nn.Module, ABC):
     #: The registry name of this policy's kind; checkpoints record it.
     kind: ClassVar[str]
     tokenizer: Tokenizer
+    #: The plan's ``precision``: "bf16" runs forward passes under autocast, weights stay float32.
+    precision: str = "float32"
 
     @abstractmethod
     def prompts(self, pairs: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -96,6 +99,18 @@ class Policy(nn.Module, ABC):
                 return tensor.dtype
         return torch.get_default_dtype()
 
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The context the engine runs forward passes in: bfloat16 autocast on the policy's
+        device for a bf16 plan (parameters and optimizer stay float32), else nothing."""
+        if self.precision != "bf16":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype forward passes compute in, as records name it."""
+        return "bfloat16" if self.precision == "bf16" else str(self.dtype).removeprefix("torch.")
+
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -126,16 +141,25 @@ def policy_kind(plan: dict[str, Any]) -> str:
 
 
 def build_policy(plan: dict[str, Any]) -> Policy:
-    """A fresh policy of the plan's kind, initialised from torch's global generator."""
-    return POLICIES[policy_kind(plan)].build(plan)
+    """A fresh policy of the plan's kind, initialised on CPU from torch's global generator
+    (so its weights do not depend on the device it is moved to), at the plan's precision."""
+    policy = POLICIES[policy_kind(plan)].build(plan)
+    policy.precision = plan.get("precision") or "float32"
+    return policy
+
+
+def place_policy(policy: Policy, device: str) -> Policy:
+    """The policy moved to ``device`` (in place); the engine's tensors follow it there."""
+    return policy.to(torch.device(device))
 
 
 def policy_placement(plan: dict[str, Any]) -> tuple[str, str]:
-    """(device, dtype) the plan's policy runs on, for the record; building it here leaves
-    torch's global random state as it was, so the run's own initialisation is unchanged."""
+    """(parameter dtype, compute dtype) of the plan's policy, for the record; building it here
+    leaves torch's global random state as it was, so the run's own initialisation is
+    unchanged."""
     with torch.random.fork_rng(devices=[]):
         policy = build_policy(plan)
-    return str(policy.device), str(policy.dtype).removeprefix("torch.")
+    return str(policy.dtype).removeprefix("torch."), policy.compute_dtype
 
 
 def section_problems(section: dict[str, Any]) -> list[tuple[str, str]]:

@@ -75,9 +75,10 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 #: A checkpoint's file name: plain characters, in the run folder itself.
 FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}")
-#: Devices and dtypes a record may name (the engine trains float32 on CPU).
-DEVICES = ("cpu",)
-DTYPES = ("float32",)
+#: Devices and dtypes a record may name: weights are float32 on CPU or CUDA; a bf16 plan's
+#: forward passes compute in bfloat16 (``numerics.dtype``).
+DEVICES = ("cpu", "cuda")
+DTYPES = ("float32", "bfloat16")
 MAX_SEED = 2**62
 #: Generous bounds on counts no real run reaches; beyond them a field is damaged, not large.
 MAX_COUNT = 10**15
@@ -278,7 +279,22 @@ def _numerics(value: Any, where: str) -> None:
         "blas": plain, "blas_code_path": plain, "onednn_isa": plain,
         "threads": _integer(1, 256), "deterministic": _boolean,
         "device": _choice(DEVICES), "dtype": _choice(DTYPES),
+        "cuda": _cuda,
     }, required=NUMERICS_FIELDS)
+    if value["device"] == "cuda" and "cuda" not in value:
+        raise UserError(f"{where}: device cuda without its 'cuda' settings")
+    if value["device"] != "cuda" and "cuda" in value:
+        raise UserError(f"{where}: 'cuda' settings on device {value['device']}")
+
+
+def _cuda(value: Any, where: str) -> None:
+    """The GPU, its libraries and the determinism settings a CUDA run was made with."""
+    from postlab.runs.device import CUDA_FIELDS
+
+    plain = _text(limit=200)
+    flags = ("cudnn_deterministic", "cudnn_benchmark", "tf32_matmul", "tf32_cudnn")
+    _object(value, where, {key: _boolean if key in flags else plain for key in CUDA_FIELDS},
+            required=tuple(CUDA_FIELDS))
 
 
 NUMERICS_FIELDS = ("code_path", "pinned", "cpu_capability", "cpu_model", "machine",

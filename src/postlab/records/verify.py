@@ -23,7 +23,7 @@ from postlab.errors import UserError
 from postlab.jsonio import parse_json, read_bytes
 from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
-from postlab.policies import build_policy, policy_kind
+from postlab.policies import build_policy, place_policy, policy_kind
 from postlab.records.fingerprint import read_fingerprint_file, run_fingerprint
 from postlab.records.integrity import compare_digests
 from postlab.records.record import (
@@ -73,8 +73,16 @@ def _first_row_difference(recorded: dict, fresh: dict) -> str:
     return "rows differ"
 
 
+def _device_here(record: dict[str, Any]) -> str:
+    """Re-evaluate on the record's device where this machine has it, else on CPU (and the
+    environment check then names the difference)."""
+    from postlab.runs.device import cuda_available
+
+    return "cuda" if record.get("device") == "cuda" and cuda_available() else "cpu"
+
+
 def _check_checkpoints(record: dict[str, Any], plan: dict[str, Any] | None,
-                       folder: Path) -> tuple[Check, Check]:
+                       folder: Path, device: str = "cpu") -> tuple[Check, Check]:
     hash_problems, eval_problems, reloaded = [], [], 0
     for run in record["runs"]:
         for stage, info in run.get("checkpoints", {}).items():
@@ -94,7 +102,7 @@ def _check_checkpoints(record: dict[str, Any], plan: dict[str, Any] | None,
             except CheckpointError as exc:
                 eval_problems.append(str(exc))
                 continue
-            model = build_policy(plan)
+            model = place_policy(build_policy(plan), device)
             try:
                 model.load_state_dict(payload["state_dict"])
             except (RuntimeError, KeyError) as exc:
@@ -374,9 +382,10 @@ def verify_run(files: RunFiles, record: dict[str, Any], *,
     folder = files.record.parent
     plan, plan_check = _plan_for(files, record)
     plan_data = plan.data if plan is not None else None
-    configure_torch(plan_data["threads"] if plan_data is not None else 1)
+    device = _device_here(record)
+    configure_torch(plan_data["threads"] if plan_data is not None else 1, device)
     checks = [_check_completeness(record, plan_data), plan_check]
-    checks += list(_check_checkpoints(record, plan_data, folder))
+    checks += list(_check_checkpoints(record, plan_data, folder, device))
     checks.append(_check_summary(record, plan_data, folder))
     if plan_data is None:
         checks.append(Check(name="counts", status="skip", detail="needs the record's plan"))
@@ -390,8 +399,10 @@ def verify_run(files: RunFiles, record: dict[str, Any], *,
     checks.append(_check_digests(record))
     checks.append(_check_fingerprint(files, record, folder, expect))
     threads = plan_data["threads"] if plan_data is not None else 1
-    environment = _check_environment(record, numerics.describe(threads,
-                                                               numerics.current_pin()))
+    dtype = "bfloat16" if plan_data is not None and plan_data.get("precision") == "bf16" \
+        else "float32"
+    environment = _check_environment(record, numerics.describe(
+        threads, numerics.current_pin(), device=device, dtype=dtype))
     checks.append(environment)
     checks.append(_check_source(record))
     if environment.status == "warn":

@@ -130,7 +130,7 @@ def k3_kl(log_dist: torch.Tensor, ref_log_dist: torch.Tensor,
          "DAPO: Yu et al. 2025 (arXiv:2503.14476) drops the KL penalty")
 def no_kl(log_dist: torch.Tensor, ref_log_dist: torch.Tensor,
           tokens: torch.Tensor) -> torch.Tensor:
-    return torch.zeros(tokens.shape, dtype=log_dist.dtype)
+    return torch.zeros(tokens.shape, dtype=log_dist.dtype, device=log_dist.device)
 
 
 #: The teaching plan states its choices in words; these are the entries they mean.

@@ -33,6 +33,9 @@ UNNAMED_KIND = "gru"
 def checkpoint_bytes(plan: dict[str, Any], state_dict: dict[str, torch.Tensor],
                      kind: str) -> bytes:
     buffer = io.BytesIO()
+    if any(value.device.type != "cpu" for value in state_dict.values()):
+        # CPU copies, so the file names no device; a CPU state dict is saved as it is.
+        state_dict = {name: value.cpu() for name, value in state_dict.items()}
     torch.save({"plan": plan, "state_dict": state_dict, "kind": kind}, buffer)
     return buffer.getvalue()
 

@@ -37,10 +37,14 @@ Emit = Callable[[dict[str, Any]], None]
 WORKER_STARTED = "worker_started"
 
 
-def configure_torch(threads: int) -> None:
-    """The plan's thread count and deterministic kernels, in whichever process runs a task."""
+def configure_torch(threads: int, device: str = "cpu") -> None:
+    """The plan's thread count and deterministic kernels (CUDA's too, on CUDA), in whichever
+    process runs a task."""
+    from postlab.runs.device import configure
+
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
+    configure(device)
 
 
 class TaskExecutor(cf.Executor):

@@ -223,12 +223,14 @@ def _blas() -> tuple[str, str]:
     return blas, (version.group(1) if version else "")
 
 
-def describe(threads: int, pinned: str | None) -> dict[str, Any]:
-    """The numeric environment of this process, as a record stores it."""
+def describe(threads: int, pinned: str | None, *, device: str = "cpu",
+             dtype: str = "float32") -> dict[str, Any]:
+    """The numeric environment of this process, as a record stores it: on CUDA also the GPU,
+    its libraries and the determinism settings in force (``cuda``)."""
     import torch
 
     blas, blas_version = _blas()
-    return {
+    described: dict[str, Any] = {
         "code_path": pinned if pinned is not None else NATIVE,
         "pinned": {k: os.environ[k] for k in PIN_VARIABLES if k in os.environ}
         if pinned is not None else {},
@@ -241,9 +243,14 @@ def describe(threads: int, pinned: str | None) -> dict[str, Any]:
         "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "auto"),
         "threads": threads,
         "deterministic": bool(torch.are_deterministic_algorithms_enabled()),
-        "device": "cpu",
-        "dtype": "float32",
+        "device": device,
+        "dtype": dtype,
     }
+    if device == "cuda":
+        from postlab.runs.device import describe_cuda
+
+        described["cuda"] = describe_cuda()
+    return described
 
 
 #: Numerics fields that decide the bits, with their names in messages.
@@ -257,11 +264,17 @@ INFORMATIVE = {"cpu_model": "CPU model", "machine": "architecture"}
 
 def differences(then: dict[str, Any], now: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(bit-deciding differences, other differences) between two numerics entries."""
-    def lines(fields: dict[str, str]) -> list[str]:
-        return [f"{label} {then.get(key)!s} then, {now.get(key)!s} now"
-                for key, label in fields.items() if then.get(key) != now.get(key)]
+    from postlab.runs.device import CUDA_FIELDS
 
-    return lines(DECIDING), lines(INFORMATIVE)
+    def lines(fields: dict[str, str], a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+        return [f"{label} {a.get(key)!s} then, {b.get(key)!s} now"
+                for key, label in fields.items() if a.get(key) != b.get(key)]
+
+    deciding = lines(DECIDING, then, now)
+    cuda_then, cuda_now = then.get("cuda"), now.get("cuda")
+    if isinstance(cuda_then, dict) and isinstance(cuda_now, dict):
+        deciding += lines(CUDA_FIELDS, cuda_then, cuda_now)
+    return deciding, lines(INFORMATIVE, then, now)
 
 
 def recorded_path(numerics: dict[str, Any] | None) -> str | None:

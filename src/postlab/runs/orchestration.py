@@ -31,7 +31,7 @@ from postlab.errors import UserError
 from postlab.jsonio import dump_json, publish_bytes, read_bytes, replace_bytes
 from postlab.plan.arms import arm_names, arm_specs
 from postlab.plan.frozen import LoadedPlan, parse_plan
-from postlab.policies import Policy, build_policy, policy_kind, policy_placement
+from postlab.policies import Policy, build_policy, place_policy, policy_kind, policy_placement
 from postlab.records.fingerprint import (
     FINGERPRINT_FILE,
     fingerprint_file_bytes,
@@ -74,6 +74,7 @@ class RunOptions:
     progress_every: int = 0  # RL steps between progress events; 0 sends none
     display: Quiet = field(default_factory=Quiet)
     executor: str | None = None  # a kind in executors.EXECUTORS; None: chosen by workers
+    device: str = "cpu"  # where policies train: "cpu" or "cuda" (already resolved)
 
 
 def checkpoint_name(seed: int, stage: str) -> str:
@@ -99,7 +100,7 @@ def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
     """Publish the stage's checkpoint, reload it from disk by hash, and re-evaluate it."""
     path = out_dir / checkpoint_name(seed, stage)
     digest = publish_checkpoint(path, checkpoint_bytes(plan, model.state_dict(), model.kind))
-    restored = build_policy(plan)
+    restored = place_policy(build_policy(plan), str(model.device.type))
     restored.load_state_dict(load_checkpoint(path, digest, kind=policy_kind(plan))["state_dict"])
     equal = evaluate_model(restored, plan, seed) == rows
     if not equal:
@@ -109,13 +110,14 @@ def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
 
 
 def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
-             emit: Emit) -> dict[str, Any]:
+             emit: Emit, device: str = "cpu") -> dict[str, Any]:
     torch.manual_seed(seed)
     model = build_policy(plan)
     parameters = model.parameter_count()
     # RL-only arms start from the untrained weights, so keep them before SFT changes them.
     untrained = copy.deepcopy(model.state_dict()) if any(
         arm.pipeline == "rl-only" for arm in arm_specs(plan)) else None
+    place_policy(model, device)  # after the CPU initialisation, so it is the same everywhere
     total = plan["sft_steps"]
 
     def hook(step: int, loss: float) -> None:
@@ -131,9 +133,9 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
 
 
 def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any],
-             out_dir: Path, every: int, emit: Emit) -> dict[str, Any]:
+             out_dir: Path, every: int, emit: Emit, device: str = "cpu") -> dict[str, Any]:
     arm = next(a for a in arm_specs(plan) if a.name == arm_name)
-    start = build_policy(plan)
+    start = place_policy(build_policy(plan), device)
     if arm.pipeline == "rl-only":
         start.load_state_dict(sft["untrained_state_dict"])
     else:
@@ -179,9 +181,10 @@ class SftTask:
     seed: int
     out_dir: Path
     every: int
+    device: str = "cpu"
 
     def __call__(self, emit: Emit) -> dict[str, Any]:
-        result = sft_task(self.plan, self.seed, self.out_dir, self.every, emit)
+        result = sft_task(self.plan, self.seed, self.out_dir, self.every, emit, self.device)
         result.pop("state_dict", None)
         result.pop("untrained_state_dict", None)
         return result
@@ -199,6 +202,7 @@ class ArmTask:
     initial: CheckpointRef
     out_dir: Path
     every: int
+    device: str = "cpu"
 
     def __call__(self, emit: Emit) -> dict[str, Any]:
         spec = next(a for a in arm_specs(self.plan) if a.name == self.arm)
@@ -211,7 +215,8 @@ class ArmTask:
             if payload.get("plan") != self.plan:
                 raise CheckpointError(f"{path}: a checkpoint of another plan; refusing it")
             start["state_dict"] = payload["state_dict"]
-        return arm_task(self.plan, self.seed, self.arm, start, self.out_dir, self.every, emit)
+        return arm_task(self.plan, self.seed, self.arm, start, self.out_dir, self.every, emit,
+                        self.device)
 
 
 def _untrained_weights(plan: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -273,14 +278,17 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
     return stored, record
 
 
-def new_record(plan: LoadedPlan, workers: int) -> dict[str, Any]:
-    device, dtype = policy_placement(plan.data)
+def new_record(plan: LoadedPlan, workers: int, device: str = "cpu") -> dict[str, Any]:
+    """The record's provenance: the device is the run's, the dtype the weights' (float32);
+    ``numerics.dtype`` is what forward passes compute in (bfloat16 under a bf16 plan)."""
+    dtype, compute_dtype = policy_placement(plan.data)
     return {"plan_sha256": plan.sha256, "source_sha256": source_hashes(),
             "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform(), "device": device, "dtype": dtype,
             "postlab_version": postlab.__version__, "threads": plan.data["threads"],
             "workers": workers,
-            "numerics": numerics.describe(plan.data["threads"], numerics.current_pin()),
+            "numerics": numerics.describe(plan.data["threads"], numerics.current_pin(),
+                                          device=device, dtype=compute_dtype),
             "runs": []}
 
 
@@ -331,8 +339,9 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
     plan, previous = prepare_out_dir(plan, raw_plan, options.out_dir, options.resume)
     data = plan.data
     start = time.monotonic()
-    configure_torch(data["threads"])  # before the record describes the numeric settings
-    record = new_record(plan, options.workers)
+    # Before the record describes the numeric settings.
+    configure_torch(data["threads"], options.device)
+    record = new_record(plan, options.workers, options.device)
     if previous is not None:
         then = previous.get("numerics")
         deciding = numerics.differences(then, record["numerics"])[0] if then else []
@@ -389,7 +398,9 @@ def _run_tasks(executor: TaskExecutor, data: dict[str, Any], pending: list[int],
     """
     out, every, arms = options.out_dir, options.progress_every, arm_names(data)
     assemblies = {seed: _SeedAssembly(arms) for seed in pending}
-    sft_queue: deque[SftTask] = deque(SftTask(data, seed, out, every) for seed in pending)
+    device = options.device
+    sft_queue: deque[SftTask] = deque(SftTask(data, seed, out, every, device)
+                                      for seed in pending)
     arm_queue: deque[ArmTask] = deque()
     running: dict[cf.Future, SftTask | ArmTask] = {}
     expected = record["numerics"]["cpu_capability"]
@@ -414,8 +425,8 @@ def _run_tasks(executor: TaskExecutor, data: dict[str, Any], pending: list[int],
                     assembly.sft = result
                     initial = CheckpointRef(result["checkpoint"]["file"],
                                             result["checkpoint"]["sha256"])
-                    arm_queue.extend(ArmTask(data, task.seed, arm, initial, out, every)
-                                     for arm in arms)
+                    arm_queue.extend(ArmTask(data, task.seed, arm, initial, out, every,
+                                             device) for arm in arms)
                 else:
                     assembly.arm_results[task.arm] = result
                 if assembly.complete():
