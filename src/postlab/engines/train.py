@@ -41,14 +41,13 @@ def _check_finite(value: float, what: str, where: str) -> None:
         raise NonFiniteError(f"non-finite {what} ({value}) at {where}")
 
 
-def _sequence_log_dist(model: Policy, prompts: torch.Tensor,
-                       tokens: torch.Tensor) -> torch.Tensor:
+def sequence_log_dist(model: Policy, prompts: torch.Tensor,
+                      tokens: torch.Tensor) -> torch.Tensor:
     """Log-probabilities (seq, len, vocab) at each response position, given the prefix."""
-    inputs = torch.cat([prompts, tokens[:, :-1]], dim=1)
     with model.autocast():
-        logits = model(inputs)
+        logits = model.continuation(prompts, tokens)
     # Log-probabilities in float32 whatever the forward pass ran in (a no-op for float32).
-    return logits.float()[:, prompts.shape[1] - 1:].log_softmax(-1)
+    return logits.float().log_softmax(-1)
 
 
 def supervised(model: Policy, plan: dict[str, Any], seed: int,
@@ -69,9 +68,8 @@ def supervised(model: Policy, plan: dict[str, Any], seed: int,
         target = torch.tensor([t + [pad] * (width - len(t)) for t in targets],
                               device=model.device)
         prompts = model.prompts(pairs)
-        inputs = torch.cat([prompts, target[:, :-1]], dim=1)
         with model.autocast():
-            logits = model(inputs)[:, prompts.shape[1] - 1:]
+            logits = model.continuation(prompts, target)
         logits = logits.float()  # the loss in float32 (a no-op for a float32 forward pass)
         loss = F.cross_entropy(logits.reshape(-1, width_vocab), target.flatten(),
                                ignore_index=pad)
@@ -204,11 +202,11 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
         std = objective.group_reward_std(batch.rewards, group_size)
         prompts = model.prompts(batch.pairs)
         with torch.no_grad():
-            ref_log_dist = _sequence_log_dist(reference, prompts, tokens)
+            ref_log_dist = sequence_log_dist(reference, prompts, tokens)
         old_logp = None
         updates = []
         for _ in range(plan["updates_per_rollout"]):
-            log_dist = _sequence_log_dist(model, prompts, tokens)
+            log_dist = sequence_log_dist(model, prompts, tokens)
             logp = objective.token_log_probs(log_dist, tokens)
             if old_logp is None:
                 # Before the first update the policy is the one that sampled: its

@@ -77,6 +77,12 @@ class Policy(nn.Module, ABC):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Next-token logits at every position: (batch, time) -> (batch, time, vocab)."""
 
+    def continuation(self, prompts: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits (batch, len(tokens), vocab) for each of ``tokens`` given its prompt and the
+        tokens before it: what training scores. A kind may compute it faster (sharing the
+        prompts of a group, say) as long as the values are those of ``forward``."""
+        return self(torch.cat([prompts, tokens[:, :-1]], dim=1))[:, prompts.shape[1] - 1:]
+
     @abstractmethod
     def start(self, prompt_tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """Read the prompts (batch, time); return next-token logits (batch, vocab) and a cache."""

@@ -28,6 +28,12 @@ from torch import nn
 
 from postlab.errors import UserError
 from postlab.policies.base import POLICIES, CharTokenizer, Policy, PolicyKind, Tokenizer
+from postlab.policies.compact import (
+    COMPACT_FORWARDS,
+    compact_forward_for,
+    continuation_logits,
+    start_logits,
+)
 from postlab.policies.gru import ANSWER_CHARACTERS, MASKED_LOGIT
 
 if TYPE_CHECKING:
@@ -62,6 +68,8 @@ class CausalLMPolicy(Policy):
             if character in ANSWER_CHARACTERS or character == eos:
                 allowed[tokenizer.encode(character)[0]] = True
         self.register_buffer("allowed", allowed)
+        #: The registered compact forward for this configuration, or None for the library's.
+        self.compact = compact_forward_for(model)
 
     def train(self, mode: bool = True) -> CausalLMPolicy:
         """Training flags stay on this wrapper: the network itself never runs dropout."""
@@ -83,15 +91,31 @@ class CausalLMPolicy(Policy):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits at every position of ``tokens`` (batch, time) -> (batch, time, vocab)."""
+        if self.compact is not None:
+            return self.logits(COMPACT_FORWARDS[self.compact].run(self.model, tokens, None)[0])
         out = self.model(input_ids=tokens, attention_mask=self._visible(tokens, None),
                          use_cache=False)
         return self.logits(out.logits)
 
+    def continuation(self, prompts: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """With a compact forward, the completions of one prompt read it once."""
+        if self.compact is None:
+            return super().continuation(prompts, tokens)
+        return self.logits(continuation_logits(COMPACT_FORWARDS[self.compact], self.model,
+                                               prompts, tokens))
+
     def start(self, prompt_tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        return self.advance(prompt_tokens, None)
+        if self.compact is None:
+            return self.advance(prompt_tokens, None)
+        logits, cache = start_logits(COMPACT_FORWARDS[self.compact], self.model, prompt_tokens)
+        return self.logits(logits), cache
 
     def advance(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
-        """The cache (the model's past key/values) is extended in place and returned."""
+        """The cache is the compact forward's keys/values, or the library's past key/values
+        (extended in place and returned)."""
+        if self.compact is not None:
+            logits, cache = COMPACT_FORWARDS[self.compact].run(self.model, tokens, cache)
+            return self.logits(logits[:, -1]), cache
         out = self.model(input_ids=tokens, attention_mask=self._visible(tokens, cache),
                          past_key_values=cache, use_cache=True)
         return self.logits(out.logits[:, -1]), out.past_key_values

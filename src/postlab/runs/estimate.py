@@ -32,7 +32,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from postlab.engines.rollout import generate, to_rows
-from postlab.engines.train import _sequence_log_dist
+from postlab.engines.train import sequence_log_dist
 from postlab.errors import UserError
 from postlab.jsonio import dump_json
 from postlab.plan.arms import arm_specs
@@ -381,9 +381,9 @@ def _time_rl(model: Policy, plan: dict[str, Any], shape: dict[str, int],
         if not full:  # a bounded number of positions: one prompt column, fewer tokens
             prompts = prompts[:, :1]
         with torch.no_grad():
-            reference = _sequence_log_dist(model, prompts, tokens)
+            reference = sequence_log_dist(model, prompts, tokens)
         middle = time.perf_counter()
-        log_dist = _sequence_log_dist(model, prompts, tokens)
+        log_dist = sequence_log_dist(model, prompts, tokens)
         logp = objective.token_log_probs(log_dist, tokens)
         ratio = (logp - logp.detach()).exp()
         gain = objective.clipped_gain(ratio, advantage, low, high)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The GPU check: the transformer example plans and the TRL comparison on CUDA, in under ten
+# minutes on one GPU. Each plan is run, verified, reproduced on the same device (the summary
+# must come out byte for byte) and reported; then bench/bench_trl.py times both trainers.
+# Everything it prints also lands in OUT, with the GPU's name.
+#
+# Usage: scripts/gpu-check.sh OUT [DEVICE]   (from the repository root; DEVICE defaults to
+#        cuda; "cpu" runs the same steps here, to try the script on a machine without a GPU)
+# Needs postlab installed with the bench extra (pip install -e '.[bench]') and a torch build
+# for the GPU; PYTHON picks the interpreter (default python3).
+set -euo pipefail
+out=${1:?usage: scripts/gpu-check.sh OUT [DEVICE]}
+device=${2:-cuda}
+python=${PYTHON:-python3}
+if [ -e "$out" ]; then echo "gpu-check: $out already exists; choose a new folder" >&2; exit 2; fi
+mkdir -p "$out"
+log="$out/gpu-check.txt"
+exec > >(tee "$log") 2>&1
+export PYTHONUNBUFFERED=1
+
+"$python" - "$device" <<'PY'
+import platform, sys, torch
+device = sys.argv[1]
+print(f"torch {torch.__version__}, Python {platform.python_version()}, {platform.machine()}")
+if device == "cuda":
+    if not torch.cuda.is_available():
+        sys.exit("gpu-check: torch finds no CUDA device")
+    props = torch.cuda.get_device_properties(0)
+    print(f"GPU: {props.name}, compute capability {props.major}.{props.minor}, "
+          f"{props.total_memory / 2**30:.0f} GiB; CUDA {torch.version.cuda}, "
+          f"cuDNN {torch.backends.cudnn.version()}")
+PY
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv || true
+
+for name in transformer-gpt2 transformer-llama; do
+  run="$out/$name"
+  echo "== $name on $device"
+  start=$(date +%s%N)
+  "$python" -m postlab run --plan "examples/$name.json" --out-dir "$run" --device "$device" --quiet
+  echo "$name: run took $(( ($(date +%s%N) - start) / 1000000 )) ms"
+  "$python" -m postlab verify "$run"
+  "$python" -m postlab reproduce "$run" --out-dir "$out/$name-again" --quiet
+  cmp "$run/summary.json" "$out/$name-again/summary.json" && echo "$name: reproduced byte for byte"
+  "$python" -m postlab report "$run" --lang en | sed -n '/Held-out test/,/^$/p'
+done
+
+echo "== TRL comparison on $device"
+"$python" bench/bench_trl.py --device "$device" --steps 20
+echo "== done; log in $log"

@@ -1,0 +1,221 @@
+"""Compact forward passes for GPT-2 and Llama, over a ``transformers`` model's own parameters.
+
+Why: at the sizes postlab trains on a CPU, one call of a ``transformers`` model spends more time
+in Python (building masks and cache objects, dispatching through module hooks) than in
+arithmetic. The functions here do the arithmetic of the library's eager attention path with
+plain tensor operations, reading the very parameters the module holds, so checkpoints,
+``save_pretrained`` folders and optimisers see an ordinary ``transformers`` model. They agree
+with the library's forward pass to float32 rounding (tests compare logits and gradients).
+
+They also let training share work across a group: the completions of one prompt read that
+prompt once (:func:`continuation_logits`), which a forward over whole sequences cannot express.
+
+A configuration outside what a forward implements (another architecture, a GPT-2 with scaled
+attention per layer, ...) gets ``None`` from :func:`compact_forward_for` and runs through the
+library's own forward instead.
+
+Attention is explicit matrix products and a softmax, never a fused kernel chosen at run time, so
+the bits do not depend on which kernels a machine offers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from postlab.registry import Registry
+
+#: One (keys, values) pair per layer, each (batch, kv_heads, time, head_dim).
+KeyValues = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class CompactForward:
+    """A forward pass for one architecture family.
+
+    ``run(model, ids, past)`` reads ``ids`` (batch, time) after the cached ``past`` (or from
+    position 0) and returns logits (batch, time, vocab) and the keys/values of past and ids.
+    ``supports(config)`` says whether it computes exactly what the library would.
+    """
+
+    supports: Callable[[Any], bool]
+    run: Callable[[Any, torch.Tensor, KeyValues | None], tuple[torch.Tensor, KeyValues]]
+
+
+COMPACT_FORWARDS: Registry[CompactForward] = Registry("compact forward")
+
+
+def compact_forward_for(model: Any) -> str | None:
+    """The registered compact forward that computes this model's forward pass, if any."""
+    model_type = getattr(model.config, "model_type", None)
+    if model_type in COMPACT_FORWARDS and COMPACT_FORWARDS[model_type].supports(model.config):
+        return model_type
+    return None
+
+
+# --- shared pieces --------------------------------------------------------------------------
+
+def _visible(queries: int, past: int, device: torch.device) -> torch.Tensor:
+    """(queries, past + queries) booleans: every cached key, and causal among the new ones."""
+    rows = torch.arange(queries, device=device)[:, None]
+    cols = torch.arange(past + queries, device=device)[None, :]
+    return cols <= rows + past
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor,
+            scale: float) -> torch.Tensor:
+    """softmax(q k^T * scale, hidden keys masked) v, the softmax in float32 as the library's
+    eager path does; q (b, h, t, d), k and v (b, h, s, d) -> (b, t, h * d)."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~visible, float("-inf"))
+    weights = scores.softmax(-1, dtype=torch.float32).to(v.dtype)
+    out = torch.matmul(weights, v)
+    return out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
+
+
+def _extend(past: KeyValues | None, layer: int, k: torch.Tensor,
+            v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if past is None:
+        return k, v
+    old_k, old_v = past[layer]
+    return torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
+
+
+def _past_length(past: KeyValues | None) -> int:
+    return 0 if past is None else past[0][0].shape[2]
+
+
+# --- GPT-2 ----------------------------------------------------------------------------------
+
+def _gpt2_supports(config: Any) -> bool:
+    return (config.activation_function in ("gelu_new", "gelu_pytorch_tanh")
+            and config.scale_attn_weights and not config.scale_attn_by_inverse_layer_idx
+            and not config.reorder_and_upcast_attn and not config.add_cross_attention)
+
+
+def _conv1d(layer: Any, x: torch.Tensor) -> torch.Tensor:
+    """GPT-2's ``Conv1D``: x W + b with W stored (in, out)."""
+    flat = torch.addmm(layer.bias, x.reshape(-1, x.shape[-1]), layer.weight)
+    return flat.view(*x.shape[:-1], -1)
+
+
+def _gpt2_run(model: Any, ids: torch.Tensor,
+              past: KeyValues | None) -> tuple[torch.Tensor, KeyValues]:
+    body, config = model.transformer, model.config
+    batch, time = ids.shape
+    start = _past_length(past)
+    heads = config.n_head
+    head_dim = config.n_embd // heads
+    scale = 1.0 / math.sqrt(head_dim)
+    visible = _visible(time, start, ids.device)
+    x = F.embedding(ids, body.wte.weight) + body.wpe.weight[start:start + time]
+    cache: KeyValues = []
+    for index, block in enumerate(body.h):
+        h = F.layer_norm(x, x.shape[-1:], block.ln_1.weight, block.ln_1.bias, block.ln_1.eps)
+        qkv = _conv1d(block.attn.c_attn, h).view(batch, time, 3, heads, head_dim)
+        q, k, v = (part.transpose(1, 2) for part in qkv.unbind(2))
+        k, v = _extend(past, index, k, v)
+        cache.append((k, v))
+        x = x + _conv1d(block.attn.c_proj, _attend(q, k, v, visible, scale))
+        h = F.layer_norm(x, x.shape[-1:], block.ln_2.weight, block.ln_2.bias, block.ln_2.eps)
+        x = x + _conv1d(block.mlp.c_proj, F.gelu(_conv1d(block.mlp.c_fc, h),
+                                                 approximate="tanh"))
+    x = F.layer_norm(x, x.shape[-1:], body.ln_f.weight, body.ln_f.bias, body.ln_f.eps)
+    return F.linear(x, model.lm_head.weight), cache
+
+
+COMPACT_FORWARDS.register("gpt2")(CompactForward(supports=_gpt2_supports, run=_gpt2_run))
+
+
+# --- Llama ----------------------------------------------------------------------------------
+
+def _llama_supports(config: Any) -> bool:
+    return config.hidden_act == "silu" and getattr(config, "pretraining_tp", 1) == 1
+
+
+def _rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
+    """The library's RMSNorm: normalised in float32, scaled in the input's dtype."""
+    wide = x.to(torch.float32)
+    wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * wide.to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat([-second, first], dim=-1)
+
+
+def _llama_run(model: Any, ids: torch.Tensor,
+               past: KeyValues | None) -> tuple[torch.Tensor, KeyValues]:
+    body, config = model.model, model.config
+    batch, time = ids.shape
+    start = _past_length(past)
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    visible = _visible(time, start, ids.device)
+    x = F.embedding(ids, body.embed_tokens.weight)
+    positions = torch.arange(start, start + time, device=ids.device)[None]
+    # The model's own rotary module, so every RoPE variant it supports comes out the same.
+    cos, sin = body.rotary_emb(x, positions)
+    cos, sin = cos[:, None], sin[:, None]
+    cache: KeyValues = []
+    for index, layer in enumerate(body.layers):
+        attention = layer.self_attn
+        h = _rms_norm(layer.input_layernorm, x)
+        q = attention.q_proj(h).view(batch, time, heads, head_dim).transpose(1, 2)
+        k = attention.k_proj(h).view(batch, time, kv_heads, head_dim).transpose(1, 2)
+        v = attention.v_proj(h).view(batch, time, kv_heads, head_dim).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        k, v = _extend(past, index, k, v)
+        cache.append((k, v))
+        repeat = heads // kv_heads
+        keys = k.repeat_interleave(repeat, dim=1) if repeat > 1 else k
+        values = v.repeat_interleave(repeat, dim=1) if repeat > 1 else v
+        x = x + attention.o_proj(_attend(q, keys, values, visible, attention.scaling))
+        h = _rms_norm(layer.post_attention_layernorm, x)
+        mlp = layer.mlp
+        x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+    return model.lm_head(_rms_norm(body.norm, x)), cache
+
+
+COMPACT_FORWARDS.register("llama")(CompactForward(supports=_llama_supports, run=_llama_run))
+
+
+# --- prefix sharing -------------------------------------------------------------------------
+
+def _expand(cache: KeyValues, index: torch.Tensor) -> KeyValues:
+    return [(k[index], v[index]) for k, v in cache]
+
+
+def start_logits(forward: CompactForward, model: Any,
+                 prompts: torch.Tensor) -> tuple[torch.Tensor, KeyValues]:
+    """Next-token logits after each prompt and the cache, reading each distinct prompt once."""
+    unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
+    if unique.shape[0] == prompts.shape[0]:
+        logits, cache = forward.run(model, prompts, None)
+        return logits[:, -1], cache
+    logits, cache = forward.run(model, unique, None)
+    return logits[inverse, -1], _expand(cache, inverse)
+
+
+def continuation_logits(forward: CompactForward, model: Any, prompts: torch.Tensor,
+                        tokens: torch.Tensor) -> torch.Tensor:
+    """Logits (batch, len(tokens), vocab) for each of ``tokens`` given its prompt and the
+    tokens before it. Completions that share a prompt share its keys and values, and
+    gradients flow back into that one reading."""
+    unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
+    if unique.shape[0] == prompts.shape[0]:
+        logits, _ = forward.run(model, torch.cat([prompts, tokens[:, :-1]], dim=1), None)
+        return logits[:, prompts.shape[1] - 1:]
+    prompt_logits, cache = forward.run(model, unique, None)
+    first = prompt_logits[inverse, -1:]
+    if tokens.shape[1] == 1:
+        return first
+    rest, _ = forward.run(model, tokens[:, :-1], _expand(cache, inverse))
+    return torch.cat([first, rest], dim=1)

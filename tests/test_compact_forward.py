@@ -1,0 +1,191 @@
+"""The compact GPT-2 and Llama forward passes compute what ``transformers`` computes.
+
+Each model is built here from a configuration (nothing is downloaded), then the compact pass is
+compared with the library's own forward: logits, logits after a cache, the shared-prompt
+training scores, and the gradients those scores send to every parameter. Configurations the
+compact passes do not implement must fall back to the library.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from postlab.policies.compact import (
+    COMPACT_FORWARDS,
+    compact_forward_for,
+    continuation_logits,
+    start_logits,
+)
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 14
+#: float32 against float32 with other shapes of matrix products.
+TOLERANCE = 2e-5
+
+
+def _gpt2(**changes: Any) -> Any:
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_layer=2, n_head=4, n_embd=32,
+                                     n_positions=24, resid_pdrop=0.0, embd_pdrop=0.0,
+                                     attn_pdrop=0.0, **changes)
+    return config
+
+
+def _llama(**changes: Any) -> Any:
+    fields = {"vocab_size": VOCAB, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 4, "hidden_size": 32, "intermediate_size": 48,
+              "max_position_embeddings": 24, "tie_word_embeddings": False} | changes
+    return transformers.LlamaConfig(**fields)
+
+
+CONFIGS = {
+    "gpt2": lambda: _gpt2(),
+    "llama": lambda: _llama(),
+    "llama-grouped-kv": lambda: _llama(num_key_value_heads=2),
+    "llama-biases-and-head-dim": lambda: _llama(attention_bias=True, mlp_bias=True,
+                                                head_dim=16),
+    "llama-rope-scaling": lambda: _llama(rope_theta=500.0,
+                                         rope_scaling={"rope_type": "linear", "factor": 2.0}),
+}
+
+
+def _model(config: Any, seed: int = 0) -> Any:
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # biases start at zero; make them count
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                parameter.normal_(0, 0.1)
+    return model
+
+
+def _library(model: Any, ids: torch.Tensor) -> torch.Tensor:
+    return model(input_ids=ids, use_cache=False).logits
+
+
+@pytest.fixture(params=list(CONFIGS))
+def model(request):
+    return _model(CONFIGS[request.param]())
+
+
+def _forward(model: Any):
+    name = compact_forward_for(model)
+    assert name is not None
+    return COMPACT_FORWARDS[name]
+
+
+def test_whole_sequence_logits_match_the_library(model):
+    ids = torch.randint(0, VOCAB, (5, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours, _ = _forward(model).run(model, ids, None)
+        theirs = _library(model, ids)
+    assert ours.shape == theirs.shape
+    assert (ours - theirs).abs().max().item() < TOLERANCE
+
+
+def test_decoding_through_the_cache_matches_the_library(model):
+    ids = torch.randint(0, VOCAB, (6, 9), generator=torch.Generator().manual_seed(2))
+    forward = _forward(model)
+    with torch.no_grad():
+        theirs = _library(model, ids)
+        logits, cache = forward.run(model, ids[:, :4], None)
+        steps = [logits[:, -1]]
+        for position in range(4, 9):
+            logits, cache = forward.run(model, ids[:, position:position + 1], cache)
+            steps.append(logits[:, -1])
+    assert cache[0][0].shape[2] == 9
+    ours = torch.stack(steps, dim=1)
+    assert (ours - theirs[:, 3:]).abs().max().item() < TOLERANCE
+
+
+def _grouped(prompts: int, group: int, prompt_len: int, answer_len: int,
+             seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    distinct = torch.randint(0, VOCAB, (prompts, prompt_len), generator=generator)
+    prompt = distinct.repeat_interleave(group, dim=0)
+    answers = torch.randint(0, VOCAB, (prompts * group, answer_len), generator=generator)
+    return prompt, answers
+
+
+@pytest.mark.parametrize("answer_len", [1, 4])
+def test_shared_prompt_scores_and_gradients_match_whole_sequences(model, answer_len):
+    """Scores of a group read its prompt once; values and every parameter's gradient are
+    those of reading each whole sequence through the library."""
+    prompts, tokens = _grouped(3, 4, 6, answer_len, seed=3)
+    weights = torch.randn(12, answer_len, VOCAB, generator=torch.Generator().manual_seed(4))
+
+    ours = continuation_logits(_forward(model), model, prompts, tokens)
+    (ours * weights).sum().backward()
+    our_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+
+    whole = torch.cat([prompts, tokens[:, :-1]], dim=1)
+    theirs = _library(model, whole)[:, prompts.shape[1] - 1:]
+    (theirs * weights).sum().backward()
+    assert ours.shape == theirs.shape
+    assert (ours - theirs).abs().max().item() < TOLERANCE
+    for name, parameter in model.named_parameters():
+        scale = max(1.0, parameter.grad.abs().max().item())
+        assert (our_grads[name] - parameter.grad).abs().max().item() < TOLERANCE * scale, name
+
+
+def test_prompt_sharing_reads_each_distinct_prompt_once(model, monkeypatch):
+    forward = _forward(model)
+    batches = []
+
+    def counting(model_, ids, past):
+        batches.append(ids.shape[0])
+        return forward.run(model_, ids, past)
+
+    counted = type(forward)(supports=forward.supports, run=counting)
+    prompts, tokens = _grouped(3, 4, 6, 3, seed=5)
+    continuation_logits(counted, model, prompts, tokens)
+    assert batches == [3, 12]
+    batches.clear()
+    with torch.no_grad():
+        logits, cache = start_logits(counted, model, prompts)
+        plain, _ = forward.run(model, prompts, None)
+    assert batches == [3] and cache[0][0].shape[0] == 12
+    assert (logits - plain[:, -1]).abs().max().item() < TOLERANCE
+
+
+def test_distinct_prompts_are_read_in_one_pass(model):
+    prompts = torch.arange(12).reshape(3, 4) % VOCAB
+    tokens = torch.ones(3, 2, dtype=torch.long)
+    ours = continuation_logits(_forward(model), model, prompts, tokens)
+    whole = torch.cat([prompts, tokens[:, :-1]], dim=1)
+    with torch.no_grad():
+        theirs = _library(model, whole)[:, 3:]
+    assert (ours.detach() - theirs).abs().max().item() < TOLERANCE
+
+
+@pytest.mark.parametrize("config", [
+    _gpt2(scale_attn_by_inverse_layer_idx=True),
+    _gpt2(reorder_and_upcast_attn=True),
+    _gpt2(activation_function="relu"),
+    _llama(hidden_act="gelu"),
+    _llama(pretraining_tp=2),
+], ids=["gpt2-layer-scaled", "gpt2-upcast", "gpt2-relu", "llama-gelu", "llama-tp"])
+def test_configurations_it_does_not_implement_fall_back_to_the_library(config):
+    assert compact_forward_for(_model(config)) is None
+
+
+def test_other_architectures_fall_back_to_the_library():
+    config = transformers.GPTNeoXConfig(vocab_size=VOCAB, num_hidden_layers=1,
+                                        num_attention_heads=2, hidden_size=16,
+                                        intermediate_size=32)
+    assert compact_forward_for(_model(config)) is None
+
+
+def test_bf16_autocast_stays_close_to_the_library():
+    model = _model(CONFIGS["llama"]())
+    ids = torch.randint(0, VOCAB, (4, 8), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ours, _ = _forward(model).run(model, ids, None)
+        theirs = _library(model, ids)
+    assert ours.dtype == theirs.dtype == torch.bfloat16
+    assert (ours.float() - theirs.float()).abs().max().item() < 0.05
