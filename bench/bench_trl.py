@@ -13,10 +13,14 @@ and gradient clip, on one CPU thread by default. The KL is the k3 estimator on b
 ``updates_per_rollout`` optimiser steps; TRL counts each optimiser step, so its RL step is
 that many trainer steps.
 
-What is not matched, and why it does not favour postlab: postlab samples only answer
-characters and EOS (its policies mask the rest), TRL samples from the whole vocabulary; both
-stop a sequence at EOS and never generate more than ``max_new_tokens``. Each side runs in a
-fresh process with the same code-path pin, so neither warms the other's caches.
+Gradient checkpointing, which TRL turns on by default, is off: postlab never recomputes a
+forward pass, so leaving it on would charge TRL for work postlab does not do. What is not
+matched: postlab samples only answer characters and EOS (its policies mask the rest), TRL
+samples from the whole vocabulary (mean completion lengths come out within 1 %); TRL runs one
+more forward pass per rollout for the old policy's log-probabilities, which postlab takes from
+the first update's forward pass (each trainer's own design). Each side runs in a fresh process
+with the same code-path pin, so neither warms the other's caches; the profile is taken in a
+separate run, so the timed runs carry no profiler.
 
 Needs the ``bench`` extra (``pip install 'postlab[bench]'``).
 """
@@ -133,7 +137,7 @@ def run_postlab(plan: dict[str, Any], weights: Path, device: str, profile: bool,
 #: Where a step's time goes: the outermost function of each phase (cumulative time).
 PHASES = {
     "rollout decoding (KV cache)": ("postlab/engines/rollout.py", "generate"),
-    "rows and rewards": ("postlab/engines/rollout.py", "to_rows"),
+    "rows from tokens": ("postlab/engines/rollout.py", "to_rows"),
     "contract scoring": ("postlab/engines/train.py", "rewards_of"),
     "forward passes (policy and reference)": ("postlab/engines/train.py", "sequence_log_dist"),
     "backward": ("torch/_tensor.py", "backward"),
@@ -149,9 +153,7 @@ def _profile_shares(profiler: cProfile.Profile, total: float) -> dict[str, float
         seconds = sum(entry[3] for (path, _, name), entry in stats.items()
                       if path.endswith(file) and name == function)
         shares[label] = seconds / total
-    nested = {"contract scoring"}
-    shares["everything else (losses, statistics, Python)"] = 1 - sum(
-        share for label, share in shares.items() if label not in nested)
+    shares["everything else (losses, statistics, Python)"] = 1 - sum(shares.values())
     return shares
 
 
@@ -213,6 +215,8 @@ def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
             scale_rewards="group", shuffle_dataset=False, report_to="none",
             logging_steps=10**9, save_strategy="no", disable_tqdm=True, bf16=False,
             fp16=False, dataloader_num_workers=0, log_completions=False,
+            # TRL turns recomputation on by default; postlab never recomputes a forward pass.
+            gradient_checkpointing=False,
             model_init_kwargs={"attn_implementation": "eager", "dtype": torch.float32})
         trainer = GRPOTrainer(model=str(folder), reward_funcs=strict, args=config,
                               train_dataset=dataset, processing_class=tokenizer,
@@ -232,7 +236,7 @@ def child(args: argparse.Namespace) -> None:
     if args.side == "trl":
         result = run_trl(plan, args.weights, args.device)
     else:
-        result = run_postlab(plan, args.weights, args.device, args.profile,
+        result = run_postlab(plan, args.weights, args.device, args.child_profile,
                              compact=args.side == "postlab")
     print("RESULT " + json.dumps(result))
 
@@ -249,7 +253,7 @@ def _side(args: argparse.Namespace, side: str, weights: Path,
     command = ([sys.executable, __file__, "--side", side, "--plan", str(args.plan),
                "--steps", str(args.steps), "--device", args.device,
                "--threads", str(args.threads), "--weights", str(weights)]
-               + (["--profile"] if profile else []))
+               + (["--child-profile"] if profile else []))
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{side} side failed:\n{done.stderr[-4000:]}")
@@ -293,8 +297,8 @@ def parent(args: argparse.Namespace) -> None:
           f"(x{medians['trl'] / medians['postlab-library-forward']:.2f} with the library's "
           "forward pass); same initial weights: yes")
     if profile is not None:
-        print("where postlab's RL step spends its time (cProfile, cumulative, share of the "
-              "step; phases nest: scoring is inside rows and rewards):")
+        print("where postlab's RL step spends its time (a separate run under cProfile, "
+              "cumulative time, share of the step):")
         for label, share in profile.items():
             print(f"  {label:46s} {share * 100:5.1f} %")
 
@@ -310,7 +314,7 @@ def main() -> None:
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--weights", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--profile", dest="profile", action="store_true",
+    parser.add_argument("--child-profile", dest="child_profile", action="store_true",
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:

@@ -93,9 +93,23 @@ def _past_length(past: KeyValues | None) -> int:
 # --- GPT-2 ----------------------------------------------------------------------------------
 
 def _gpt2_supports(config: Any) -> bool:
-    return (config.activation_function in ("gelu_new", "gelu_pytorch_tanh")
+    return (config.activation_function in GPT2_ACTIVATIONS
             and config.scale_attn_weights and not config.scale_attn_by_inverse_layer_idx
-            and not config.reorder_and_upcast_attn and not config.add_cross_attention)
+            and not config.reorder_and_upcast_attn and not config.add_cross_attention
+            and not getattr(config, "pruned_heads", None))
+
+
+def _gelu_new(x: torch.Tensor) -> torch.Tensor:
+    """The library's ``gelu_new``, written out as it writes it (same operations, same bits)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
+                                       * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+#: GPT-2 activations by configuration name: the tanh approximation of GELU, two ways.
+GPT2_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu_new": _gelu_new,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
 
 
 def _conv1d(layer: Any, x: torch.Tensor) -> torch.Tensor:
@@ -112,6 +126,10 @@ def _gpt2_run(model: Any, ids: torch.Tensor,
     heads = config.n_head
     head_dim = config.n_embd // heads
     scale = 1.0 / math.sqrt(head_dim)
+    if start + time > config.n_positions:
+        raise ValueError(f"positions up to {start + time} exceed the model's "
+                         f"n_positions ({config.n_positions})")
+    activation = GPT2_ACTIVATIONS[config.activation_function]
     visible = _visible(time, start, ids.device)
     x = F.embedding(ids, body.wte.weight) + body.wpe.weight[start:start + time]
     cache: KeyValues = []
@@ -123,8 +141,7 @@ def _gpt2_run(model: Any, ids: torch.Tensor,
         cache.append((k, v))
         x = x + _conv1d(block.attn.c_proj, _attend(q, k, v, visible, scale))
         h = F.layer_norm(x, x.shape[-1:], block.ln_2.weight, block.ln_2.bias, block.ln_2.eps)
-        x = x + _conv1d(block.mlp.c_proj, F.gelu(_conv1d(block.mlp.c_fc, h),
-                                                 approximate="tanh"))
+        x = x + _conv1d(block.mlp.c_proj, activation(_conv1d(block.mlp.c_fc, h)))
     x = F.layer_norm(x, x.shape[-1:], body.ln_f.weight, body.ln_f.bias, body.ln_f.eps)
     return F.linear(x, model.lm_head.weight), cache
 
@@ -134,8 +151,16 @@ COMPACT_FORWARDS.register("gpt2")(CompactForward(supports=_gpt2_supports, run=_g
 
 # --- Llama ----------------------------------------------------------------------------------
 
+#: RoPE types whose frequencies depend on the sequence length seen so far: reading a prompt
+#: and its completions in separate calls could then differ from reading them at once.
+LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
+
+
 def _llama_supports(config: Any) -> bool:
-    return config.hidden_act == "silu" and getattr(config, "pretraining_tp", 1) == 1
+    scaling = getattr(config, "rope_scaling", None) or {}
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    return (config.hidden_act == "silu" and getattr(config, "pretraining_tp", 1) == 1
+            and rope_type not in LENGTH_DEPENDENT_ROPE)
 
 
 def _rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
@@ -158,7 +183,8 @@ def _llama_run(model: Any, ids: torch.Tensor,
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     visible = _visible(time, start, ids.device)
-    x = F.embedding(ids, body.embed_tokens.weight)
+    # The padding row gets no gradient, as in the library's embedding module.
+    x = F.embedding(ids, body.embed_tokens.weight, padding_idx=body.embed_tokens.padding_idx)
     positions = torch.arange(start, start + time, device=ids.device)[None]
     # The model's own rotary module, so every RoPE variant it supports comes out the same.
     cos, sin = body.rotary_emb(x, positions)
