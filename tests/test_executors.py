@@ -57,8 +57,8 @@ def _shown(display: Recorder) -> list[str]:
     return sorted(json.dumps(event, sort_keys=True) for event in display.events)
 
 
-def test_the_two_first_executors_are_registered():
-    assert EXECUTORS.names() == ["local", "processes"]
+def test_the_executors_are_registered():
+    assert EXECUTORS.names() == ["local", "processes", "ray"]
 
 
 def test_local_and_processes_give_the_same_record(local_run, tmp_path):

@@ -112,3 +112,69 @@ def test_ctrl_c_keeps_completed_seeds(uninterrupted, tmp_path):
     assert process.returncode == 130
     assert "interrupted" in err and "Traceback" not in err
     _resume_and_compare(plan, out, ref_record, ref_out)
+
+
+def _killed_after_first_task(plan: Path, out: Path) -> None:
+    """A run killed once its first seed's SFT result is kept, before that seed completes."""
+    process = subprocess.Popen([sys.executable, "-m", "postlab", "run", "--plan", str(plan),
+                                "--out-dir", str(out), "--workers", "1", "--quiet"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kept = out / "tasks" / f"seed-{SLOW['seeds'][0]}-initial.json"
+    deadline = time.monotonic() + 120
+    while not kept.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    if (out / "record.json").exists():
+        pytest.skip("the first seed completed before the kill landed")
+
+
+def test_finished_tasks_of_an_unfinished_seed_are_kept(uninterrupted, tmp_path):
+    """Killed after a seed's SFT task finished but before the seed completed: resuming takes
+    that task's kept result instead of training it again, and the run comes out the same."""
+    plan, ref_out, ref_record = uninterrupted
+    out = tmp_path / "run"
+    _killed_after_first_task(plan, out)
+    assert json.loads((out / "tasks" / "settings.json").read_text())["device"] == "cpu"
+    done = subprocess.run([sys.executable, "-m", "postlab", "run", "--out-dir", str(out),
+                           "--resume", "--workers", "2"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "finished tasks of incomplete seeds kept" in done.stdout
+    record = json.loads((out / "record.json").read_text())
+    assert rows(record) == rows(ref_record)
+    assert (out / "summary.json").read_bytes() == (ref_out / "summary.json").read_bytes()
+    for name in sorted(p.name for p in ref_out.glob("*.pt")):
+        assert (out / name).read_bytes() == (ref_out / name).read_bytes()
+    assert not (out / "tasks").exists()
+
+
+def test_an_unusable_kept_result_is_trained_again(uninterrupted, tmp_path):
+    plan, _, ref_record = uninterrupted
+    out = tmp_path / "run"
+    (out / "tasks").mkdir(parents=True)  # a run killed before its first seed, and a bad file
+    (out / "plan.json").write_bytes(plan.read_bytes())
+    (out / "tasks" / f"seed-{SLOW['seeds'][0]}-initial.json").write_text('{"seed": 3}')
+    done = subprocess.run([sys.executable, "-m", "postlab", "run", "--out-dir", str(out),
+                           "--resume", "--workers", "2"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "is unusable; that task runs again" in done.stdout
+    assert rows(json.loads((out / "record.json").read_text())) == rows(ref_record)
+
+
+def test_kept_results_are_refused_under_other_numeric_settings(uninterrupted, tmp_path):
+    plan, _, _ = uninterrupted
+    out = tmp_path / "run"
+    _killed_after_first_task(plan, out)
+    settings = out / "tasks" / "settings.json"
+    data = json.loads(settings.read_text())
+    data["numerics"]["blas_code_path"] = "SSE4_2"  # as if MKL had run another branch
+    settings.write_text(json.dumps(data))
+    done = subprocess.run([sys.executable, "-m", "postlab", "run", "--out-dir", str(out),
+                           "--resume", "--workers", "1", "--quiet"], capture_output=True,
+                          text=True)
+    assert done.returncode == 2
+    assert "other numeric settings" in done.stderr and "BLAS code path" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (out / "record.json").exists()

@@ -3,11 +3,10 @@
 import json
 import re
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
+from browser import check_page_renders, needs_chromium
 
 from postlab.analysis.aggregate import analyse
 from postlab.cli import main
@@ -84,7 +83,7 @@ def test_markdown_and_table(capsys):
 
 def test_every_figure_has_data(bundled_analysis, monkeypatch):
     captured = []
-    real_save = figures_module._save
+    real_save = figures_module.save_figure
 
     def spy(fig, name, title):
         captured.append((name, fig))
@@ -97,7 +96,7 @@ def test_every_figure_has_data(bundled_analysis, monkeypatch):
             assert drawn, f"{name}: an axis without data"
         return real_save(fig, name, title)
 
-    monkeypatch.setattr(figures_module, "_save", spy)
+    monkeypatch.setattr(figures_module, "save_figure", spy)
     result = figures_module.draw_figures(bundled_analysis, "en")
     assert [f.name for f in result] == ["outcomes", "hacking_gap", "pass_at_k", "dynamics",
                                         "sft_loss"]
@@ -146,38 +145,9 @@ def test_html_is_self_contained(tmp_path, capsys):
     assert page.read_bytes() == before
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-@pytest.mark.skipif(_chromium() is None, reason="Chromium is not installed (Debian package "
-                                                "'chromium'); .ci/run installs it when it can")
+@needs_chromium
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_html_renders_in_headless_chromium(tmp_path, capsys, lang):
     page = tmp_path / "report.html"
     assert main(["report", "--html", str(page), "--lang", lang]) == 0
-    shot = tmp_path / "shot.png"
-    profile = tempfile.mkdtemp()
-    try:
-        done = subprocess.run(
-            [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-             "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
-            capture_output=True, text=True, timeout=120)
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-    assert shot.is_file(), done.stderr[-2000:]
-    console = [line for line in done.stderr.splitlines() if "CONSOLE" in line.upper()]
-    assert console == []
-    from matplotlib import image
-
-    pixels = image.imread(str(shot))
-    assert pixels.shape[0] == 2400 and pixels.shape[1] == 1280
-    assert float(pixels[..., :3].std()) > 0.05  # not a blank page
-    dark = (pixels[..., :3].mean(axis=2) < 0.5).mean()
-    assert dark > 0.01  # text and figures are drawn
+    check_page_renders(page, tmp_path / "shot.png")

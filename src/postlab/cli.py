@@ -170,6 +170,21 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--split", default="test",
                         help="split for the re-scoring table, or 'all' (default: test)")
 
+    compare = sub.add_parser("compare", help="compare plan versions (a sweep, or run "
+                                             "folders) by seed: means and paired differences")
+    compare.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_SWEEP",
+                         help="a sweep folder (its base version first), or run folders (the "
+                              "first is the base)")
+    compare.add_argument("--format", dest="format_", default="text",
+                         choices=("text", "json", "markdown"), help="output (default: text)")
+    compare.add_argument("--html", type=Path, metavar="FILE",
+                         help="also write one self-contained HTML page with tables and figures "
+                              "(never overwrites)")
+    compare.add_argument("--lang", choices=LANGS, help="output language (default: from locale)")
+    compare.add_argument("--split", default=None,
+                         help="held-out split the tables show (default: every held-out split; "
+                              "figures show test)")
+
     run = sub.add_parser("run", help="train every seed and arm of a plan into a new folder")
     run.add_argument("--plan", type=Path, help="plan file (default: the teaching plan)")
     run.add_argument("--out-dir", type=Path, required=True,
@@ -190,6 +205,33 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--device", choices=DEVICE_CHOICES,
                      help="cpu (default; with --resume, the run's own), cuda, or auto (cuda "
                           "where torch finds it, else cpu); recorded. CUDA runs one worker")
+
+    sweep = sub.add_parser("sweep", help="train plan versions x seeds from a sweep file, "
+                                         "locally or on a Ray cluster")
+    sweep.add_argument("sweep_file", type=Path, nargs="?", metavar="SWEEP",
+                       help="sweep file (JSON: base, seeds, versions, grid); not needed with "
+                            "--resume")
+    sweep.add_argument("--out-dir", type=Path, required=True,
+                       help="sweep folder; must not exist unless --resume")
+    sweep.add_argument("--executor", choices=("local", "processes", "ray"),
+                       help="where tasks run: local (one at a time, in this process), "
+                            "processes (default with --workers above 1) or ray")
+    sweep.add_argument("--address", help="with --executor ray: the cluster's address "
+                                         "(HOST:PORT, or auto); default: start a local Ray")
+    sweep.add_argument("--workers", type=int, default=None,
+                       help="tasks at a time (default: number of cores; with ray: the "
+                            "cluster's CPUs); results do not depend on it")
+    sweep.add_argument("--resume", action="store_true",
+                       help="complete an interrupted sweep in --out-dir, keeping finished seeds")
+    sweep.add_argument("--quiet", action="store_true", help="print nothing while training")
+    sweep.add_argument("--cpu-path", metavar="PATH",
+                       help="CPU code path, as for run (default: portable; with --resume, "
+                            "the sweep's own)")
+    sweep.add_argument("--allow-large", action="store_true",
+                       help="train even if a version's estimated cost is over the limits")
+    sweep.add_argument("--device", choices=DEVICE_CHOICES,
+                       help="cpu (default), cuda or auto, as for run; on CUDA each task "
+                            "takes one GPU")
 
     plot = sub.add_parser("plot", help="write PNG and SVG figures of a run")
     plot.add_argument("run", type=Path, nargs="?", metavar="RUN",
@@ -391,13 +433,14 @@ def _environment_hint(recorded: dict, fresh: dict) -> str:
             "difference is in the record or the code, not the machine\n")
 
 
-def _check_size(plan, args: argparse.Namespace) -> None:
+def _check_size(plan, args: argparse.Namespace, quiet: bool = False):
     """Print the plan's estimated cost; refuse one over the limits unless confirmed."""
     from postlab.runs.estimate import check_size, render_estimate
 
     estimate = check_size(plan.data, args.allow_large)
-    if not args.quiet:
+    if not (args.quiet or quiet):
         print(render_estimate(estimate), flush=True)
+    return estimate
 
 
 def _resolve_plan(plan_path: Path | None, record_path: Path):
@@ -688,16 +731,175 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from postlab.sweeps.folder import is_sweep, read_index
+
+    if args.html is not None and args.html.exists():
+        raise UserError(f"{args.html}: already exists; postlab never overwrites an output")
+    folders: list[tuple[str, Path, dict | None]] = []
+    for path in args.runs:
+        if not is_sweep(path):
+            folders.append((path.name, path, None))
+            continue
+        versions = read_index(path)[1]
+        if not (path / versions[0].name / "record.json").is_file():
+            raise UserError(f"{path}: the base version has no completed seed yet; finish the "
+                            "sweep with 'postlab sweep --resume'")
+        for version in versions:
+            if (path / version.name / "record.json").is_file():
+                folders.append((version.name, path / version.name, version.changes))
+            else:
+                print(f"postlab: {path / version.name}: no completed seed yet; left out",
+                      file=sys.stderr)
+    names = [name for name, _, _ in folders]
+    if len(folders) < 2:
+        raise UserError("compare needs at least two versions: a sweep folder, or two or more "
+                        "run folders")
+    if len(set(names)) != len(names):
+        raise UserError(f"two versions are named alike ({', '.join(names)}); give folders "
+                        "with distinct names")
+    _require_report_extra()
+    from postlab.analysis.versions import VersionInput, compare
+    from postlab.records.record import check_plan_link, load_record, locate_run
+    from postlab.render import comparison as render
+
+    inputs = []
+    base_plan = None
+    held_out = None
+    for name, folder, changes in folders:
+        record_path = locate_run(folder).record
+        record = load_record(record_path)
+        plan = _resolve_plan(None, record_path)
+        check_plan_link(record, plan, str(record_path))
+        _check_unchanged(record, record_path)
+        splits = [s for s in plan.data["split"] if s != "train"]
+        if args.split is not None and args.split not in splits:
+            raise UserError(f"--split {args.split}: {record_path.parent} has held-out splits "
+                            f"{', '.join(splits)}")
+        analysis = _analysis(record, plan, args.split or splits[-1], record_path)
+        if base_plan is None:
+            base_plan, held_out = plan.data, splits
+        if changes is None:
+            changes = _plan_changes(base_plan, plan.data)
+        inputs.append(VersionInput(name=name, changes=changes, analysis=analysis,
+                                   plan=plan.data))
+    result = compare(inputs, held_out or ("test",))
+    lang = args.lang or default_lang()
+    if args.format_ == "json":
+        sys.stdout.write(render.to_json(result))
+    elif args.format_ == "markdown":
+        sys.stdout.write(render.to_markdown(result, lang, args.split))
+    else:
+        sys.stdout.write(render.to_text(result, lang, args.split))
+    if args.html is not None:
+        from postlab.jsonio import publish_bytes
+
+        figure_split = args.split or ("test" if "test" in (held_out or ()) else held_out[-1])
+        figures = render.draw_figures(result, lang, figure_split)
+        publish_bytes(args.html, render.render_html(result, figures, lang, args.split).encode())
+    return 0
+
+
+def _plan_changes(base: dict, plan: dict) -> dict:
+    """The keys a plan sets differently from the base (the automatic ones left out)."""
+    skip = {"version", "date", "parent"}
+    return {key: plan.get(key) for key in sorted(base.keys() | plan.keys())
+            if key not in skip and base.get(key) != plan.get(key)}
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    import datetime
+
+    from postlab.sweeps import folder
+
+    if args.sweep_file is None and not args.resume:
+        raise UserError("postlab sweep needs a sweep file (or --resume with --out-dir)")
+    if args.address is not None and args.executor != "ray":
+        raise UserError("--address is for --executor ray")
+    _check_cpu_path(args.cpu_path)
+    # A resumed sweep is computed under the settings of its versions' records or kept tasks
+    # (the first version that has any), as a resumed run is.
+    started = None
+    if args.resume and folder.is_sweep(args.out_dir):
+        from postlab.records.record import resume_settings
+
+        started = next((args.out_dir / v.name for v in folder.read_index(args.out_dir)[1]
+                        if resume_settings(args.out_dir / v.name) is not None), None)
+    if started is not None:
+        settings_args = argparse.Namespace(**{**vars(args), "out_dir": started})
+    else:
+        settings_args = argparse.Namespace(**{**vars(args), "resume": False})
+    note = _pin_for_run(settings_args)
+    device, device_note = _device_for_run(settings_args)
+    from postlab.sweeps import runner
+
+    today = datetime.date.today().isoformat()
+    if not args.resume:
+        _, versions = runner.load_versions(args.sweep_file, today)  # all refusals come first
+        from postlab.plan.frozen import parse_plan
+
+        for version in versions:
+            estimate = _check_size(parse_plan(version.raw, version.name), args, quiet=True)
+        if not args.quiet:
+            print(f"{len(versions)} versions: {', '.join(v.name for v in versions)}")
+            from postlab.runs.estimate import render_estimate
+
+            print(f"estimate of one version ({versions[-1].name}):\n"
+                  f"{render_estimate(estimate)}", flush=True)
+    executor = args.executor
+    if executor == "ray":
+        if args.workers is not None and args.workers < 1:
+            raise UserError(f"--workers must be at least 1, got {args.workers}")
+        workers = args.workers if args.workers is not None else 0  # 0: the cluster's CPUs
+        settings: tuple = (("address", args.address), ("device", device))
+    else:
+        workers = _workers(args, device)
+        executor = executor or None
+        settings = ()
+    if not args.quiet:
+        print(note, flush=True)
+        print(device_note, flush=True)
+    options = runner.SweepOptions(out_dir=args.out_dir, workers=workers, executor=executor,
+                                  executor_settings=settings, resume=args.resume,
+                                  device=device)
+    start = time.monotonic()
+    progress = runner.SweepProgress(0, quiet=args.quiet)
+    from postlab.engines.train import NonFiniteError
+    from postlab.runs.orchestration import RunFailed
+
+    try:
+        results = runner.run_sweep(args.sweep_file, options, today, progress)
+    except (NonFiniteError, RunFailed) as exc:
+        print(f"postlab: the sweep stopped: {exc}; finished tasks are kept in {args.out_dir} "
+              "(continue with --resume)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"postlab: interrupted; finished tasks are kept in {args.out_dir} (continue "
+              "with --resume)", file=sys.stderr)
+        return 130
+    failed = [name for name, record in results.items() if record is None]
+    if failed:
+        print(f"postlab: {len(failed)} version(s) had failed tasks ({', '.join(failed)}); "
+              f"completed seeds are kept in {args.out_dir} (continue with --resume)",
+              file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(f"done: {args.out_dir} ({len(results)} versions) in "
+              f"{time.monotonic() - start:.1f} s; compare them with 'postlab compare "
+              f"{args.out_dir}'")
+    return 0
+
+
 def _pin_for_run(args: argparse.Namespace) -> str:
     """Pin the code path of a new run, or of the run being resumed (its own by default)."""
     from postlab.runs import numerics
 
     if args.resume and args.cpu_path is None:
-        from postlab.records.record import load_record
+        from postlab.records.record import resume_settings
 
-        record_path = args.out_dir / "record.json"
-        if record_path.is_file():
-            return _pin_for_record(load_record(record_path), None, strict=True)
+        settings = resume_settings(args.out_dir)
+        if settings is not None:
+            return _pin_for_record(settings, None, strict=True)
     name = numerics.resolve_choice(args.cpu_path or numerics.PORTABLE)
     numerics.pin(name)
     how = "chosen with --cpu-path" if args.cpu_path else "portable, the default"
@@ -711,11 +913,11 @@ def _device_for_run(args: argparse.Namespace) -> tuple[str, str]:
 
     choice, how = args.device, "chosen with --device"
     if choice is None and args.resume:
-        record_path = args.out_dir / "record.json"
-        if record_path.is_file():
-            from postlab.records.record import load_record
+        from postlab.records.record import resume_settings
 
-            choice, how = load_record(record_path).get("device", "cpu"), "the run's own"
+        settings = resume_settings(args.out_dir)
+        if settings is not None:
+            choice, how = settings.get("device", "cpu"), "the run's own"
     if choice is None:
         choice, how = "cpu", "the default"
     device.prepare(choice)  # before CUDA initialises
@@ -748,7 +950,7 @@ def _device_for_record(record: dict, choice: str | None) -> str:
 
 COMMANDS = {"freeze": _cmd_freeze, "plan": _cmd_plan, "report": _cmd_report,
             "run": _cmd_run, "verify": _cmd_verify, "reproduce": _cmd_reproduce,
-            "plot": _cmd_plot,
+            "plot": _cmd_plot, "sweep": _cmd_sweep, "compare": _cmd_compare,
             "exercises": _cmd_exercises}
 
 

@@ -481,3 +481,29 @@ def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[s
                                     "groups or updates do not fit the plan")
                     break
     return problems
+
+
+#: A run folder's subfolder holding finished tasks' results until their seed is recorded, and
+#: the settings they were computed under (so a resume before the first recorded seed can pin
+#: the same ones, and refuses others).
+KEPT_DIR = "tasks"
+KEPT_SETTINGS = "settings.json"
+
+
+def resume_settings(out_dir: Path) -> dict[str, Any] | None:
+    """What a resumed run must be computed under: its record (``numerics``, ``device``) if it
+    has one, else the settings its kept task results were computed under, else None. Reads
+    no torch, so the command line can pin a code path from it."""
+    record_path = out_dir / "record.json"
+    if record_path.is_file():
+        return load_record(record_path)
+    kept = out_dir / KEPT_DIR / KEPT_SETTINGS
+    if kept.is_file():
+        from postlab.jsonio import parse_json, read_bytes
+
+        data = parse_json(read_bytes(kept, "kept settings"), str(kept))
+        if isinstance(data, dict) and isinstance(data.get("numerics"), dict):
+            return data
+        raise UserError(f"{kept}: malformed; remove the folder {kept.parent} to train its "
+                        "tasks again")
+    return None

@@ -25,7 +25,7 @@ class Figure:
     svg: bytes
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -47,8 +47,8 @@ def figure_language(lang: str) -> tuple[str, str | None]:
     return "en", None
 
 
-def _save(fig, name: str, title: str) -> Figure:
-    plt = _pyplot()
+def save_figure(fig, name: str, title: str) -> Figure:
+    plt = pyplot()
     png, svg = io.BytesIO(), io.BytesIO()
     fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
     # A fixed hash salt and no date keep the SVG bytes the same from run to run.
@@ -65,7 +65,7 @@ def _errors(mean: float, low: float | None, high: float | None) -> tuple[float, 
 
 def _gap_figure(gaps: list[HackingGap], words: dict[str, str], lang: str,
                 split: str) -> Figure:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.2))
     means = [g.gap.mean for g in gaps]
     errs = list(zip(*[_errors(g.gap.mean, g.gap.low, g.gap.high) for g in gaps],
@@ -76,13 +76,13 @@ def _gap_figure(gaps: list[HackingGap], words: dict[str, str], lang: str,
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xticks(range(len(gaps)), [stage_label(g.stage, lang) for g in gaps])
     ax.set_title(f"{words['fig_gap']} ({split})")
-    return _save(fig, "hacking_gap", words["fig_gap"])
+    return save_figure(fig, "hacking_gap", words["fig_gap"])
 
 
 def draw_figures(analysis: Analysis, lang: str, split: str = "test") -> list[Figure]:
     import matplotlib
 
-    plt = _pyplot()
+    plt = pyplot()
     lang, font = figure_language(lang)
     words = LABELS[lang]
     style = {"svg.hashsalt": "postlab", "font.size": 9}
@@ -117,7 +117,7 @@ def draw_figures(analysis: Analysis, lang: str, split: str = "test") -> list[Fig
         ax.set_ylabel(words["rate"])
         ax.set_title(f"{words['fig_outcomes']} ({split})")
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
-        figures.append(_save(fig, "outcomes", words["fig_outcomes"]))
+        figures.append(save_figure(fig, "outcomes", words["fig_outcomes"]))
 
         # 2. reward hacking gap (a task judged by one contract has none)
         gaps = [g for g in analysis.hacking_gaps if g.split == split]
@@ -138,7 +138,7 @@ def draw_figures(analysis: Analysis, lang: str, split: str = "test") -> list[Fig
         ax.set_ylabel("pass@k")
         ax.set_title(f"{words['fig_pass']} ({split})")
         ax.legend(fontsize=7)
-        figures.append(_save(fig, "pass_at_k", words["fig_pass"]))
+        figures.append(save_figure(fig, "pass_at_k", words["fig_pass"]))
 
         # 4. training dynamics, one panel per series
         if analysis.dynamics:
@@ -161,7 +161,7 @@ def draw_figures(analysis: Analysis, lang: str, split: str = "test") -> list[Fig
             axes[0][0].legend(fontsize=7)
             fig.suptitle(words["fig_dynamics"])
             fig.tight_layout()
-            figures.append(_save(fig, "dynamics", words["fig_dynamics"]))
+            figures.append(save_figure(fig, "dynamics", words["fig_dynamics"]))
 
         # 5. SFT loss
         fig, ax = plt.subplots(figsize=(5, 3))
@@ -171,5 +171,5 @@ def draw_figures(analysis: Analysis, lang: str, split: str = "test") -> list[Fig
         ax.set_yscale("log")
         ax.set_xlabel(words["step"])
         ax.set_title(words["fig_sft"])
-        figures.append(_save(fig, "sft_loss", words["fig_sft"]))
+        figures.append(save_figure(fig, "sft_loss", words["fig_sft"]))
     return figures

@@ -64,13 +64,15 @@ class TaskExecutor(cf.Executor):
         return False
 
 
-EXECUTORS: Registry[Callable[[int, int, Emit], TaskExecutor]] = Registry("executor")
+EXECUTORS: Registry[Callable[..., TaskExecutor]] = Registry("executor")
 
 
-def make_executor(kind: str, *, workers: int, threads: int, sink: Emit) -> TaskExecutor:
+def make_executor(kind: str, *, workers: int, threads: int, sink: Emit,
+                  **settings: Any) -> TaskExecutor:
     """An executor of ``kind`` running ``workers`` tasks at a time on ``threads`` threads each,
-    whose tasks' events reach ``sink`` in this process."""
-    return EXECUTORS[kind](workers, threads, sink)
+    whose tasks' events reach ``sink`` in this process; ``settings`` are the kind's own
+    (a Ray cluster's ``address``)."""
+    return EXECUTORS[kind](workers, threads, sink, **settings)
 
 
 def default_kind(workers: int) -> str:
@@ -257,3 +259,109 @@ class ProcessExecutor(TaskExecutor):
         with self._lock:
             for worker in self._workers:
                 worker.close()
+
+
+# --- a Ray cluster ---------------------------------------------------------------------------
+
+#: How often Ray runs a task again after its worker process died (not after an exception the
+#: task raised: those are results, and the same inputs would raise again).
+RAY_RETRIES = 3
+
+
+def _require_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        from postlab.errors import UserError
+
+        raise UserError("--executor ray needs the ray extra: pip install 'postlab[ray]'") from None
+    return ray
+
+
+def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
+    """A HOST:PORT that nothing answers on is refused at once, in one line, instead of
+    waiting out Ray's own connection retries."""
+    if address is None or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # [::1]:6379
+    from postlab.errors import UserError
+
+    if not host or not port.isdigit():
+        raise UserError(f"--address {address}: expected HOST:PORT, 'auto', or a ray:// URL")
+    import socket
+
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise UserError(f"--address {address}: no Ray cluster answers there "
+                        f"({exc.strerror or exc})") from None
+
+
+def _ray_task(task: Callable[[Emit], Any], threads: int, device: str) -> Any:
+    """Runs in a Ray worker: the plan's threads and deterministic kernels, then the task.
+    Progress events stay in the worker; the driver reports tasks as they finish."""
+    configure_torch(threads, device)
+    return task(lambda event: None)
+
+
+@EXECUTORS.register("ray")
+class RayExecutor(TaskExecutor):
+    """Tasks as Ray tasks, on the cluster at ``address`` or on a local Ray started for the run.
+
+    Each task declares ``threads`` CPUs (and one GPU on CUDA), so Ray places no more tasks on
+    a node than it has cores; ``workers`` caps how many are submitted at once (0: as many as
+    the cluster has CPUs). Worker processes get the driver's CPU code-path pin through the
+    runtime environment, before they import torch; a task reports the kernels it ran and the
+    driver refuses a result that differs. Run folders must be on a filesystem every node sees.
+    """
+
+    def __init__(self, workers: int, threads: int, sink: Emit, address: str | None = None,
+                 device: str = "cpu") -> None:
+        from postlab.runs import numerics
+
+        ray = _require_ray()
+        self._ray = ray
+        self._started = not ray.is_initialized()
+        if self._started:
+            _check_reachable(address)
+            pinned = numerics.current_pin()
+            env = dict(numerics.CODE_PATHS[pinned].environment) if pinned else {}
+            env["OMP_NUM_THREADS"] = str(threads)
+            if device == "cuda":  # set before CUDA initialises, as in a run on one machine
+                from postlab.runs.device import CUBLAS_WORKSPACE
+
+                env["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
+            try:
+                # "local": a Ray of its own, never a cluster found through the environment
+                ray.init(address=address or "local", runtime_env={"env_vars": env},
+                         log_to_driver=False,
+                         include_dashboard=False, configure_logging=False)
+            except (ConnectionError, ValueError) as exc:
+                from postlab.errors import UserError
+
+                raise UserError(f"--address {address}: cannot join a Ray cluster: "
+                                f"{str(exc).splitlines()[0]}") from None
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.capacity = workers if workers > 0 else max(1, cpus // threads)
+        self.sink = sink
+        self._threads, self._device = threads, device
+        self._remote = ray.remote(_ray_task).options(
+            num_cpus=threads, num_gpus=1 if device == "cuda" else 0, max_retries=RAY_RETRIES,
+            retry_exceptions=False)
+        self._refs: list[Any] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
+        del args, kwargs  # the sink: a Ray task reports through its result only
+        ref = self._remote.remote(fn, self._threads, self._device)
+        self._refs.append(ref)
+        return ref.future()
+
+    def abort(self) -> None:
+        for ref in self._refs:
+            with contextlib.suppress(Exception):
+                self._ray.cancel(ref, force=True)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if self._started and self._ray.is_initialized():
+            self._ray.shutdown()

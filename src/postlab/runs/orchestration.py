@@ -17,6 +17,7 @@ import hashlib
 import platform
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,14 @@ from postlab.analysis.metrics import summary_for
 from postlab.engines.rollout import evaluate_model
 from postlab.engines.train import reinforce, rollout_rates, sft_compute, supervised
 from postlab.errors import UserError
-from postlab.jsonio import dump_json, publish_bytes, read_bytes, replace_bytes
+from postlab.jsonio import (
+    MalformedJSON,
+    dump_json,
+    parse_json,
+    publish_bytes,
+    read_bytes,
+    replace_bytes,
+)
 from postlab.plan.arms import arm_names, arm_specs
 from postlab.plan.frozen import LoadedPlan, parse_plan
 from postlab.policies import Policy, build_policy, place_policy, policy_kind, policy_placement
@@ -39,7 +47,7 @@ from postlab.records.fingerprint import (
     run_fingerprint,
 )
 from postlab.records.integrity import compare_digests, run_digests
-from postlab.records.record import load_record, summary_bytes
+from postlab.records.record import KEPT_DIR, KEPT_SETTINGS, load_record, summary_bytes
 from postlab.runs import numerics
 from postlab.runs.checkpoint import (
     CheckpointError,
@@ -333,9 +341,32 @@ def _write_record(out_dir: Path, record: dict[str, Any], seeds: list[int]) -> No
     replace_bytes(out_dir / RECORD_FILE, dump_json(record))
 
 
-def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
-             options: RunOptions) -> dict[str, Any]:
-    """Train every seed and arm of ``plan`` into ``options.out_dir``; return the record."""
+@dataclass
+class OpenRun:
+    """A run folder being trained: its plan, its record so far, and the seeds still to train.
+
+    Several open runs can share one executor (a sweep); each keeps its own record, written
+    after each of its completed seeds, exactly as when it runs alone.
+    """
+
+    plan: LoadedPlan
+    options: RunOptions
+    record: dict[str, Any]
+    pending: list[int]
+    started: float
+    assemblies: dict[int, _SeedAssembly] = field(default_factory=dict)
+    #: seeds whose task failed in this invocation (a sweep goes on with the others)
+    failed: dict[int, str] = field(default_factory=dict)
+    #: results of tasks finished by an earlier, interrupted invocation: (seed, stage) -> result
+    kept: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.plan.data
+
+
+def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOptions) -> OpenRun:
+    """Create (or, on resume, reopen and check) the run folder and start its record."""
     plan, previous = prepare_out_dir(plan, raw_plan, options.out_dir, options.resume)
     data = plan.data
     start = time.monotonic()
@@ -355,24 +386,125 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
                 record[key] = previous[key]
     done = {run["seed"] for run in record["runs"]}
     pending = [seed for seed in data["seeds"] if seed not in done]
-    display = options.display
     if done:
-        display.message(f"resuming: seeds {sorted(done)} already complete")
-    if pending:
-        kind = options.executor or default_kind(options.workers)
-        with make_executor(kind, workers=options.workers, threads=data["threads"],
-                           sink=display.handle) as executor:
-            _run_tasks(executor, data, pending, options, record)
-    if pending or "wall_seconds" not in record:
+        options.display.message(f"resuming: seeds {sorted(done)} already complete")
+    run = OpenRun(plan, options, record, pending, start)
+    if options.resume:
+        _check_kept_settings(run)
+        run.kept = _kept_results(run)
+        if run.kept:
+            options.display.message(f"resuming: {len(run.kept)} finished tasks of incomplete "
+                                    "seeds kept")
+    return run
+
+
+# --- finished tasks of seeds not yet complete, kept for resume -------------------------------
+
+def _task_path(out_dir: Path, seed: int, stage: str) -> Path:
+    return out_dir / KEPT_DIR / f"seed-{seed}-{stage}.json"
+
+
+def _settings(run: OpenRun) -> dict[str, Any]:
+    record = run.record
+    return {"plan_sha256": record["plan_sha256"], "device": record["device"],
+            "numerics": record["numerics"]}
+
+
+def _keep_result(run: OpenRun, task: Task, result: dict[str, Any]) -> None:
+    """Write a finished task's result (no weights: its checkpoint is on disk), so a resumed
+    run does not train it again; the first one also writes the settings it was computed
+    under."""
+    stage = "initial" if isinstance(task, SftTask) else task.arm
+    folder = run.options.out_dir / KEPT_DIR
+    folder.mkdir(exist_ok=True)
+    if not (folder / KEPT_SETTINGS).exists():
+        publish_bytes(folder / KEPT_SETTINGS, dump_json(_settings(run)))
+    replace_bytes(_task_path(run.options.out_dir, task.seed, stage), dump_json(result))
+
+
+def _check_kept_settings(run: OpenRun) -> None:
+    """Kept results are reused only under the settings they were computed under, as a
+    record's completed seeds are."""
+    path = run.options.out_dir / KEPT_DIR / KEPT_SETTINGS
+    if not path.is_file():
+        return
+    try:
+        then = parse_json(read_bytes(path, "kept settings"), str(path))
+        deciding = numerics.differences(then["numerics"], run.record["numerics"])[0]
+        same_plan = then["plan_sha256"] == run.record["plan_sha256"]
+    except (MalformedJSON, KeyError, TypeError):
+        raise UserError(f"{path}: malformed; remove the folder {path.parent} to train its "
+                        "tasks again") from None
+    if not same_plan:
+        raise UserError(f"{path}: kept results of another plan; remove {path.parent}")
+    if deciding:
+        raise UserError(f"{run.options.out_dir}: the run was started with other numeric "
+                        f"settings ({'; '.join(deciding)}); resume it where they can be the "
+                        "same (postlab run --resume pins the run's own code path and device)")
+
+
+def _kept_results(run: OpenRun) -> dict[tuple[int, str], dict[str, Any]]:
+    """Results kept by an interrupted invocation for pending seeds. One that cannot be read,
+    names another seed or stage, was computed with other kernels, or whose checkpoint is
+    missing or differs, is dropped: its task runs again, giving the same bits. Leftovers of
+    seeds already recorded (a crash between the two writes) are removed."""
+    kept = {}
+    out = run.options.out_dir
+    folder = out / KEPT_DIR
+    if not folder.is_dir():
+        return kept
+    for leftover in folder.glob(".*.partial"):
+        leftover.unlink()
+    for seed in run.data["seeds"]:
+        if seed not in run.pending:
+            _drop_kept(run, seed)
+    expected = run.record["numerics"]["cpu_capability"]
+    for seed in run.pending:
+        for stage in ["initial", *arm_names(run.data)]:
+            path = _task_path(out, seed, stage)
+            if not path.is_file():
+                continue
+            try:
+                result = parse_json(read_bytes(path, "kept task result"), str(path))
+                info = result["checkpoint"]
+                ok = (result["seed"] == seed and result.get("arm", "initial") == stage
+                      and result["capability"] == expected
+                      and hashlib.sha256((out / info["file"]).read_bytes()).hexdigest()
+                      == info["sha256"])
+            except (UserError, KeyError, TypeError, OSError):
+                ok = False
+            if ok:
+                kept[(seed, stage)] = result
+            else:
+                path.unlink()
+                run.options.display.message(f"resuming: {path.name} is unusable; that task "
+                                            "runs again")
+    return kept
+
+
+def _drop_kept(run: OpenRun, seed: int) -> None:
+    for stage in ["initial", *arm_names(run.data)]:
+        _task_path(run.options.out_dir, seed, stage).unlink(missing_ok=True)
+
+
+def finish_run(run: OpenRun) -> dict[str, Any]:
+    """Write the wall time, the summary and the fingerprint of a run whose seeds are done."""
+    options, data, record = run.options, run.data, run.record
+    if run.pending or "wall_seconds" not in record:
         # Wall time of the invocation that finished the run (a resumed run's last part).
-        record["wall_seconds"] = time.monotonic() - start
+        record["wall_seconds"] = time.monotonic() - run.started
         _write_record(options.out_dir, record, data["seeds"])
     summary_path = options.out_dir / SUMMARY_FILE
     if summary_path.exists():
-        display.message("the run was already complete; nothing to do")
+        options.display.message("the run was already complete; nothing to do")
     else:
         summary = summary_for(record, data)
         publish_bytes(summary_path, summary_bytes(summary))
+    tasks = options.out_dir / KEPT_DIR
+    if tasks.is_dir():  # every seed is recorded: nothing kept is needed any more
+        for path in tasks.iterdir():
+            path.unlink()
+        tasks.rmdir()
     if read_fingerprint_file(options.out_dir) is None:
         # Last, over the finished files: the one hash a reader notes to check the run later.
         value = run_fingerprint(options.out_dir, options.out_dir / RECORD_FILE, record).value
@@ -380,62 +512,136 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
     return record
 
 
-def _finish_seed(assembly: _SeedAssembly, record: dict[str, Any], options: RunOptions,
-                 seeds: list[int]) -> None:
+def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
+             options: RunOptions) -> dict[str, Any]:
+    """Train every seed and arm of ``plan`` into ``options.out_dir``; return the record."""
+    run = open_run(plan, raw_plan, options)
+    if run.pending:
+        kind = options.executor or default_kind(options.workers)
+        with make_executor(kind, workers=options.workers, threads=run.data["threads"],
+                           sink=options.display.handle) as executor:
+            run_tasks(executor, [run])
+    return finish_run(run)
+
+
+def _finish_seed(assembly: _SeedAssembly, run: OpenRun) -> None:
+    record, options = run.record, run.options
     record["runs"].append(assembly.entry())
     record.setdefault("parameters", assembly.sft["parameters"] if assembly.sft else None)
-    _write_record(options.out_dir, record, seeds)
+    _write_record(options.out_dir, record, run.data["seeds"])
+    _drop_kept(run, assembly.sft["seed"])  # the record holds them now
     options.display.handle({"kind": "seed_done", "seed": assembly.sft["seed"]})
 
 
-def _run_tasks(executor: TaskExecutor, data: dict[str, Any], pending: list[int],
-               options: RunOptions, record: dict[str, Any]) -> None:
-    """Submit each seed's SFT task, then its arm tasks once the SFT result is in; record each
-    seed when complete. The same for every executor: only where tasks run differs.
+Task = SftTask | ArmTask
+#: Told of every task as it is submitted, finishes, fails or is skipped (its seed failed):
+#: (event, run, task, error).
+TaskWatcher = Callable[[str, "OpenRun", Task, BaseException | None], None] | None
+
+
+def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = None, *,
+              keep_going: bool = False) -> None:
+    """Submit each pending seed's SFT task, then its arm tasks once the SFT result is in;
+    record each seed when complete. The same for every executor and for one run or many:
+    only where tasks run differs.
 
     Ready arm tasks go before further SFT tasks, so seeds complete (and are kept for resume)
-    as early as the executor's capacity allows.
+    as early as the executor's capacity allows. A task that raises stops everything, unless
+    ``keep_going``: then that seed is marked failed in its run and the others go on.
     """
-    out, every, arms = options.out_dir, options.progress_every, arm_names(data)
-    assemblies = {seed: _SeedAssembly(arms) for seed in pending}
-    device = options.device
-    sft_queue: deque[SftTask] = deque(SftTask(data, seed, out, every, device)
-                                      for seed in pending)
-    arm_queue: deque[ArmTask] = deque()
-    running: dict[cf.Future, SftTask | ArmTask] = {}
-    expected = record["numerics"]["cpu_capability"]
+    sft_queue: deque[tuple[OpenRun, Task]] = deque()
+    arm_queue: deque[tuple[OpenRun, Task]] = deque()
+    for run in runs:
+        data, options = run.data, run.options
+        run.assemblies = {seed: _SeedAssembly(arm_names(data)) for seed in run.pending}
+        for seed in run.pending:
+            assembly = run.assemblies[seed]
+            sft = run.kept.get((seed, "initial"))
+            if sft is None:
+                sft_queue.append((run, SftTask(data, seed, options.out_dir,
+                                               options.progress_every, options.device)))
+                continue
+            assembly.sft = sft
+            initial = CheckpointRef(sft["checkpoint"]["file"], sft["checkpoint"]["sha256"])
+            for arm in assembly.arms:
+                result = run.kept.get((seed, arm))
+                if result is None:
+                    arm_queue.append((run, ArmTask(data, seed, arm, initial, options.out_dir,
+                                                   options.progress_every, options.device)))
+                else:
+                    assembly.arm_results[arm] = result
+            if assembly.complete():
+                _finish_seed(assembly, run)
+    running: dict[cf.Future, tuple[OpenRun, Task]] = {}
+    order = {id(run): index for index, run in enumerate(runs)}
+
+    def sort_key(future: cf.Future) -> tuple[bool, int, tuple[int, int]]:
+        run, task = running[future]
+        return (future.exception() is not None, order[id(run)], _task_order(task, run.data))
+
     try:
         while sft_queue or arm_queue or running:
             while (sft_queue or arm_queue) and len(running) < executor.capacity:
-                task = arm_queue.popleft() if arm_queue else sft_queue.popleft()
-                running[executor.submit(task, executor.sink)] = task
+                run, task = arm_queue.popleft() if arm_queue else sft_queue.popleft()
+                running[executor.submit(task, executor.sink)] = (run, task)
+                if watch is not None:
+                    watch("submitted", run, task, None)
             finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
             # Successful results first: a seed completed in the same batch as a failure is
             # still recorded (and kept for resume) before the failure stops the run.
-            ordered = sorted(finished, key=lambda f: (f.exception() is not None,
-                                                      _task_order(running[f], data)))
-            for future in ordered:
-                task = running.pop(future)
+            for future in sorted(finished, key=sort_key):
+                run, task = running.pop(future)
+                error = future.exception()
+                if error is not None:
+                    if isinstance(error, cf.BrokenExecutor) or not keep_going:
+                        raise error
+                    run.failed[task.seed] = _first_line(error)
+                    if watch is not None:
+                        watch("failed", run, task, error)
+                    for item in [i for i in arm_queue if i[0] is run and i[1].seed == task.seed]:
+                        arm_queue.remove(item)  # the seed's other arms need not run now
+                        if watch is not None:
+                            watch("skipped", *item, None)
+                    continue
                 result = future.result()
-                if result["capability"] != expected:
-                    raise RunFailed(f"a worker ran torch CPU capability {result['capability']}, "
-                                    f"the main process {expected}")
-                assembly = assemblies[task.seed]
+                _check_capability(run, result)
+                _keep_result(run, task, result)
+                assembly = run.assemblies[task.seed]
                 if isinstance(task, SftTask):
                     assembly.sft = result
                     initial = CheckpointRef(result["checkpoint"]["file"],
                                             result["checkpoint"]["sha256"])
-                    arm_queue.extend(ArmTask(data, task.seed, arm, initial, out, every,
-                                             device) for arm in arms)
+                    options = run.options
+                    arm_queue.extend((run, ArmTask(run.data, task.seed, arm, initial,
+                                                   options.out_dir, options.progress_every,
+                                                   options.device))
+                                     for arm in assembly.arms)
                 else:
                     assembly.arm_results[task.arm] = result
+                if watch is not None:
+                    watch("finished", run, task, None)
                 if assembly.complete():
-                    _finish_seed(assembly, record, options, data["seeds"])
+                    _finish_seed(assembly, run)
     except cf.BrokenExecutor:
         raise RunFailed("a worker process died; completed seeds are kept") from None
 
 
-def _task_order(task: SftTask | ArmTask, data: dict[str, Any]) -> tuple[int, int]:
+def _first_line(error: BaseException) -> str:
+    """A task's error in one line: the cause a Ray task error wraps, not its traceback."""
+    cause = getattr(error, "cause", None)
+    shown = cause if isinstance(cause, BaseException) else error
+    text = str(shown).strip().splitlines()
+    return f"{type(shown).__name__}: {text[0] if text else ''}"
+
+
+def _check_capability(run: OpenRun, result: dict[str, Any]) -> None:
+    expected = run.record["numerics"]["cpu_capability"]
+    if result["capability"] != expected:
+        raise RunFailed(f"a worker ran torch CPU capability {result['capability']}, "
+                        f"the main process {expected}")
+
+
+def _task_order(task: Task, data: dict[str, Any]) -> tuple[int, int]:
     """Plan order, so tasks finishing together are handled the same way on every run."""
     stage = arm_names(data).index(task.arm) + 1 if isinstance(task, ArmTask) else 0
     return data["seeds"].index(task.seed), stage

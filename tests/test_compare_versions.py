@@ -1,0 +1,205 @@
+"""Comparing plan versions: rate intervals stay in [0, 1] (checked against hand-computed
+values and a loop written separately), paired differences pair by seed, and ``postlab
+compare`` reads a sweep or run folders into text, JSON, Markdown and one HTML page."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+from browser import check_page_renders, chromium
+from hypothesis import given
+from hypothesis import strategies as st
+from plans import SMALL, write_plan
+
+from postlab.analysis.aggregate import Analysis, Band, Interval, Outcome
+from postlab.analysis.versions import (
+    VersionInput,
+    compare,
+    empirical_logit,
+    rate_interval,
+)
+from postlab.cli import main
+from postlab.plan.frozen import teaching_plan
+
+pytest.importorskip("scipy")
+
+T_975_DF2 = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom
+
+
+def test_rate_interval_by_hand():
+    """Three seeds at 2/10, 4/10, 6/10: logits of (x+.5)/(n-x+.5), t with 2 df, mapped back
+    through the exact inverse."""
+    z = [math.log(2.5 / 8.5), math.log(4.5 / 6.5), math.log(6.5 / 4.5)]
+    centre = sum(z) / 3
+    sd = math.sqrt(sum((v - centre) ** 2 for v in z) / 2)
+    half = T_975_DF2 * sd / math.sqrt(3)
+
+    def back(value: float) -> float:
+        share = 1 / (1 + math.exp(-value))
+        return min(1.0, max(0.0, (share * 11 - 0.5) / 10))
+
+    got = rate_interval([0.2, 0.4, 0.6], 10)
+    assert got.mean == pytest.approx(0.4)
+    assert got.low == pytest.approx(back(centre - half))
+    assert got.high == pytest.approx(back(centre + half))
+    assert 0.0 <= got.low < 0.4 < got.high <= 1.0
+
+
+def test_seeds_that_agree_by_chance_keep_the_sampling_uncertainty():
+    """Three seeds at 0 of 12: the spread over seeds is 0, the floor is one seed's binomial
+    variance of the empirical logit, 1/0.5 + 1/12.5."""
+    got = rate_interval([0.0, 0.0, 0.0], 12)
+    z = math.log(0.5 / 12.5)
+    half = T_975_DF2 * math.sqrt((1 / 0.5 + 1 / 12.5) / 3)
+    share = 1 / (1 + math.exp(-(z + half)))
+    assert got.low == 0.0 and got.mean == 0.0
+    assert got.high == pytest.approx((share * 13 - 0.5) / 12)
+    assert 0.3 < got.high < 1.0
+    for rate in (0.5, 1.0):
+        got = rate_interval([rate] * 4, 20)
+        assert 0.0 <= got.low < rate or rate == 0.0
+        assert got.low <= rate <= got.high <= 1.0
+
+
+def test_one_seed_has_no_interval():
+    got = rate_interval([0.3], 10)
+    assert (got.mean, got.low, got.high) == (0.3, None, None)
+
+
+@given(st.lists(st.integers(0, 30), min_size=2, max_size=12))
+def test_rate_intervals_stay_in_the_unit_interval_and_hold_the_mean(counts):
+    rates = [c / 30 for c in counts]
+    got = rate_interval(rates, 30)
+    assert 0.0 <= got.low <= got.mean <= got.high <= 1.0
+    # a t interval on the raw rates would leave [0, 1] for some of these; this one never does
+
+
+def test_the_empirical_logit_is_finite_at_zero_and_one():
+    assert empirical_logit(0.0, 10) == pytest.approx(math.log(0.5 / 10.5))
+    assert empirical_logit(1.0, 10) == pytest.approx(math.log(10.5 / 0.5))
+
+
+def _analysis(seeds: tuple[int, ...], rates: dict[str, tuple[float, ...]]) -> Analysis:
+    outcomes = tuple(
+        Outcome(stage="strict", split="test", decoding="sampled", metric=metric,
+                value=Interval(per_seed=values, mean=sum(values) / len(values), low=None,
+                               high=None), change_from_sft=None)
+        for metric, values in rates.items())
+    band = Band(mean=(), low=(), high=())
+    return Analysis(schema="x", plan_sha256="0" * 64, seeds=seeds, stages=("strict",),
+                    arms=("strict",), splits=("test",), eval_samples=4,
+                    interval_method="", band_method="", outcomes=outcomes, hacking_gaps=(),
+                    pass_at_k=(), dynamics=(), sft_loss=band)
+
+
+def _difference_by_loop(a: dict[int, float], b: dict[int, float]) -> tuple[float, float, float]:
+    pairs = [s for s in a if s in b]
+    diffs = []
+    for seed in pairs:
+        diffs.append(a[seed] - b[seed])
+    mean = 0.0
+    for d in diffs:
+        mean += d
+    mean /= len(diffs)
+    var = 0.0
+    for d in diffs:
+        var += (d - mean) ** 2
+    var /= len(diffs) - 1
+    from scipy.stats import t
+
+    half = t.ppf(0.975, len(diffs) - 1) * math.sqrt(var / len(diffs))
+    return mean, mean - half, mean + half
+
+
+def test_differences_are_paired_by_seed_over_the_seeds_both_trained():
+    plan = teaching_plan()
+    base = _analysis((1, 2, 3, 4), {"strict_rate": (0.50, 0.60, 0.70, 0.80)})
+    # seed order differs and seed 4 is missing: pairing is by seed, not by position
+    other = _analysis((3, 1, 2), {"strict_rate": (0.75, 0.58, 0.61)})
+    result = compare([VersionInput(name="base", changes={}, analysis=base, plan=plan),
+                      VersionInput(name="b", changes={"kl_beta": 0.1}, analysis=other,
+                                   plan=plan)])
+    (metric,) = result.metrics
+    value = metric.values[1]
+    assert value.paired_seeds == (3, 1, 2)
+    mean, low, high = _difference_by_loop({3: 0.75, 1: 0.58, 2: 0.61},
+                                          {1: 0.50, 2: 0.60, 3: 0.70, 4: 0.80})
+    assert value.difference.mean == pytest.approx(mean)
+    assert value.difference.low == pytest.approx(low)
+    assert value.difference.high == pytest.approx(high)
+    # pairing removes the seed effect: the paired interval is far narrower than the spread
+    # of either version's seeds
+    assert value.difference.high - value.difference.low < 0.2
+    assert metric.values[0].difference is None
+    assert result.swept == ("kl_beta", {"base": plan["kl_beta"], "b": 0.1})
+
+
+def test_a_comparison_needs_two_versions():
+    plan = teaching_plan()
+    base = _analysis((1, 2), {"strict_rate": (0.5, 0.6)})
+    with pytest.raises(ValueError):
+        compare([VersionInput(name="base", changes={}, analysis=base, plan=plan)])
+
+
+# --- the command, on a bundled-size sweep ---------------------------------------------------
+
+@pytest.mark.slow
+def test_compare_reads_a_sweep_and_run_folders(tmp_path, capsys):
+    write_plan(tmp_path / "base.json", **(SMALL | {"sft_steps": 300, "sft_lr": 0.02}))
+    spec = tmp_path / "sweep.json"
+    spec.write_text(json.dumps({"base": "base.json", "seeds": [3, 4, 5],
+                                "grid": {"rl_lr": [0.001, 0.01]}}))
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(spec), "--out-dir", str(out), "--workers", "2", "--quiet"]) == 0
+    capsys.readouterr()
+
+    assert main(["compare", str(out), "--lang", "en"]) == 0
+    text = capsys.readouterr().out
+    assert "paired difference from base" in text and "rl_lr=0.001" in text
+    assert main(["compare", str(out), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["versions"] == ["base", "rl_lr=0.001", "rl_lr=0.01"]
+    assert data["swept"][0] == "rl_lr"
+    for metric in data["metrics"]:
+        for value in metric["values"]:
+            if metric["is_rate"] and value["value"]["low"] is not None:
+                assert 0 <= value["value"]["low"] <= value["value"]["high"] <= 1
+    assert main(["compare", str(out), "--format", "markdown", "--lang", "en",
+                 "--split", "test"]) == 0
+    markdown = capsys.readouterr().out
+    assert "| version |" in markdown and ", dev split" not in markdown
+
+    # run folders given one by one: the first is the base, changes found from the plans
+    assert main(["compare", str(out / "base"), str(out / "rl_lr=0.01"), "--format",
+                 "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["changes"]["rl_lr=0.01"] == {"rl_lr": 0.01}
+
+    page = tmp_path / "compare.html"
+    assert main(["compare", str(out), "--html", str(page), "--lang", "en"]) == 0
+    capsys.readouterr()
+    html = page.read_text()
+    assert "paired difference from base" in html
+    assert html.count("data:image/png;base64,") >= 3
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:)""", html)
+    if chromium() is not None:
+        check_page_renders(page, tmp_path / "shot.png")
+    before = page.read_bytes()
+    assert main(["compare", str(out), "--html", str(page)]) == 2
+    assert page.read_bytes() == before
+    assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["compare", "nowhere"], "needs at least two versions"),
+    (["compare", "a", "b"], "a: record not found"),
+])
+def test_bad_compare_arguments_are_one_line(args, needle, capsys, tmp_path, monkeypatch):
+    """Nothing to compare, or folders that hold no record."""
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
