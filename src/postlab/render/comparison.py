@@ -3,7 +3,6 @@ page. The numbers come from :mod:`postlab.analysis.versions`; this module only l
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import html
 import json
@@ -11,7 +10,7 @@ import json
 from postlab.analysis.aggregate import Interval
 from postlab.analysis.versions import Comparison, MetricComparison
 from postlab.render.figures import Figure, figure_language, pyplot, save_figure
-from postlab.render.html import STYLE
+from postlab.render.html import figure_html, page_start, table_html
 from postlab.render.labels import LABELS, metric_label
 from postlab.render.tables import Table, fmt_interval
 
@@ -197,25 +196,13 @@ def render_html(comparison: Comparison, figures: list[Figure], lang: str,
     """Figures first (metric against the swept value), then a table per metric."""
     words = WORDS[lang]
     esc = html.escape
-    parts = [f'<!DOCTYPE html>\n<html lang="{lang}"><head><meta charset="utf-8">',
-             f"<title>{esc(words['title'])}</title><style>{STYLE}</style></head><body>",
-             f"<h1>{esc(words['title'])}</h1>",
+    parts = [*page_start(lang, words["title"]),
              f"<p>{esc(words['base'])}: <code>{esc(comparison.base)}</code> · "
              f"{esc(words['versions'])}: {esc(', '.join(comparison.versions))}</p>"]
     if figures:
         parts.append(f"<h2>{esc(words['figures'])}</h2>")
-    for figure in figures:
-        data = base64.b64encode(figure.png).decode()
-        parts.append(f'<figure><img alt="{esc(figure.title)}" '
-                     f'src="data:image/png;base64,{data}"><figcaption>{esc(figure.title)}'
-                     "</figcaption></figure>")
-    for table in build_tables(comparison, lang, split):
-        parts.append(f"<h2>{esc(table.title)}</h2><table><thead><tr>"
-                     + "".join(f"<th>{esc(c)}</th>" for c in table.columns)
-                     + "</tr></thead><tbody>")
-        for row in table.rows:
-            parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
-        parts.append("</tbody></table>")
+    parts += [figure_html(figure) for figure in figures]
+    parts += [table_html(table) for table in build_tables(comparison, lang, split)]
     parts.append(f'<p class="note">{esc(words["rates"].format(method=comparison.rate_method))} '
                  f'{esc(words["differences"].format(method=comparison.difference_method))}</p>'
                  "</body></html>\n")
