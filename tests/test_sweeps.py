@@ -87,6 +87,17 @@ def test_each_version_equals_postlab_run_of_its_plan(local_sweep, tmp_path, caps
         assert "VERIFIED" in capsys.readouterr().out
 
 
+def test_the_report_of_a_sweep_is_its_comparison(local_sweep, capsys):
+    _, out = local_sweep
+    assert main(["report", str(out), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert main(["compare", str(out), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == report
+    assert report["versions"] == VERSIONS
+    assert main(["report", str(out), "--contract", "exact"]) == 2
+    assert "its report is 'postlab compare'" in capsys.readouterr().err
+
+
 def test_a_bad_sweep_is_refused_before_anything_is_written(tmp_path, capsys):
     write_plan(tmp_path / "base.json", **SMALL)
     spec = tmp_path / "sweep.json"

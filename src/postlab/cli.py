@@ -457,8 +457,18 @@ def _resolve_plan(plan_path: Path | None, record_path: Path):
 def _cmd_report(args: argparse.Namespace) -> int:
     from postlab.records.record import check_plan_link, load_record, locate_run, reading_problems
     from postlab.render.text import build_report, render_text
+    from postlab.sweeps.folder import is_sweep
     from postlab.tasks.contracts import CONTRACTS
 
+    if args.run is not None and is_sweep(args.run):
+        # A sweep's report is its comparison of versions.
+        if args.contracts or args.plan is not None or args.record is not None:
+            raise UserError(f"{args.run} is a sweep folder; its report is 'postlab compare' "
+                            "(--contract, --plan and --record are for one run)")
+        compare_args = argparse.Namespace(
+            runs=[args.run], html=args.html, lang=args.lang, split=None,
+            format_="text" if args.format_ == "table" else args.format_)
+        return _cmd_compare(compare_args)
     # Every argument is checked before anything is printed or written.
     if args.run is not None and args.record is not None:
         raise UserError("give the run either as RUN or as --record, not both")
