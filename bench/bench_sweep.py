@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,19 +48,6 @@ def records_equal(one: Path, two: Path) -> bool:
     return True
 
 
-def start_ray(cpus: int, temp: Path) -> tuple[str, str]:
-    ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
-    if ray is None:
-        raise SystemExit("the ray command is missing: pip install 'postlab[ray]'")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    subprocess.run([ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                    f"--num-cpus={cpus}", "--include-dashboard=false", "--disable-usage-stats",
-                    f"--temp-dir={temp}"], check=True, capture_output=True)
-    return ray, f"127.0.0.1:{port}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=8)
@@ -86,16 +72,18 @@ def main() -> None:
             seconds = timed([*POSTLAB, "sweep", str(spec), "--out-dir", str(out),
                              "--workers", str(workers), "--quiet"])
             runs[f"local, {workers} worker{'s' if workers > 1 else ''}"] = (seconds, workers, out)
-        temp = Path(tempfile.mkdtemp(prefix="plray"))
-        ray, address = start_ray(cpus, temp)
+        # The tests' helper: a head of its own, stopped without touching any other Ray.
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from raycluster import start_head, stop_head
+
+        address, temp = start_head(cpus)
         try:
             out = work / "ray"
             seconds = timed([*POSTLAB, "sweep", str(spec), "--out-dir", str(out),
                              "--executor", "ray", "--address", address, "--quiet"])
             runs[f"Ray, local head, {cpus} CPUs"] = (seconds, cpus, out)
         finally:
-            subprocess.run([ray, "stop", "--force"], capture_output=True)
-            shutil.rmtree(temp, ignore_errors=True)
+            stop_head(temp)
         one = runs["local, 1 worker"][0]
         first = runs["local, 1 worker"][2]
         for name, (seconds, used, out) in runs.items():

@@ -74,11 +74,40 @@ EXAMPLES = {
 }
 
 
+#: Three questions about the teaching setting itself (three seeds, every step), fixed before
+#: its training: on the bundled teaching run the first is confirmed, the second refuted and the
+#: third inconclusive (Holm across the three at alpha 0.05).
+HYPOTHESES = {"alpha": 0.05, "tests": [
+    {"id": "coverage-narrows",
+     "statement": "RL under the gameable substring contract lowers held-out coverage at 16 "
+                  "samples by more than 0.02",
+     "metric": "coverage",
+     "compare": {"stage": "substring", "split": "test", "versus_stage": "initial"},
+     "direction": "decrease", "margin": 0.02},
+    {"id": "strict-gains",
+     "statement": "RL under strict raises sampled held-out strict success by more than 0.10",
+     "metric": "success",
+     "compare": {"stage": "strict", "split": "test", "versus_stage": "initial"},
+     "direction": "increase", "margin": 0.10},
+    {"id": "strict-coverage",
+     "statement": "RL under strict lowers held-out coverage by more than 0.05",
+     "metric": "coverage",
+     "compare": {"stage": "strict", "split": "test", "versus_stage": "initial"},
+     "direction": "decrease", "margin": 0.05},
+]}
+
+#: Versions of the whole teaching plan (not shortened): their questions are about it.
+TEACHING_EXAMPLES = {"hypotheses": {"hypotheses": HYPOTHESES}}
+
+
 def main() -> None:
     teaching = teaching_plan_loaded()
     for name, changes in EXAMPLES.items():
         data = derive_plan(teaching, settings(FAST | changes), DATE)
         freeze(HERE / f"{name}.json", data)
+        print(f"wrote examples/{name}.json")
+    for name, changes in TEACHING_EXAMPLES.items():
+        freeze(HERE / f"{name}.json", derive_plan(teaching, settings(changes), DATE))
         print(f"wrote examples/{name}.json")
 
 

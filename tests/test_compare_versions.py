@@ -148,7 +148,11 @@ def test_a_comparison_needs_two_versions():
 
 @pytest.mark.slow
 def test_compare_reads_a_sweep_and_run_folders(tmp_path, capsys):
-    write_plan(tmp_path / "base.json", **(SMALL | {"sft_steps": 300, "sft_lr": 0.02}))
+    hypothesis = {"id": "rl-helps", "statement": "RL under strict raises success",
+                  "metric": "success", "direction": "increase", "margin": 0.0,
+                  "compare": {"stage": "strict", "split": "test", "versus_stage": "initial"}}
+    write_plan(tmp_path / "base.json", **(SMALL | {"sft_steps": 300, "sft_lr": 0.02,
+                                                   "hypotheses": {"tests": [hypothesis]}}))
     spec = tmp_path / "sweep.json"
     spec.write_text(json.dumps({"base": "base.json", "seeds": [3, 4, 5],
                                 "grid": {"rl_lr": [0.001, 0.01]}}))
@@ -163,6 +167,10 @@ def test_compare_reads_a_sweep_and_run_folders(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["versions"] == ["base", "rl_lr=0.001", "rl_lr=0.01"]
     assert data["swept"][0] == "rl_lr"
+    # every version decides its own preregistered hypothesis on its own seeds
+    assert set(data["verdicts"]) == set(data["versions"])
+    assert all(v[0]["id"] == "rl-helps" and v[0]["outcome"] in
+               ("confirmed", "refuted", "inconclusive") for v in data["verdicts"].values())
     for metric in data["metrics"]:
         for value in metric["values"]:
             if metric["is_rate"] and value["value"]["low"] is not None:

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from plans import SMALL, rows, write_plan
+from raycluster import free_port, start_head, stop_head
 
 from postlab.cli import main
 from postlab.records.record import load_record
@@ -145,30 +143,15 @@ def test_a_killed_sweep_resumes_to_the_same_bits(tmp_path):
 
 # --- a real Ray cluster ---------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ray_head():
-    """A Ray head on the loopback address for this module, stopped afterwards."""
+    """A Ray head on the loopback address for this module, stopped afterwards (only it)."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'postlab[ray]')")
-    ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
-    assert ray is not None, "the ray package is installed but its command is not"
-    port = _free_port()
-    temp = tempfile.mkdtemp(prefix="plray")
-    started = subprocess.run(
-        [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
-         f"--temp-dir={temp}"], capture_output=True, text=True, timeout=180)
-    assert started.returncode == 0, started.stderr[-3000:]
+    address, temp = start_head(cpus=2)
     try:
-        yield f"127.0.0.1:{port}"
+        yield address
     finally:
-        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120)
-        shutil.rmtree(temp, ignore_errors=True)
+        stop_head(temp)
 
 
 def test_a_sweep_through_ray_equals_the_local_one(local_sweep, ray_head, tmp_path):
@@ -265,7 +248,7 @@ def test_an_unreachable_ray_cluster_is_one_line_and_writes_nothing(tmp_path, cap
     spec = _sweep_file(tmp_path)
     out = tmp_path / "out"
     assert main(["sweep", str(spec), "--out-dir", str(out), "--executor", "ray",
-                 "--address", f"127.0.0.1:{_free_port()}", "--quiet"]) == 2
+                 "--address", f"127.0.0.1:{free_port()}", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "no Ray cluster answers there" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()

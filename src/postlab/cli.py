@@ -492,6 +492,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     lang = args.lang or default_lang()
     if args.format_ == "text":
         sys.stdout.write(render_text(report, lang))
+        if plan.data.get("hypotheses"):
+            sys.stdout.write(_verdict_lines(record, plan, lang, record_path))
     if args.format_ != "text" or args.html is not None:
         _rich_report(args, record, plan, lang, record_path)
     if args.contracts:
@@ -505,6 +507,21 @@ def _cmd_report(args: argparse.Namespace) -> int:
                          answer_function(plan.data))
         sys.stdout.write("\n" + render_rescore(result, lang))
     return 0
+
+
+def _verdict_lines(record, plan, lang: str, source: Path) -> str:
+    """The plan's hypotheses and their verdicts, after the reference layout (which has none)."""
+    from postlab.render.tables import hypothesis_table
+
+    table = hypothesis_table(_analysis(record, plan, "test", source), lang)
+    if table is None:
+        return "\n(hypotheses need at least two completed seeds to be decided)\n"
+    lines = ["", table.title]
+    for row in table.rows:
+        ident, statement, claim, _, numbers, level, verdict = row
+        lines.append(f"{ident}: {verdict.upper()} — {statement}")
+        lines.append(f"    {claim}; {numbers} at level {level}")
+    return "\n".join(lines) + "\n"
 
 
 def _check_split(record, plan, split: str, source: Path) -> None:

@@ -8,6 +8,7 @@ while questions within a seed share a model and are not independent draws of it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -127,6 +128,9 @@ class Analysis:
     #: The contracts reported, the reference rule first; metric and series keys name them.
     #: Not in the JSON form: schema 1 already names them in those keys.
     contracts: tuple[str, ...] = ARITHMETIC_CONTRACTS
+    #: The plan's preregistered hypotheses, decided (``postlab.analysis.hypotheses``); in the
+    #: JSON form only when the plan has some.
+    verdicts: tuple[Any, ...] = ()
 
     def outcome(self, stage: str, split: str, decoding: str, metric: str) -> Outcome:
         for item in self.outcomes:
@@ -287,13 +291,19 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
 
     sft_loss = _band([run["sft_loss"] for run in runs])
     compute = _compute(runs, plan, stages)
-    return Analysis(schema=SCHEMA, plan_sha256=record["plan_sha256"],
-                    seeds=tuple(run["seed"] for run in runs), stages=stages, arms=arms,
-                    splits=splits, eval_samples=samples, interval_method=INTERVAL_METHOD,
-                    band_method=BAND_METHOD, outcomes=tuple(outcomes),
-                    hacking_gaps=tuple(gaps), pass_at_k=tuple(curves),
-                    dynamics=tuple(dynamics), sft_loss=sft_loss, compute=compute,
-                    contracts=contracts)
+    analysis = Analysis(schema=SCHEMA, plan_sha256=record["plan_sha256"],
+                        seeds=tuple(run["seed"] for run in runs), stages=stages, arms=arms,
+                        splits=splits, eval_samples=samples, interval_method=INTERVAL_METHOD,
+                        band_method=BAND_METHOD, outcomes=tuple(outcomes),
+                        hacking_gaps=tuple(gaps), pass_at_k=tuple(curves),
+                        dynamics=tuple(dynamics), sft_loss=sft_loss, compute=compute,
+                        contracts=contracts)
+    if plan.get("hypotheses") and len(runs) >= 2:
+        # Decided here, from the same per-seed values as every other number of the report.
+        from postlab.analysis.hypotheses import verdicts_for
+
+        analysis = dataclasses.replace(analysis, verdicts=tuple(verdicts_for(analysis, plan)))
+    return analysis
 
 
 def _compute(runs: list[dict[str, Any]], plan: dict[str, Any],

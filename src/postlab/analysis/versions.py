@@ -25,6 +25,7 @@ With one seed (or one pair) no interval is given.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -85,6 +86,9 @@ class Comparison:
     rate_method: str
     difference_method: str
     metrics: tuple[MetricComparison, ...]
+    #: each version's own preregistered hypotheses, decided on its own seeds (versions whose
+    #: plans have none are absent)
+    verdicts: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
 
 def empirical_logit(rate: float, trials: int) -> float:
@@ -180,7 +184,9 @@ def compare(inputs: Sequence[VersionInput], held_out: Sequence[str] = ("dev", "t
                       versions=tuple(item.name for item in inputs),
                       changes={item.name: dict(item.changes) for item in inputs},
                       swept=_swept(inputs), rate_method=RATE_METHOD,
-                      difference_method=DIFFERENCE_METHOD, metrics=tuple(metrics))
+                      difference_method=DIFFERENCE_METHOD, metrics=tuple(metrics),
+                      verdicts={item.name: item.analysis.verdicts for item in inputs
+                                if item.analysis.verdicts})
 
 
 def _per_seed(item: VersionInput, stage: str, split: str, decoding: str,

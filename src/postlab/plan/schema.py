@@ -73,6 +73,52 @@ class DynamicSampling(BaseModel):
         "recorded per step"))
 
 
+class HypothesisCompare(BaseModel):
+    """What a hypothesis compares, paired by seed: a stage against another stage on one split,
+    or one split against another for one stage."""
+
+    model_config = _STRICT
+    stage: Name = Field(description="`initial` (the SFT model) or an arm's name")
+    split: Name = Field(description="a split of the plan")
+    versus_stage: Name | None = Field(None, description="the stage compared against (same "
+                                                         "split)")
+    versus_split: Name | None = Field(None, description="the split compared against (same "
+                                                         "stage)")
+
+
+class Hypothesis(BaseModel):
+    """A question decided before training: one metric, one paired comparison, a direction and
+    a margin; the decision rule is the plan's (see `hypotheses`)."""
+
+    model_config = _STRICT
+    id: Name = Field(description="short name, unique in the plan")
+    statement: str = Field(min_length=1, max_length=500, description="the hypothesis in words")
+    metric: str = Field(description="a registered metric (`postlab plan schema` lists them: "
+                                    "success, rate, coverage, pass_at_k, hacking_gap)")
+    decoding: Literal["greedy", "sampled"] | None = Field(None, description=(
+        "for success and rate: greedy or sampled answers (absent: sampled)"))
+    contract: str | None = Field(None, description="for rate: the contract")
+    k: int | None = Field(None, ge=1, le=10_000, description="for pass_at_k: k, at most "
+                                                             "eval_samples")
+    compare: HypothesisCompare
+    direction: Literal["increase", "decrease"] = Field(description=(
+        "the claim: value(stage, split) minus value(versus) is above +margin (increase) or "
+        "below -margin (decrease)"))
+    margin: float = Field(ge=0, le=10, description="how far beyond zero the difference must be")
+
+
+class Hypotheses(BaseModel):
+    """Preregistered hypotheses and their family-wise error rate."""
+
+    model_config = _STRICT
+    alpha: float = Field(0.05, gt=0, lt=0.5, description=(
+        "family-wise error rate: each hypothesis is decided by a one-sided Student t bound on "
+        "the mean paired difference over seeds at the level Holm's step-down procedure gives "
+        "it; confirmed when the bound clears the margin, refuted when the opposite bound falls "
+        "short of it, inconclusive otherwise"))
+    tests: list[Hypothesis] = Field(min_length=1, max_length=100)
+
+
 class PolicySection(BaseModel):
     """Which policy answers, and its own fields; the kind validates the fields it takes."""
 
@@ -146,6 +192,9 @@ class PlanModel(BaseModel):
     selection: str = Field(description="how the reported checkpoint is chosen (stated, so it "
                                        "cannot change after seeing results)")
     rewards: dict[str, str] = Field(description="the contracts' rules in words")
+    hypotheses: Hypotheses | None = Field(None, description=(
+        "questions decided before training, part of the plan's hash; every report gives "
+        "each one's verdict (absent: none, as in the teaching plan)"))
     parent: PlanParent | None = Field(None, description="set by `freeze --from`: the parent "
                                                         "plan's sha256 and the changed keys")
 
@@ -230,6 +279,66 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
         if name not in REGISTRIES[field]:
             problems.append((field, f"unknown option {plan[field]!r}; known: "
                                     f"{', '.join(REGISTRIES[field].names())}"))
+    if plan.get("hypotheses") is not None and not problems:
+        problems += hypothesis_problems(plan)
+    return problems
+
+
+def hypothesis_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each hypothesis must name what the plan has, and be able to come out both ways."""
+    from postlab.analysis.hypotheses import METRICS, can_decide
+    from postlab.plan.arms import arm_names
+    from postlab.tasks.arithmetic import plan_contracts
+
+    problems: list[tuple[str, str]] = []
+    stages = ["initial", *arm_names(plan)]
+    splits = list(plan["split"])
+    contracts = plan_contracts(plan)
+    seen: set[str] = set()
+    for index, hypothesis in enumerate(plan["hypotheses"]["tests"]):
+        where = f"hypotheses.tests.{index}"
+        if hypothesis["id"] in seen:
+            problems.append((f"{where}.id", f"{hypothesis['id']!r} is used twice"))
+        seen.add(hypothesis["id"])
+        metric = hypothesis["metric"]
+        if metric not in METRICS:
+            problems.append((f"{where}.metric", f"unknown metric {metric!r}; known: "
+                                                f"{', '.join(METRICS.names())}"))
+            continue
+        spec = METRICS[metric]
+        if hypothesis.get("decoding") is not None and not spec.takes_decoding:
+            problems.append((f"{where}.decoding", f"{metric} is of sampled answers only"))
+        contract = hypothesis.get("contract")
+        if spec.takes_contract and contract not in contracts:
+            problems.append((f"{where}.contract", f"{contract!r} is not one of the plan's "
+                                                  f"contracts ({', '.join(contracts)})"))
+        if contract is not None and not spec.takes_contract:
+            problems.append((f"{where}.contract", f"{metric} takes no contract"))
+        k = hypothesis.get("k")
+        if spec.takes_k and (k is None or k > plan["eval_samples"]):
+            problems.append((f"{where}.k", f"pass_at_k needs k from 1 to eval_samples "
+                                           f"({plan['eval_samples']}), got {k}"))
+        if k is not None and not spec.takes_k:
+            problems.append((f"{where}.k", f"{metric} takes no k"))
+        if metric == "hacking_gap" and len(contracts) < 2:
+            problems.append((f"{where}.metric", "the hacking gap needs a second contract"))
+        compare = hypothesis["compare"]
+        for key, known in (("stage", stages), ("versus_stage", stages), ("split", splits),
+                           ("versus_split", splits)):
+            value = compare.get(key)
+            if value is not None and value not in known:
+                problems.append((f"{where}.compare.{key}", f"unknown {key.split('_')[-1]} "
+                                                           f"{value!r}; the plan has "
+                                                           f"{', '.join(known)}"))
+        versus = [key for key in ("versus_stage", "versus_split") if compare.get(key)]
+        if len(versus) != 1:
+            problems.append((f"{where}.compare", "give exactly one of versus_stage and "
+                                                 "versus_split"))
+        elif compare[versus[0]] == compare[versus[0].removeprefix("versus_")]:
+            problems.append((f"{where}.compare", "compares a place with itself"))
+        why = can_decide(metric, hypothesis["margin"], len(plan["seeds"]))
+        if why is not None:
+            problems.append((f"{where}.margin" if "margin" in why else "seeds", why))
     return problems
 
 

@@ -55,9 +55,21 @@ def _fmt(value: Interval | None, lang: str, signed: bool = False) -> str:
 
 
 def build_tables(comparison: Comparison, lang: str, split: str | None = None) -> list[Table]:
-    """One table per metric: each version's mean, and its paired difference from the base."""
+    """The versions' preregistered verdicts first (if any), then one table per metric: each
+    version's mean, and its paired difference from the base."""
     words = WORDS[lang]
     tables = []
+    if comparison.verdicts:
+        labels = LABELS[lang]
+        rows = tuple(
+            (version, verdict.id, f"{verdict.comparison}: {verdict.metric}",
+             f"{verdict.mean:+.3f} [{min(verdict.bound, verdict.opposite):+.3f}, "
+             f"{max(verdict.bound, verdict.opposite):+.3f}]", f"{verdict.level:.4f}",
+             labels[f"verdict_{verdict.outcome}"])
+            for version, verdicts in comparison.verdicts.items() for verdict in verdicts)
+        tables.append(Table(labels["hypotheses"], (
+            words["version"], labels["hypothesis"], labels["claim"],
+            labels["difference_bounds"], labels["level"], labels["verdict"]), rows))
     for item in comparison.metrics:
         if split is not None and item.split != split:
             continue

@@ -38,6 +38,11 @@ LABELS: dict[str, dict[str, str]] = {
         "fig_gap": "Reward hacking gap by stage", "fig_pass": "pass@k by stage",
         "fig_dynamics": "Training dynamics by arm", "fig_sft": "SFT loss",
         "k": "k", "rate": "rate", "no_interval": "n/a",
+        "hypotheses": "Preregistered hypotheses (decided by the plan's rule; Holm across them)",
+        "hypothesis": "id", "statement": "hypothesis", "claim": "claim",
+        "difference_bounds": "mean difference [one-sided bounds]", "level": "level",
+        "verdict": "verdict", "verdict_confirmed": "confirmed", "verdict_refuted": "refuted",
+        "verdict_inconclusive": "inconclusive",
         "reading": "How to read this: a stage helped on held-out pairs when its change from "
                    "SFT has an interval above zero; an arm gamed its reward when its hacking "
                    "gap is large; RL narrowed coverage when pass@k at large k fell below the "
@@ -70,6 +75,11 @@ LABELS: dict[str, dict[str, str]] = {
         "fig_gap": "各阶段奖励投机差距", "fig_pass": "各阶段 pass@k",
         "fig_dynamics": "各组训练动态", "fig_sft": "SFT 损失",
         "k": "k", "rate": "比率", "no_interval": "无",
+        "hypotheses": "预注册假设（按计划中的规则判定；多重比较用 Holm 校正）",
+        "hypothesis": "编号", "statement": "假设", "claim": "主张",
+        "difference_bounds": "平均差 [单侧界]", "level": "水平",
+        "verdict": "结论", "verdict_confirmed": "证实", "verdict_refuted": "否定",
+        "verdict_inconclusive": "无定论",
         "reading": "读法：相对 SFT 的变化区间高于零，说明该阶段在留出组合上有帮助；投机差距大，"
                    "说明该组钻了奖励的空子；大 k 的 pass@k 低于 SFT 曲线，说明 RL 收窄了覆盖。",
     },

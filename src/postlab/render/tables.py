@@ -30,8 +30,30 @@ def fmt_seeds(values: tuple[float, ...], digits: int = 3) -> str:
     return " ".join(f"{v:.{digits}f}" for v in values)
 
 
+def hypothesis_table(analysis: Analysis, lang: str) -> Table | None:
+    """The preregistered hypotheses and their verdicts, first in every report form."""
+    if not analysis.verdicts:
+        return None
+    words = LABELS[lang]
+    rows = []
+    for verdict in analysis.verdicts:
+        bound = (f"> {verdict.margin:g}" if verdict.direction == "increase"
+                 else f"< -{verdict.margin:g}")
+        low, high = sorted((verdict.bound, verdict.opposite))
+        rows.append((verdict.id, verdict.statement,
+                     f"{verdict.comparison}: {verdict.metric} {bound}",
+                     fmt_seeds(verdict.per_seed),
+                     f"{verdict.mean:+.3f} [{low:+.3f}, {high:+.3f}]",
+                     f"{verdict.level:.4f}", words[f"verdict_{verdict.outcome}"]))
+    return Table(words["hypotheses"], (words["hypothesis"], words["statement"],
+                                       words["claim"], words["per_seed"],
+                                       words["difference_bounds"], words["level"],
+                                       words["verdict"]), tuple(rows))
+
+
 def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Table]:
     words = LABELS[lang]
+    first = hypothesis_table(analysis, lang)
     outcome_rows = []
     for stage in analysis.stages:
         for decoding in ("greedy", "sampled"):
@@ -44,7 +66,8 @@ def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Tab
                                      metric_label(item.metric, lang),
                                      fmt_seeds(item.value.per_seed),
                                      fmt_interval(item.value, lang), change))
-    tables = [Table(words["outcomes"].format(split=split),
+    tables = [] if first is None else [first]
+    tables += [Table(words["outcomes"].format(split=split),
                     (words["stage"], words["decoding"], words["metric"], words["per_seed"],
                      words["mean_ci"], words["change"]), tuple(outcome_rows))]
 
@@ -99,6 +122,8 @@ def to_json(analysis: Analysis) -> str:
     ``contracts`` is left out: schema 1 names them in its metric and series keys already."""
     data = dataclasses.asdict(analysis)
     del data["contracts"]
+    if not data["verdicts"]:
+        del data["verdicts"]  # schema 1 as it was for plans without hypotheses
     return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
 
 

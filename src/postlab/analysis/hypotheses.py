@@ -1,0 +1,229 @@
+"""Preregistered hypotheses: named metrics, and the rule that decides each one.
+
+A hypothesis compares one metric between two places of the same run, paired by seed: an arm
+against SFT or against another arm (same split), or one split against another (same stage). Each
+seed gives one difference ``d = value(A) - value(B)``. The hypothesis claims the difference goes
+one way by more than a margin: ``increase`` means d > margin, ``decrease`` means d < -margin.
+
+The decision rule, fixed before training:
+
+* a one-sided Student t bound on the mean difference over seeds, at the level Holm's step-down
+  procedure gives the hypothesis among the plan's (family-wise error ``alpha``);
+* **confirmed** when the bound clears the margin on the claimed side, **refuted** when the
+  opposite bound shows the difference short of the margin (the data rule out the effect the
+  hypothesis needs), **inconclusive** otherwise.
+
+Holm's order uses the one-sided p-values of the confirmation tests (H0: the difference is not
+beyond the margin). A rule that could never decide is refused when the plan is checked: a
+margin the metric cannot exceed (differences of rates lie in [-1, 1]), or fewer than two seeds
+(no spread, so no interval).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from postlab.analysis.aggregate import Analysis
+from postlab.registry import Registry
+
+#: Family-wise error rate when a plan states none.
+DEFAULT_ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A named held-out metric: what it means, its range, the fields it takes, and how to read
+    its per-seed values from an analysis."""
+
+    summary: str
+    low: float
+    high: float
+    takes_decoding: bool
+    takes_contract: bool
+    takes_k: bool
+    #: (analysis, stage, split, decoding, contract, k) -> one value per seed, in seed order
+    values: Callable[[Analysis, str, str, str, str | None, int | None], tuple[float, ...]]
+
+
+METRICS: Registry[MetricSpec] = Registry("metric")
+
+
+def _outcome(analysis: Analysis, stage: str, split: str, decoding: str,
+             metric: str) -> tuple[float, ...]:
+    return analysis.outcome(stage, split, decoding, metric).value.per_seed
+
+
+METRICS.register("success")(MetricSpec(
+    summary="held-out success under the task's first contract (strict for arithmetic)",
+    low=0.0, high=1.0, takes_decoding=True, takes_contract=False, takes_k=False,
+    values=lambda a, stage, split, decoding, _c, _k: _outcome(
+        a, stage, split, decoding, f"{a.contracts[0]}_rate")))
+METRICS.register("rate")(MetricSpec(
+    summary="held-out acceptance under a named contract (e.g. substring)",
+    low=0.0, high=1.0, takes_decoding=True, takes_contract=True, takes_k=False,
+    values=lambda a, stage, split, decoding, contract, _k: _outcome(
+        a, stage, split, decoding, f"{contract}_rate")))
+METRICS.register("coverage")(MetricSpec(
+    summary="share of held-out questions with an accepted sampled answer (first contract)",
+    low=0.0, high=1.0, takes_decoding=False, takes_contract=False, takes_k=False,
+    values=lambda a, stage, split, _d, _c, _k: _outcome(a, stage, split, "sampled",
+                                                         "coverage")))
+METRICS.register("pass_at_k")(MetricSpec(
+    summary="unbiased pass@k of sampled answers (first contract), k up to eval_samples",
+    low=0.0, high=1.0, takes_decoding=False, takes_contract=False, takes_k=True,
+    values=lambda a, stage, split, _d, _c, k: _pass_at_k(a, stage, split, k)))
+METRICS.register("hacking_gap")(MetricSpec(
+    summary="sampled acceptance under the task's second contract minus success under its "
+            "first: reward paid for answers that are not right",
+    low=-1.0, high=1.0, takes_decoding=False, takes_contract=False, takes_k=False,
+    values=lambda a, stage, split, _d, _c, _k: _gap(a, stage, split)))
+
+
+def _pass_at_k(analysis: Analysis, stage: str, split: str, k: int | None) -> tuple[float, ...]:
+    for curve in analysis.pass_at_k:
+        if (curve.stage, curve.split) == (stage, split):
+            index = curve.k.index(k)
+            return tuple(per_seed[index] for per_seed in curve.per_seed)
+    raise KeyError((stage, split, k))
+
+
+def _gap(analysis: Analysis, stage: str, split: str) -> tuple[float, ...]:
+    for gap in analysis.hacking_gaps:
+        if (gap.stage, gap.split) == (stage, split):
+            return gap.gap.per_seed
+    raise KeyError((stage, split))
+
+
+# --- the decision rule ----------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """A hypothesis decided: the numbers behind it and the outcome."""
+
+    id: str
+    statement: str
+    metric: str
+    comparison: str  # what was subtracted from what, in words
+    per_seed: tuple[float, ...]  # the paired differences A - B
+    mean: float
+    level: float  # the one-sided error level Holm gave this hypothesis
+    bound: float  # the one-sided confidence bound on the claimed side
+    opposite: float  # the bound on the other side
+    margin: float
+    direction: str
+    p_value: float
+    outcome: str  # "confirmed", "refuted" or "inconclusive"
+
+
+def _t_sf(value: float, df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.sf(value, df))
+
+
+def _t_quantile(level: float, df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(1 - level, df))
+
+
+def decide(hypotheses: Sequence[dict[str, Any]], differences: Sequence[Sequence[float]],
+           alpha: float = DEFAULT_ALPHA) -> list[Verdict]:
+    """Decide every hypothesis from its per-seed paired differences, with Holm's step-down
+    levels across all of them. ``hypotheses`` are plan entries (id, statement, direction,
+    margin); ``differences[i]`` belongs to ``hypotheses[i]``."""
+    stats = []
+    for hypothesis, values in zip(hypotheses, differences, strict=True):
+        n = len(values)
+        if n < 2:
+            raise ValueError(f"hypothesis {hypothesis['id']}: {n} seed(s); a rule over seeds "
+                             "needs at least two")
+        sign = 1.0 if hypothesis["direction"] == "increase" else -1.0
+        # In the claimed direction: the claim is  sign * d > margin.
+        claimed = [sign * v for v in values]
+        mean = sum(claimed) / n
+        sd = math.sqrt(sum((v - mean) ** 2 for v in claimed) / (n - 1))
+        se = sd / math.sqrt(n)
+        excess = mean - hypothesis["margin"]
+        # No spread at all: the difference is known exactly, beyond the margin or not.
+        p = _t_sf(excess / se, n - 1) if se > 0 else float(excess <= 0)
+        stats.append((sign, claimed, mean, se, p))
+    # Holm: the i-th smallest p-value is tested at alpha / (m - i); once one fails, the rest
+    # keep the level of the first that failed (they cannot be confirmed).
+    m = len(stats)
+    order = sorted(range(m), key=lambda i: (stats[i][4], i))
+    levels = [0.0] * m
+    stopped = None
+    for rank, index in enumerate(order):
+        level = alpha / (m - rank)
+        if stopped is not None:
+            level = stopped
+        elif stats[index][4] > level:
+            stopped = level
+        levels[index] = level
+    verdicts = []
+    for i, (hypothesis, (sign, claimed, mean, se, p)) in enumerate(
+            zip(hypotheses, stats, strict=True)):
+        n = len(claimed)
+        half = _t_quantile(levels[i], n - 1) * se
+        bound, opposite = mean - half, mean + half  # in the claimed direction
+        margin = hypothesis["margin"]
+        if bound > margin:
+            outcome = "confirmed"
+        elif opposite < margin:
+            outcome = "refuted"
+        else:
+            outcome = "inconclusive"
+        verdicts.append(Verdict(
+            id=hypothesis["id"], statement=hypothesis["statement"],
+            metric=hypothesis.get("metric", ""),
+            comparison=describe_comparison(hypothesis) if "compare" in hypothesis else "",
+            per_seed=tuple(sign * v for v in claimed), mean=sign * mean, level=levels[i],
+            bound=sign * bound, opposite=sign * opposite, margin=margin,
+            direction=hypothesis["direction"], p_value=p, outcome=outcome))
+    return verdicts
+
+
+def paired_differences(analysis: Analysis, hypothesis: dict[str, Any]) -> tuple[float, ...]:
+    """value(A) - value(B) per seed, for a hypothesis of a plan whose run ``analysis`` holds."""
+    spec = METRICS[hypothesis["metric"]]
+    decoding = hypothesis.get("decoding") or "sampled"
+    contract, k = hypothesis.get("contract"), hypothesis.get("k")
+    compare = hypothesis["compare"]
+    stage, split = compare["stage"], compare["split"]
+    other_stage = compare.get("versus_stage", stage)
+    other_split = compare.get("versus_split", split)
+    a = spec.values(analysis, stage, split, decoding, contract, k)
+    b = spec.values(analysis, other_stage, other_split, decoding, contract, k)
+    return tuple(x - y for x, y in zip(a, b, strict=True))
+
+
+def can_decide(metric: str, margin: float, seeds: int) -> str | None:
+    """Why a hypothesis could never come out both ways, or None."""
+    spec = METRICS[metric]
+    reach = spec.high - spec.low  # the largest difference the metric can show
+    if margin >= reach:
+        return (f"margin {margin} can never be exceeded: differences of {metric} lie within "
+                f"±{reach:g}")
+    if seeds < 2:
+        return f"the rule needs at least two seeds to ever decide; the plan has {seeds}"
+    return None
+
+
+def verdicts_for(analysis: Analysis, plan: dict[str, Any]) -> list[Verdict]:
+    """Every hypothesis of ``plan`` decided on the run ``analysis`` describes."""
+    section = plan["hypotheses"]
+    tests = section["tests"]
+    differences = [paired_differences(analysis, hypothesis) for hypothesis in tests]
+    return decide(tests, differences, section.get("alpha", DEFAULT_ALPHA))
+
+
+def describe_comparison(hypothesis: dict[str, Any]) -> str:
+    """``strict − initial on test``, ``test − train for strict``: what was subtracted."""
+    compare = hypothesis["compare"]
+    if compare.get("versus_stage"):
+        return f"{compare['stage']} − {compare['versus_stage']} on {compare['split']}"
+    return f"{compare['split']} − {compare['versus_split']} for {compare['stage']}"
