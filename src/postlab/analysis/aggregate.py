@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from postlab.analysis.metrics import Answer, count_under, evaluate, question_groups
+from postlab.analysis.onset import DEFAULT_DRIFT, DEFAULT_THRESHOLD, Onset, cusum, slope
 from postlab.plan.arms import arm_names, arm_specs
 from postlab.records.rows import ROLLOUT, Place, Row, iter_run_rows, rows_by_place
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, answer_function, plan_contracts
@@ -24,6 +25,11 @@ CONFIDENCE = 0.95
 INTERVAL_METHOD = ("Student t over seeds, 95% two-sided, seeds - 1 degrees of freedom; "
                    "no interval with one seed")
 BAND_METHOD = "mean over seeds, band from the lowest to the highest seed"
+ONSET_METHOD = ("one-sided CUSUM on the per-step gap (the step's rollouts accepted under the "
+                "trained contract minus those right under the task's first contract): "
+                "S_t = max(0, S_(t-1) + "
+                "gap_t - {drift:g}), alarm when S_t > {threshold:g}; onset = first step of the "
+                "excursion that raised it")
 
 #: Per-step training series after the rollout reward rates (one ``<contract>_reward`` per
 #: contract, from the rows); the rest come from the update statistics and the rows' lengths.
@@ -128,6 +134,10 @@ class Analysis:
     #: The contracts reported, the reference rule first; metric and series keys name them.
     #: Not in the JSON form: schema 1 already names them in those keys.
     contracts: tuple[str, ...] = ARITHMETIC_CONTRACTS
+    #: Per seed and RL arm trained on a lenient contract: the per-step hacking gap and the
+    #: step where the plan's CUSUM rule found its onset (``postlab.analysis.onset``).
+    hacking_onsets: tuple[Onset, ...] = ()
+    onset_method: str = ""
     #: The plan's preregistered hypotheses, decided (``postlab.analysis.hypotheses``); in the
     #: JSON form only when the plan has some.
     verdicts: tuple[Any, ...] = ()
@@ -280,10 +290,26 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                                   high=tuple(i.high for i in per_k)))
 
     dynamics = []
+    onsets = []
+    monitor = plan.get("hacking_monitor") or {}
+    drift = monitor.get("drift", DEFAULT_DRIFT)
+    threshold = monitor.get("threshold", DEFAULT_THRESHOLD)
+    trained_on = {spec.name: spec.contract for spec in arm_specs(plan)}
     for arm in arms:
         per_seed_steps = [[_step_series(step, block(index, arm, None, step["step"], ROLLOUT),
                                         answer, contracts)
                            for step in run["training"][arm]] for index, run in enumerate(runs)]
+        contract = trained_on.get(arm)
+        if contract is not None and contract != reference:
+            for run, seed_steps in zip(runs, per_seed_steps, strict=True):
+                gap_series = tuple(s[f"{contract}_reward"] - s[f"{reference}_reward"]
+                                   for s in seed_steps)
+                result = cusum(gap_series, drift, threshold)
+                onsets.append(Onset(arm=arm, seed=run["seed"], contract=contract,
+                                    gaps=gap_series,
+                                    alarm=result.alarm, onset=result.onset,
+                                    kl_trend=slope([s["kl"] for s in seed_steps]),
+                                    entropy_trend=slope([s["entropy"] for s in seed_steps])))
         steps = tuple(step["step"] for step in runs[0]["training"][arm])
         series = {name: _band([[s[name] for s in seed_steps] for seed_steps in per_seed_steps])
                   for name in dynamics_series(contracts)}
@@ -297,7 +323,8 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                         band_method=BAND_METHOD, outcomes=tuple(outcomes),
                         hacking_gaps=tuple(gaps), pass_at_k=tuple(curves),
                         dynamics=tuple(dynamics), sft_loss=sft_loss, compute=compute,
-                        contracts=contracts)
+                        contracts=contracts, hacking_onsets=tuple(onsets),
+                        onset_method=ONSET_METHOD.format(drift=drift, threshold=threshold))
     if plan.get("hypotheses") and len(runs) >= 2:
         # Decided here, from the same per-seed values as every other number of the report.
         from postlab.analysis.hypotheses import verdicts_for

@@ -73,6 +73,17 @@ class DynamicSampling(BaseModel):
         "recorded per step"))
 
 
+class HackingMonitor(BaseModel):
+    """The online rule that marks when reward hacking starts (``postlab.analysis.onset``)."""
+
+    model_config = _STRICT
+    drift: float = Field(0.02, ge=0, le=1, description=(
+        "per-step hacking gap tolerated as noise: the CUSUM adds gap - drift each step"))
+    threshold: float = Field(0.5, gt=0, le=1000, description=(
+        "the CUSUM statistic above which the alarm is raised; the onset is the first step of "
+        "the excursion that raised it"))
+
+
 class HypothesisCompare(BaseModel):
     """What a hypothesis compares, paired by seed: a stage against another stage on one split,
     or one split against another for one stage."""
@@ -192,6 +203,10 @@ class PlanModel(BaseModel):
     selection: str = Field(description="how the reported checkpoint is chosen (stated, so it "
                                        "cannot change after seeing results)")
     rewards: dict[str, str] = Field(description="the contracts' rules in words")
+    hacking_monitor: HackingMonitor | None = Field(None, description=(
+        "one-sided CUSUM on each RL arm's per-step hacking gap (trained contract's acceptance "
+        "minus the strictest contract's success): reports give the onset step per seed "
+        "(absent: drift 0.02, threshold 0.5)"))
     hypotheses: Hypotheses | None = Field(None, description=(
         "questions decided before training, part of the plan's hash; every report gives "
         "each one's verdict (absent: none, as in the teaching plan)"))

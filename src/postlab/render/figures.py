@@ -154,12 +154,18 @@ def draw_figures(analysis: Analysis, lang: str, split: str = "test") -> list[Fig
                                     label=stage_label(dyn.arm, lang))
                     ax.fill_between(dyn.steps, band.low, band.high, alpha=0.2,
                                     color=line.get_color())
+                    # each seed's hacking onset, marked in the arm's colour on every panel
+                    for onset in analysis.hacking_onsets:
+                        if onset.arm == dyn.arm and onset.onset is not None:
+                            ax.axvline(onset.onset, color=line.get_color(), linestyle=":",
+                                       linewidth=0.9)
                 ax.set_title(metric_label(name, lang), fontsize=8)
                 ax.set_xlabel(words["step"], fontsize=7)
             for index in range(len(names_series), rows * cols):
                 axes[index // cols][index % cols].axis("off")
             axes[0][0].legend(fontsize=7)
-            fig.suptitle(words["fig_dynamics"])
+            marked = any(o.onset is not None for o in analysis.hacking_onsets)
+            fig.suptitle(words["fig_dynamics"] + (words["fig_onset_note"] if marked else ""))
             fig.tight_layout()
             figures.append(save_figure(fig, "dynamics", words["fig_dynamics"]))
 

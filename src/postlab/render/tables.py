@@ -94,6 +94,18 @@ def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Tab
     tables.append(Table(pass_at_k_title(analysis.contracts, lang, split),
                         (words["stage"], *[f"pass@{k}" for k in shown]), tuple(pass_rows)))
 
+    if analysis.hacking_onsets:
+        onset_rows = tuple(
+            (stage_label(o.arm, lang), str(o.seed),
+             str(o.onset) if o.onset is not None else words["no_onset"],
+             str(o.alarm) if o.alarm is not None else "—",
+             f"{sum(o.gaps[-max(1, len(o.gaps) // 10):]) / max(1, len(o.gaps) // 10):+.3f}",
+             f"{o.kl_trend:+.2e}", f"{o.entropy_trend:+.2e}")
+            for o in analysis.hacking_onsets)
+        tables.append(Table(words["onsets"], (
+            words["stage"], words["seed"], words["onset"], words["alarm"], words["late_gap"],
+            words["kl_trend"], words["entropy_trend"]), onset_rows))
+
     dyn_rows = []
     for dyn in analysis.dynamics:
         n = len(dyn.steps)
