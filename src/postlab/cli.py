@@ -244,6 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
     exercises = sub.add_parser("exercises", help="compute the worked answers arithmetic can show")
     exercises.add_argument("number", type=int, nargs="?", metavar="N",
                            help="one answer's number (default: every answer)")
+    exercises.add_argument("run", type=Path, nargs="?", metavar="RUN",
+                           help="for answer 8: a run (default: the bundled one); for answer "
+                                "9: a run whose arms are pipelines (e.g. of "
+                                "examples/arms-pipelines.json)")
     # Listed from the commands themselves, so --help cannot fall behind them.
     parser.description = (f"RL post-training lab. Commands: {', '.join(sub.choices)}; "
                           "'postlab COMMAND --help' explains each.")
@@ -643,8 +647,16 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_exercises(args: argparse.Namespace) -> int:
-    from postlab.analysis.exercises import DISCURSIVE, EXERCISES
+    from postlab.analysis.exercises import DISCURSIVE, EXERCISES, RUN_EXERCISES
 
+    if args.run is not None and args.number not in RUN_EXERCISES:
+        raise UserError(f"RUN is for answers {' and '.join(map(str, RUN_EXERCISES))} only")
+    if args.number == 9 and args.run is None:
+        raise UserError("answer 9 is computed on a run: postlab exercises 9 RUN, with RUN a "
+                        "run whose arms are pipelines (train one with "
+                        "examples/arms-pipelines.json)")
+    if args.number in RUN_EXERCISES:
+        return _run_exercise(args)
     numbers = sorted(EXERCISES) if args.number is None else [args.number]
     for number in numbers:
         if number in DISCURSIVE:
@@ -656,6 +668,28 @@ def _cmd_exercises(args: argparse.Namespace) -> int:
         print(f"answer {exercise.number}: {exercise.title}")
         for line in exercise.lines:
             print(f"  {line}")
+    if args.number is None:
+        print("answers 8 and 9 are computed on a trained run: postlab exercises 8 [RUN] "
+              "(default: the bundled run; about half a minute), postlab exercises 9 RUN (a run "
+              "whose arms are pipelines)")
+    return 0
+
+
+def _run_exercise(args: argparse.Namespace) -> int:
+    """An answer computed on a trained run: 8 (the KL identity), 9 (the ablation table)."""
+    from postlab.analysis.exercises import RUN_EXERCISES
+    from postlab.records.record import bundled_run_dir, check_plan_link, load_record, locate_run
+
+    found = locate_run(args.run if args.run is not None else bundled_run_dir())
+    record = load_record(found.record)
+    plan = _resolve_plan(None, found.record)
+    check_plan_link(record, plan, str(found.record))
+    _check_unchanged(record, found.record)
+    _require_report_extra()
+    exercise = RUN_EXERCISES[args.number](record, plan.data, found.record.parent)
+    print(f"answer {exercise.number}: {exercise.title}")
+    for line in exercise.lines:
+        print(f"  {line}")
     return 0
 
 

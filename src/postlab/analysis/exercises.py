@@ -1,7 +1,8 @@
 """The worked answers that arithmetic can show, computed by the library's own functions.
 
 Each exercise returns its inputs and results as data (tests assert them) plus a few lines for
-people. Answers 8 and 9 are arguments about method, not numbers, so they have no entry here.
+people. Answers 8 and 9 are computed on a trained run (:data:`RUN_EXERCISES`): 8 on any run
+(by default the bundled one), 9 on a run whose arms are pipelines.
 """
 
 from __future__ import annotations
@@ -130,11 +131,138 @@ def exercise_10() -> Exercise:
     return Exercise(10, "a stricter contract: exact", values, lines)
 
 
+def exercise_9(analysis: Any, plan: dict[str, Any], split: str = "test") -> Exercise:
+    """Answer 9 on a run: what RL adds over more SFT at matched compute, and what RL does
+    without SFT. One row per stage: its pipeline, its compute including the SFT it starts
+    from, and held-out results with 95% intervals over seeds (change from SFT paired by seed).
+    """
+    first = analysis.contracts[0]
+    compute = {c.stage: c for c in analysis.compute}
+    values: dict[str, Any] = {}
+    lines = [f"held-out {split} split, {len(analysis.seeds)} seeds; compute includes the SFT "
+             "a stage starts from; intervals: Student t over seeds, 95%"]
+    lines.append(f"{'stage':14s} {'pipeline':12s} {'grad steps':>10s} {'completions':>11s}  "
+                 f"{'sampled success':22s} {'change from SFT':24s} coverage")
+    for stage in analysis.stages:
+        success = analysis.outcome(stage, split, "sampled", f"{first}_rate")
+        cover = analysis.outcome(stage, split, "sampled", "coverage")
+        cost = compute.get(stage)
+        pipeline = cost.pipeline if cost else "?"
+        steps = cost.total["gradient_steps"] if cost else float("nan")
+        completions = cost.total["completions"] if cost else float("nan")
+        change = success.change_from_sft
+        values[stage] = {"pipeline": pipeline, "gradient_steps": steps,
+                         "completions": completions, "success": success.value.mean,
+                         "success_low": success.value.low, "success_high": success.value.high,
+                         "change": change.mean if change else None,
+                         "change_low": change.low if change else None,
+                         "change_high": change.high if change else None,
+                         "coverage": cover.value.mean}
+        lines.append(f"{stage:14s} {pipeline:12s} {steps:10g} {completions:11g}  "
+                     f"{_interval(success.value, signed=False):22s} "
+                     f"{_interval(change) if change else '—':24s} {cover.value.mean:.3f}")
+    lines.append("read: an RL arm beats the SFT-only arm with as many gradient steps only if "
+                 "its change from SFT exceeds the SFT-only arm's; RL only shows what reward "
+                 "alone teaches from untrained weights")
+    return Exercise(9, "ablations at matched compute: SFT only, RL only, SFT then RL",
+                    values, lines)
+
+
+def _interval(value: Any, signed: bool = True) -> str:
+    form = "+.3f" if signed else ".3f"
+    if value.low is None:
+        return f"{value.mean:{form}}"
+    return f"{value.mean:{form}} [{value.low:{form}}, {value.high:{form}}]"
+
+
+def exercise_8(record: dict[str, Any], plan: dict[str, Any], folder: Any,
+               prompts: int = 4, samples: int = 5000) -> Exercise:
+    """Answer 8 on a run: for each RL arm of the first seed, the exact KL to the SFT model over
+    whole completions (enumerated) against the per-prefix exact KL summed along sampled
+    completions, as training uses it, and the summed log-ratio (k1). Averaged over the first
+    ``prompts`` test questions, ``samples`` completions each."""
+    import statistics
+
+    import torch
+
+    from postlab.analysis.sequence_kl import exact_sequence_kl, sampled_prefix_kl
+    from postlab.plan.arms import arm_specs
+    from postlab.policies import build_policy, policy_kind
+    from postlab.runs.checkpoint import load_checkpoint
+
+    run = record["runs"][0]
+    seed = run["seed"]
+
+    def load(stage: str) -> Any:
+        info = run["checkpoints"][stage]
+        payload = load_checkpoint(folder / info["file"], info["sha256"],
+                                  kind=policy_kind(plan))
+        model = build_policy(plan)
+        model.load_state_dict(payload["state_dict"])
+        return model.eval()
+
+    reference = load("initial")
+    pairs = plan["split"]["test"][:prompts]
+    budget = plan["max_new_tokens"]
+    values: dict[str, Any] = {}
+    lines = [f"seed {seed}; KL of each RL arm to the SFT model over whole completions (up to "
+             f"{budget} tokens), averaged over {len(pairs)} test questions; sampled: "
+             f"{samples} completions per question from the arm"]
+    lines.append(f"{'arm':12s} {'exact (enumerated)':>19s}  {'per-prefix sum, sampled':>24s}  "
+                 f"{'k1 log-ratio, sampled':>22s}  per-sample spread (sd, min..max)")
+    for arm in [a.name for a in arm_specs(plan) if a.is_rl]:
+        policy = load(arm)
+        exact, prefix, k1 = [], [], []
+        generator = torch.Generator().manual_seed(seed + 8000)
+        for pair in pairs:
+            prompt = policy.prompts([pair])
+            exact.append(exact_sequence_kl(policy, reference, prompt, budget))
+            sampled = sampled_prefix_kl(policy, reference, prompt, budget, samples, generator)
+            prefix.append(sampled.prefix_sums)
+            k1.append(sampled.log_ratios)
+        every_prefix = [v for group in prefix for v in group]
+        every_k1 = [v for group in k1 for v in group]
+        # questions weigh equally: the sampled mean is the mean of per-question means
+        mean_exact = sum(exact) / len(exact)
+        mean_prefix = sum(statistics.fmean(g) for g in prefix) / len(prefix)
+        mean_k1 = sum(statistics.fmean(g) for g in k1) / len(k1)
+        se_prefix = (sum(statistics.variance(g) / len(g) for g in prefix) ** 0.5) / len(prefix)
+        se_k1 = (sum(statistics.variance(g) / len(g) for g in k1) ** 0.5) / len(k1)
+        values[arm] = {"exact": mean_exact, "prefix_mean": mean_prefix,
+                       "prefix_se": se_prefix, "k1_mean": mean_k1, "k1_se": se_k1,
+                       "prefix_sd": statistics.stdev(every_prefix),
+                       "prefix_min": min(every_prefix), "prefix_max": max(every_prefix),
+                       "per_question_exact": exact}
+        lines.append(f"{arm:12s} {mean_exact:19.5f}  {mean_prefix:15.5f} ± {se_prefix:.5f}  "
+                     f"{mean_k1:13.5f} ± {se_k1:.5f}  {statistics.stdev(every_prefix):.4f}, "
+                     f"{min(every_prefix):.4f}..{max(every_prefix):.4f}")
+        del every_k1
+    lines.append("read: the per-prefix sums average to the exact KL (within their standard "
+                 "error) yet differ from completion to completion; k1 is unbiased too, with "
+                 "more spread")
+    return Exercise(8, "exact KL at visited prefixes vs over whole completions", values, lines)
+
+
+def _exercise_9_on_run(record: dict[str, Any], plan: dict[str, Any], folder: Any) -> Exercise:
+    from postlab.analysis.aggregate import analyse
+    from postlab.errors import UserError
+    from postlab.plan.arms import arm_specs
+
+    pipelines = {arm.pipeline for arm in arm_specs(plan)}
+    if not {"sft-only", "sft-then-rl"} <= pipelines:
+        raise UserError(f"{folder}: answer 9 compares an sft-only arm with an sft-then-rl arm "
+                        "(and rl-only if present); this run's arms are "
+                        f"{', '.join(sorted(pipelines))} (see examples/arms-pipelines.json)")
+    return exercise_9(analyse(record, plan), plan)
+
+
+#: Answers computed on a run: postlab exercises N [RUN] -> (record, plan, folder) -> Exercise.
+RUN_EXERCISES: dict[int, Callable[..., Exercise]] = {8: exercise_8, 9: _exercise_9_on_run}
+
 EXERCISES: dict[int, Callable[[], Exercise]] = {
     1: exercise_1, 2: exercise_2, 3: exercise_3, 4: exercise_4, 5: exercise_5,
     6: exercise_6, 7: exercise_7, 10: exercise_10,
 }
 
 #: Answers that are arguments, not arithmetic; the command says so instead of computing.
-DISCURSIVE = {8: "exact KL only at visited prefixes, sampled by the old policy",
-              9: "designing matched-compute ablations (SFT only, RL only, SFT then RL)"}
+DISCURSIVE: dict[int, str] = {}
