@@ -1,0 +1,107 @@
+"""Exported tables as files: one Parquet or CSV file per table and ``schema.json``, as bytes
+for the command line to publish all at once; and reading such a folder back, typed.
+
+``schema.json`` says what a reader holds: the schema version, the postlab version, each run's
+plan and record hashes, the contracts scored, and every table's file, row count and columns.
+Parquet files carry the same provenance in their schema metadata; CSV files carry none, so
+:func:`read_export` reads them with the types ``schema.json`` declares.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from postlab import __version__
+from postlab.errors import UserError
+from postlab.export.tables import SCHEMA, TABLES, Column, arrow_schema, build_tables, to_arrow
+from postlab.jsonio import dump_json, parse_json, read_bytes
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from postlab.export.loaded import LoadedRun
+
+FORMATS = ("parquet", "csv")
+SCHEMA_FILE = "schema.json"
+#: The key of the provenance entry in a Parquet file's schema metadata.
+METADATA_KEY = "postlab.export"
+
+
+def _provenance(runs: Sequence[tuple[str | None, LoadedRun]]) -> list[dict[str, Any]]:
+    return [{"version": version, "record": run.record_path.name,
+             "plan_sha256": run.plan_sha256, "record_sha256": run.record_sha256,
+             "seeds": list(run.seeds)} for version, run in runs]
+
+
+def _serialise(table: pa.Table, fmt: str) -> bytes:
+    import pyarrow as pa
+    import pyarrow.csv as csv
+    import pyarrow.parquet as parquet
+
+    sink = pa.BufferOutputStream()
+    if fmt == "parquet":
+        parquet.write_table(table, sink)
+    else:
+        csv.write_csv(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def export_files(runs: Sequence[tuple[str | None, LoadedRun]], fmt: str,
+                 contracts: Sequence[str] | None = None) -> dict[str, bytes]:
+    """File name -> bytes: every table in ``fmt`` and ``schema.json``. ``runs`` pairs each
+    checked run with its sweep version (None for a lone run); tables span all of them."""
+    from postlab.tasks.contracts import CONTRACTS
+
+    if fmt not in FORMATS:
+        raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    names = list(CONTRACTS.names() if contracts is None else contracts)
+    provenance = _provenance(runs)
+    built = build_tables([run.source(version) for version, run in runs], names)
+    files: dict[str, bytes] = {}
+    described: dict[str, Any] = {}
+    for name, table in built.items():
+        file = f"{name}.{fmt}"
+        metadata = {METADATA_KEY: json.dumps({"schema": SCHEMA, "table": name,
+                                              "postlab_version": __version__,
+                                              "runs": provenance})}
+        files[file] = _serialise(to_arrow(table, metadata), fmt)
+        described[name] = {"file": file, "rows": table.rows, "meaning": TABLES[name].meaning,
+                           "columns": [_column_entry(c) for c in table.columns]}
+    files[SCHEMA_FILE] = dump_json({
+        "schema": SCHEMA, "postlab_version": __version__, "format": fmt,
+        "sweep": any(version is not None for version, _ in runs), "runs": provenance,
+        "contracts": names, "tables": described}, indent=2)
+    return files
+
+
+def _column_entry(column: Column) -> dict[str, Any]:
+    return {"name": column.name, "type": column.type, "nullable": column.nullable,
+            "meaning": column.meaning}
+
+
+def read_export(folder: Path) -> dict[str, pa.Table]:
+    """An export folder's tables, typed as its ``schema.json`` declares (CSV included)."""
+    import pyarrow.csv as csv
+    import pyarrow.parquet as parquet
+
+    path = folder / SCHEMA_FILE
+    schema = parse_json(read_bytes(path, "export schema"), str(path))
+    if not isinstance(schema, dict) or schema.get("schema") != SCHEMA:
+        raise UserError(f"{path}: not a postlab export of schema {SCHEMA}")
+    tables = {}
+    for name, entry in schema["tables"].items():
+        columns = [Column(c["name"], c["type"], c["meaning"], c["nullable"])
+                   for c in entry["columns"]]
+        file = folder / entry["file"]
+        if schema["format"] == "parquet":
+            tables[name] = parquet.read_table(file)
+            continue
+        declared = arrow_schema(columns)
+        options = csv.ConvertOptions(column_types={f.name: f.type for f in declared},
+                                     strings_can_be_null=False,
+                                     include_columns=[f.name for f in declared])
+        tables[name] = csv.read_csv(file, convert_options=options).cast(declared)
+    return tables

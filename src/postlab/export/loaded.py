@@ -1,0 +1,177 @@
+"""``postlab.load_run``: a run read and checked as the command line checks it, with its rows
+as Arrow tables and pandas DataFrames.
+
+A record is checked before any table is built from it (its structure, the plan-hash link, that
+its rows fit the plan, and that every part still matches the digests taken in training), so a
+DataFrame never shows numbers from a damaged or edited record.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from postlab.errors import UserError
+from postlab.plan.frozen import LoadedPlan
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from postlab.export.tables import Source, TableData
+
+EXTRA_HINT = "pip install 'postlab[export]'"
+
+
+def require_arrow(*, frames: bool = False) -> None:
+    """Refuse in one line when the export extra is missing, naming how to install it
+    (``frames``: pandas too, for the DataFrame views)."""
+    import importlib
+
+    needed = ("pyarrow", "pyarrow.csv", "pyarrow.parquet", *(("pandas",) if frames else ()))
+    for module in needed:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise UserError(f"tables need {module.partition('.')[0]}: {EXTRA_HINT}") from None
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A checked run: its plan and record, what they hold, and tables of its rows.
+
+    ``tables()`` gives Arrow tables; ``eval_samples()``, ``rollout_samples()``, ``updates()``,
+    ``steps()``, ``sft_losses()`` and ``summary()`` give the same tables as pandas DataFrames
+    (docs/export.md lists their columns). Tables are built once, on first use.
+    """
+
+    record_path: Path
+    plan_sha256: str
+    record_sha256: str
+    seeds: tuple[int, ...]
+    stages: tuple[str, ...]
+    arms: tuple[str, ...]  # the RL arms, each rewarded by the contract ``rewarded_by`` names
+    rewarded_by: dict[str, str]
+    plan: LoadedPlan = field(repr=False)
+    record: dict[str, Any] = field(repr=False)
+
+    def source(self, version: str | None = None) -> Source:
+        from postlab.export.tables import Source
+
+        return Source(self.record, self.plan.data, version)
+
+    @functools.cached_property
+    def _built(self) -> dict[str, TableData]:
+        from postlab.export.tables import build_tables
+        from postlab.tasks.contracts import CONTRACTS
+
+        return build_tables([self.source()], CONTRACTS.names())
+
+    def tables(self) -> dict[str, pa.Table]:
+        """Every table as Arrow, with its declared schema."""
+        require_arrow()
+        from postlab.export.tables import to_arrow
+
+        return {name: to_arrow(table) for name, table in self._built.items()}
+
+    def _frame(self, name: str) -> pd.DataFrame:
+        require_arrow(frames=True)
+        from postlab.export.tables import to_arrow
+
+        return to_arrow(self._built[name]).to_pandas()
+
+    def eval_samples(self) -> pd.DataFrame:
+        return self._frame("eval_samples")
+
+    def rollout_samples(self) -> pd.DataFrame:
+        return self._frame("rollout_samples")
+
+    def updates(self) -> pd.DataFrame:
+        return self._frame("updates")
+
+    def steps(self) -> pd.DataFrame:
+        return self._frame("steps")
+
+    def sft_losses(self) -> pd.DataFrame:
+        return self._frame("sft_losses")
+
+    def summary(self) -> pd.DataFrame:
+        return self._frame("summary")
+
+
+def load_run(path: str | Path | None = None) -> LoadedRun:
+    """A run folder or record file (default: the bundled teaching run), read and checked.
+
+    Raises :class:`~postlab.errors.UserError` naming the first problem: a missing or damaged
+    record, a plan other than the one it was trained under, rows that do not fit the plan, or
+    a part changed since it was recorded.
+    """
+    from postlab.jsonio import read_bytes
+    from postlab.plan.arms import rl_contracts
+    from postlab.records.record import (
+        changed_parts,
+        check_plan_link,
+        decode_record_bytes,
+        locate_run,
+        reading_problems,
+    )
+    from postlab.sweeps.folder import is_sweep
+
+    target = None if path is None else Path(path)
+    if target is not None and is_sweep(target):
+        raise UserError(f"{target} is a sweep folder; load one of its versions "
+                        f"({target}/VERSION), or export it with 'postlab export'")
+    files = locate_run(target)
+    raw = read_bytes(files.record, "record")
+    record = decode_record_bytes(raw, str(files.record))
+    plan = _plan_beside(files.record)
+    check_plan_link(record, plan, str(files.record))
+    _refuse(reading_problems(record, plan.data), files.record, "record does not fit the plan")
+    changed = changed_parts(record)
+    if changed:
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise UserError(f"{files.record}: changed since it was recorded: {changed[0]}{more}; "
+                        "'postlab verify' shows every check")
+    runs = record["runs"]
+    stages = dict.fromkeys(stage for run in runs for stage in run["evaluations"])
+    arms = dict.fromkeys(arm for run in runs for arm in run.get("training", {}))
+    return LoadedRun(record_path=files.record, plan_sha256=plan.sha256,
+                     record_sha256=hashlib.sha256(raw).hexdigest(),
+                     seeds=tuple(run["seed"] for run in runs), stages=tuple(stages),
+                     arms=tuple(arms), rewarded_by=dict(rl_contracts(plan.data)), plan=plan,
+                     record=record)
+
+
+def _plan_beside(record_path: Path) -> LoadedPlan:
+    """``plan.json`` beside the record, else the teaching plan (as every command reads it)."""
+    from postlab.plan.frozen import load_plan, teaching_plan_loaded
+
+    beside = record_path.parent / "plan.json"
+    return load_plan(beside) if beside.is_file() else teaching_plan_loaded()
+
+
+def _refuse(problems: list[str], source: Path, what: str) -> None:
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UserError(f"{source}: {what}: {problems[0]}{more}")
+
+
+def load_sweep(folder: Path) -> tuple[list[tuple[str, LoadedRun]], list[str]]:
+    """A sweep's versions that have a completed seed, each checked, in the index's order, and
+    the names of those that have none yet (left out)."""
+    from postlab.records.record import locate_run
+    from postlab.sweeps.folder import read_index
+
+    runs, left_out = [], []
+    for version in read_index(folder)[1]:
+        if locate_run(folder / version.name).record.is_file():
+            runs.append((version.name, load_run(folder / version.name)))
+        else:
+            left_out.append(version.name)
+    if not runs:
+        raise UserError(f"{folder}: no version has a completed seed yet; finish the sweep with "
+                        "'postlab sweep --resume'")
+    return runs, left_out

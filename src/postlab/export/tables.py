@@ -1,0 +1,332 @@
+"""Tidy tables of a record: one row per observation, every column declared once.
+
+Pure: records and plans in, columns out; nothing here reads or writes a file. Each table's
+columns are declared in :data:`TABLES` with their type and meaning, so the Arrow schema,
+``schema.json`` and docs/export.md say the same thing (a test holds the document to them).
+Rows are walked with :func:`~postlab.records.rows.iter_rows` and scored with
+:func:`~postlab.tasks.contracts.score` under every registered contract, not only the plan's,
+so one export answers "what would contract X have said" without re-running anything.
+
+Tables: ``eval_samples`` (one evaluation answer per row), ``rollout_samples`` (one RL rollout
+answer), ``updates`` (one optimiser update), ``steps`` (one RL step: its groups),
+``sft_losses`` (one SFT step) and ``summary`` (one seed, stage, split and decoding, as
+``summary.json`` holds it). A sweep's tables have a leading ``version`` column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from postlab.errors import UserError
+from postlab.records.rows import ROLLOUT, Row, iter_rows
+from postlab.tasks.contracts import score
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: The exported tables' schema version: within one version columns are only ever added.
+SCHEMA = "postlab.export/1"
+#: Column types, named as Arrow names them.
+TYPES = ("int64", "float64", "bool", "string")
+#: The statistics a record holds per update, in the record's order.
+UPDATE_STATISTICS = ("loss", "gradient_norm_before_clip", "kl", "entropy",
+                     "ratio_outside_clip")
+#: A dynamic-sampling step's counts of groups, as the record names them, and their meaning.
+SAMPLING_COUNTS = {
+    "drawn": "groups sampled for the step, its own and the extra ones",
+    "kept": "groups the step trained on",
+    "dropped": "groups sampled but not trained on (extra groups whose rewards were all "
+               "equal, and the step's own such groups that extra ones replaced)",
+    "replaced": "the step's groups whose rewards were all equal, replaced by an extra group",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its name, Arrow type (one of :data:`TYPES`), and what a value means."""
+
+    name: str
+    type: str
+    meaning: str
+    nullable: bool = False
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table's fixed columns; contract columns are added per registry (:func:`columns_of`)."""
+
+    name: str
+    meaning: str
+    columns: tuple[Column, ...]
+
+
+VERSION = Column("version", "string", "the sweep version (its folder name); sweep exports only")
+_SEED = Column("seed", "int64", "the run's seed")
+_A = Column("a", "int64", "the question's first operand")
+_B = Column("b", "int64", "the question's second operand")
+_ANSWER = Column("answer", "int64", "the task's answer to (a, b), which contracts compare with")
+_TEXT = Column("text", "string", "the visible output, EOS excluded")
+_TERMINATED = Column("terminated", "bool", "whether EOS was emitted within the token budget")
+_TOKENS = Column("tokens", "int64", "tokens the answer used: its characters, plus 1 for EOS")
+_ANSWER_COLUMNS = (_A, _B, _ANSWER, _TEXT, _TERMINATED, _TOKENS)
+
+TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
+    TableSpec("eval_samples", "one evaluation answer: every split, greedy and sampled, of "
+              "every stage", (
+                  _SEED,
+                  Column("stage", "string", "initial (the SFT model) or an arm's name"),
+                  Column("split", "string", "the plan's split: train, dev, test, ..."),
+                  Column("decoding", "string", "greedy (one answer per question) or sampled "
+                                               "(eval_samples answers per question)"),
+                  Column("question", "int64", "the question's position in the split, from 0 "
+                                              "(the plan's order)"),
+                  Column("sample", "int64", "the answer's position among the question's "
+                                            "answers, from 0 (always 0 for greedy)"),
+                  *_ANSWER_COLUMNS)),
+    TableSpec("rollout_samples", "one RL rollout answer: the rows a step trained on, then the "
+              "groups dynamic sampling dropped", (
+                  _SEED,
+                  Column("arm", "string", "the RL arm"),
+                  Column("step", "int64", "the RL step, from 1"),
+                  Column("kept", "bool", "true: the step trained on it; false: dynamic "
+                                         "sampling dropped its group (rewards all equal)"),
+                  Column("group", "int64", "the group's position among the step's kept (or "
+                                           "dropped) groups, from 0; a group shares a question"),
+                  Column("sample", "int64", "the answer's position in its group, from 0"),
+                  *_ANSWER_COLUMNS,
+                  Column("rewarded_by", "string", "the contract the arm's reward came from"))),
+    TableSpec("updates", "one optimiser update of an RL step, with every statistic the record "
+              "holds for it", (
+                  _SEED,
+                  Column("arm", "string", "the RL arm"),
+                  Column("step", "int64", "the RL step, from 1"),
+                  Column("update", "int64", "the update's position in the step, from 0"),
+                  Column("loss", "float64", "the loss minimised (clipped objective and KL "
+                                            "penalty, reduced as the plan's loss_reduction "
+                                            "says)"),
+                  Column("gradient_norm_before_clip", "float64",
+                         "the gradient's global norm before clipping"),
+                  Column("kl", "float64", "mean per-token KL to the reference over response "
+                                          "tokens, by the plan's kl estimator"),
+                  Column("entropy", "float64", "mean per-token entropy of the policy over "
+                                               "response tokens"),
+                  Column("ratio_outside_clip", "float64", "share of response tokens whose "
+                                                          "probability ratio was outside the "
+                                                          "clip range"))),
+    TableSpec("steps", "one RL step: its rows, groups and updates", (
+        _SEED,
+        Column("arm", "string", "the RL arm"),
+        Column("step", "int64", "the RL step, from 1"),
+        Column("rows", "int64", "rollout answers the step trained on"),
+        Column("zero_variance_groups", "int64", "kept groups whose rewards were all equal "
+                                                "(no learning signal)"),
+        Column("updates", "int64", "optimiser updates made on the step's rows"),
+        *(Column(f"groups_{count}", "int64", f"dynamic sampling: {meaning}; null when the "
+                                             "plan does not sample dynamically", nullable=True)
+          for count, meaning in SAMPLING_COUNTS.items()))),
+    TableSpec("sft_losses", "one SFT step's loss", (
+        _SEED,
+        Column("stage", "string", "initial (the SFT every arm starts from) or an sft-only "
+                                  "arm's extra SFT"),
+        Column("step", "int64", "the SFT step, from 1"),
+        Column("loss", "float64", "the step's cross-entropy loss"))),
+    TableSpec("summary", "one seed, stage, split and decoding, as summary.json holds it, under "
+              "every registered contract", (
+                  _SEED,
+                  Column("stage", "string", "initial or an arm's name"),
+                  Column("split", "string", "the plan's split"),
+                  Column("decoding", "string", "greedy or sampled"),
+                  Column("n", "int64", "answers"),
+                  Column("mean_tokens", "float64", "mean tokens per answer, EOS counted"),
+                  Column("truncated", "int64", "answers without EOS"),
+                  Column("covered", "int64", "questions with at least one answer accepted "
+                                             "under covered_under"),
+                  Column("questions", "int64", "questions"),
+                  Column("covered_under", "string", "the contract coverage is counted under: "
+                                                    "the task's first (reference) contract"))),
+)}
+
+
+def contract_columns(table: str, contracts: Sequence[str]) -> tuple[Column, ...]:
+    """The columns a table gets for each registered contract."""
+    if table in ("eval_samples", "rollout_samples"):
+        return tuple(Column(name, "bool", f"whether the {name} contract accepts the answer")
+                     for name in contracts)
+    if table == "summary":
+        return (*(Column(name, "int64", f"answers the {name} contract accepts")
+                  for name in contracts),
+                *(Column(f"{name}_rate", "float64", f"{name} / n") for name in contracts))
+    return ()
+
+
+def columns_of(table: str, contracts: Sequence[str], *, sweep: bool = False
+               ) -> tuple[Column, ...]:
+    """A table's columns in order: ``version`` for a sweep, its own, then its contracts'."""
+    columns = ((VERSION,) if sweep else ()) + TABLES[table].columns \
+        + contract_columns(table, contracts)
+    names = [column.name for column in columns]
+    clash = sorted({name for name in names if names.count(name) > 1})
+    if clash:
+        raise UserError(f"a registered contract's column clashes with the {table} table's "
+                        f"column {', '.join(clash)}; rename the contract to export it")
+    return columns
+
+
+@dataclass(frozen=True)
+class Source:
+    """One run's inputs: its record, its plan, and its sweep version (None for a lone run)."""
+
+    record: dict[str, Any]
+    plan: dict[str, Any]
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class TableData:
+    """A built table: its columns and one list of values per column."""
+
+    name: str
+    columns: tuple[Column, ...]
+    values: tuple[list[Any], ...]
+
+    @property
+    def rows(self) -> int:
+        return len(self.values[0]) if self.values else 0
+
+    def column(self, name: str) -> list[Any]:
+        return self.values[[c.name for c in self.columns].index(name)]
+
+
+def _answer_values(row: Row, answer: Callable[[Sequence[int]], int],
+                   contracts: Sequence[str]) -> tuple[Any, ...]:
+    """The answer columns of a row, then whether each contract accepts it."""
+    return (row.a, row.b, answer(row.pair), row.text, row.terminated, row.tokens,
+            *(bool(score(row, name, answer)) for name in contracts))
+
+
+def _eval_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    from postlab.tasks.arithmetic import answer_function
+
+    answer = answer_function(source.plan)
+    per_question = {"greedy": 1, "sampled": source.plan["eval_samples"]}
+    last, position = None, 0
+    for place, row in iter_rows(source.record, training=False):
+        position = position + 1 if place == last else 0
+        last = place
+        samples = per_question[place.decoding]
+        yield (place.seed, place.stage, place.split, place.decoding, position // samples,
+               position % samples, *_answer_values(row, answer, contracts))
+
+
+def _rollout_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    from postlab.plan.arms import rl_contracts
+    from postlab.tasks.arithmetic import answer_function
+
+    answer = answer_function(source.plan)
+    size = source.plan["group_size"]
+    rewarded_by = rl_contracts(source.plan)
+    last, position = None, 0
+    for place, row in iter_rows(source.record, evaluations=False):
+        position = position + 1 if place == last else 0
+        last = place
+        values = _answer_values(row, answer, contracts)
+        yield (place.seed, place.stage, place.step, place.decoding == ROLLOUT,
+               position // size, position % size, *values[:6], rewarded_by[place.stage],
+               *values[6:])
+
+
+def _steps_of(record: dict[str, Any]) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    for run in record["runs"]:
+        for arm, history in run.get("training", {}).items():
+            for step in history:
+                yield run["seed"], arm, step
+
+
+def _update_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    for seed, arm, step in _steps_of(source.record):
+        for index, update in enumerate(step["updates"]):
+            yield (seed, arm, step["step"], index,
+                   *(float(update[name]) for name in UPDATE_STATISTICS))
+
+
+def _step_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    for seed, arm, step in _steps_of(source.record):
+        sampling = step.get("sampling")
+        yield (seed, arm, step["step"], len(step["rows"]), step["zero_variance_groups"],
+               len(step["updates"]),
+               *(None if sampling is None else sampling[name] for name in SAMPLING_COUNTS))
+
+
+def _sft_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    for run in source.record["runs"]:
+        losses = {"initial": run.get("sft_loss", []), **run.get("arm_sft_loss", {})}
+        for stage, values in losses.items():
+            for index, loss in enumerate(values):
+                yield run["seed"], stage, index + 1, float(loss)
+
+
+def _summary_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    from postlab.analysis.metrics import summarize
+    from postlab.tasks.arithmetic import answer_function, plan_contracts
+
+    first = plan_contracts(source.plan)[0]
+    scored = [first, *(name for name in contracts if name != first)]
+    entries = summarize(source.record, source.plan["eval_samples"],
+                        answer_function(source.plan), scored)
+    for entry in entries:
+        for split, decoded in entry.items():
+            if split in ("seed", "stage"):
+                continue
+            for decoding, m in decoded.items():
+                yield (entry["seed"], entry["stage"], split, decoding, m["n"],
+                       m["mean_tokens"], m["truncated"], m["covered"], m["questions"], first,
+                       *(m[name] for name in contracts),
+                       *(m[f"{name}_rate"] for name in contracts))
+
+
+_BUILDERS: dict[str, Callable[[Source, Sequence[str]], Iterator[tuple[Any, ...]]]] = {
+    "eval_samples": _eval_rows, "rollout_samples": _rollout_rows, "updates": _update_rows,
+    "steps": _step_rows, "sft_losses": _sft_rows, "summary": _summary_rows,
+}
+
+
+def build_table(name: str, sources: Sequence[Source], contracts: Sequence[str]) -> TableData:
+    """One table over every source, in record order; a ``version`` column when any source
+    is a sweep version."""
+    sweep = any(source.version is not None for source in sources)
+    columns = columns_of(name, contracts, sweep=sweep)
+    values: tuple[list[Any], ...] = tuple([] for _ in columns)
+    for source in sources:
+        prefix = (source.version,) if sweep else ()
+        for row in _BUILDERS[name](source, contracts):
+            for column, value in zip(values, (*prefix, *row), strict=True):
+                column.append(value)
+    return TableData(name, columns, values)
+
+
+def build_tables(sources: Sequence[Source], contracts: Sequence[str]) -> dict[str, TableData]:
+    """Every table of :data:`TABLES`, in its order."""
+    return {name: build_table(name, sources, contracts) for name in TABLES}
+
+
+def arrow_schema(columns: Sequence[Column], metadata: dict[str, str] | None = None
+                 ) -> pa.Schema:
+    """The Arrow schema of declared columns (pyarrow is imported only here)."""
+    import pyarrow as pa
+
+    types = {"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(),
+             "string": pa.string()}
+    return pa.schema([pa.field(c.name, types[c.type], nullable=c.nullable) for c in columns],
+                     metadata=metadata)
+
+
+def to_arrow(table: TableData, metadata: dict[str, str] | None = None) -> pa.Table:
+    """A built table as an Arrow table with its declared schema."""
+    import pyarrow as pa
+
+    schema = arrow_schema(table.columns, metadata)
+    return pa.Table.from_arrays([pa.array(values, type=field.type)
+                                 for values, field in zip(table.values, schema, strict=True)],
+                                schema=schema)
