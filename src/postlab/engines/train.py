@@ -30,6 +30,9 @@ from postlab.tasks.contracts import CONTRACTS, score
 
 #: Called after each RL step with (step, rollout rows); used for progress display.
 StepHook = Callable[[int, list], None]
+#: Called after each RL step with its history entry (rows, updates, zero-variance groups), for
+#: live logging; it only reads the entry.
+StepObserver = Callable[[dict[str, Any]], None]
 
 
 class NonFiniteError(RuntimeError):
@@ -160,10 +163,13 @@ def _resample_constant_groups(batch: _Rollout, model: Policy, plan: dict[str, An
 
 def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: int,
               contract_name: str, hook: StepHook | None = None, *,
-              label: str | None = None) -> tuple[Policy, list[dict[str, Any]], dict[str, int]]:
+              label: str | None = None, observe: StepObserver | None = None,
+              ) -> tuple[Policy, list[dict[str, Any]], dict[str, int]]:
     """GRPO-style RL from ``initial`` under a contract, KL-anchored to ``reference``.
 
-    Returns the trained model, the per-step history and the compute it used.
+    Returns the trained model, the per-step history and the compute it used. ``hook`` gets
+    each step's rows (progress), ``observe`` its whole history entry (live logging); both
+    only read what the step computed.
     """
     CONTRACTS[contract_name]  # an unknown contract fails here, before any training
     answer = task_for(plan).answer
@@ -238,6 +244,8 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
         history.append(entry)
         if hook is not None:
             hook(step, batch.rows)
+        if observe is not None:
+            observe(entry)
     return model, history, compute
 
 

@@ -63,6 +63,7 @@ from postlab.runs.executors import (
     make_executor,
 )
 from postlab.runs.progress import Quiet
+from postlab.runs.steplog import SFT_LOSS_TAG, SFT_STAGE, StepLogs, check_loggers, rl_scalars
 from postlab.tasks.arithmetic import answer_function, plan_contracts
 
 PLAN_FILE = "plan.json"
@@ -83,6 +84,9 @@ class RunOptions:
     display: Quiet = field(default_factory=Quiet)
     executor: str | None = None  # a kind in executors.EXECUTORS; None: chosen by workers
     device: str = "cpu"  # where policies train: "cpu" or "cuda" (already resolved)
+    #: step loggers (names in ``steplog.LOGGERS``) each task writes to; they change no bit of
+    #: the run, so they are not a setting a resumed run must repeat
+    log: tuple[str, ...] = ()
 
 
 def checkpoint_name(seed: int, stage: str) -> str:
@@ -118,7 +122,7 @@ def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
 
 
 def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
-             emit: Emit, device: str = "cpu") -> dict[str, Any]:
+             emit: Emit, device: str = "cpu", log: tuple[str, ...] = ()) -> dict[str, Any]:
     torch.manual_seed(seed)
     model = build_policy(plan)
     parameters = model.parameter_count()
@@ -128,11 +132,15 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
     place_policy(model, device)  # after the CPU initialisation, so it is the same everywhere
     total = plan["sft_steps"]
 
-    def hook(step: int, loss: float) -> None:
-        if every and (step % max(1, every // 4) == 0 or step == total):
-            emit({"kind": "sft", "seed": seed, "step": step, "total": total, "loss": loss})
+    with StepLogs(log, out_dir, seed, SFT_STAGE) as logs:
 
-    losses = supervised(model, plan, seed, hook)
+        def hook(step: int, loss: float) -> None:
+            logs.scalars(step, {SFT_LOSS_TAG: loss})
+            if every and (step % max(1, every // 4) == 0 or step == total):
+                emit({"kind": "sft", "seed": seed, "step": step, "total": total,
+                      "loss": loss})
+
+        losses = supervised(model, plan, seed, hook)
     rows = evaluate_model(model, plan, seed)
     checkpoint = _save_and_check(model, plan, seed, "initial", out_dir, rows)
     return {"seed": seed, "sft_loss": losses, "evaluation": rows, "checkpoint": checkpoint,
@@ -141,7 +149,8 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
 
 
 def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any],
-             out_dir: Path, every: int, emit: Emit, device: str = "cpu") -> dict[str, Any]:
+             out_dir: Path, every: int, emit: Emit, device: str = "cpu",
+             log: tuple[str, ...] = ()) -> dict[str, Any]:
     arm = next(a for a in arm_specs(plan) if a.name == arm_name)
     start = place_policy(build_policy(plan), device)
     if arm.pipeline == "rl-only":
@@ -149,24 +158,34 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
     else:
         start.load_state_dict(sft["state_dict"])
     result: dict[str, Any] = {"seed": seed, "arm": arm.name, "capability": _capability()}
-    if arm.pipeline == "sft-only":
-        model = start
-        result["sft_loss"] = supervised(model, plan, seed, steps=arm.sft_steps,
-                                        rng_offset=5000)
-        result["compute"] = sft_compute(plan, arm.sft_steps)
-    else:
-        reference = copy.deepcopy(start).requires_grad_(False)
-        total = plan["rl_steps"]
-        answer = answer_function(plan)
-        contracts = plan_contracts(plan)
+    with StepLogs(log, out_dir, seed, arm.name) as logs:
+        if arm.pipeline == "sft-only":
+            model = start
+            done = plan["sft_steps"]  # its curve continues the seed's SFT curve
 
-        def hook(step: int, rows: list) -> None:
-            if every and (step % every == 0 or step == total):
-                emit({"kind": "rl", "seed": seed, "arm": arm.name, "step": step,
-                      "total": total, "rates": rollout_rates(rows, answer, contracts)})
+            def sft_hook(step: int, loss: float) -> None:
+                logs.scalars(done + step, {SFT_LOSS_TAG: loss})
 
-        model, result["history"], result["compute"] = reinforce(
-            start, reference, plan, seed, arm.contract, hook, label=arm.name)
+            result["sft_loss"] = supervised(model, plan, seed, sft_hook if log else None,
+                                            steps=arm.sft_steps, rng_offset=5000)
+            result["compute"] = sft_compute(plan, arm.sft_steps)
+        else:
+            reference = copy.deepcopy(start).requires_grad_(False)
+            total = plan["rl_steps"]
+            answer = answer_function(plan)
+            contracts = plan_contracts(plan)
+
+            def hook(step: int, rows: list) -> None:
+                if every and (step % every == 0 or step == total):
+                    emit({"kind": "rl", "seed": seed, "arm": arm.name, "step": step,
+                          "total": total, "rates": rollout_rates(rows, answer, contracts)})
+
+            def observe(entry: dict[str, Any]) -> None:
+                logs.scalars(entry["step"], rl_scalars(entry, answer, contracts))
+
+            model, result["history"], result["compute"] = reinforce(
+                start, reference, plan, seed, arm.contract, hook, label=arm.name,
+                observe=observe if log else None)
     rows = evaluate_model(model, plan, seed)
     result["evaluation"] = rows
     result["checkpoint"] = _save_and_check(model, plan, seed, arm.name, out_dir, rows)
@@ -190,9 +209,11 @@ class SftTask:
     out_dir: Path
     every: int
     device: str = "cpu"
+    log: tuple[str, ...] = ()  # step loggers, by name: the task opens them where it runs
 
     def __call__(self, emit: Emit) -> dict[str, Any]:
-        result = sft_task(self.plan, self.seed, self.out_dir, self.every, emit, self.device)
+        result = sft_task(self.plan, self.seed, self.out_dir, self.every, emit, self.device,
+                          self.log)
         result.pop("state_dict", None)
         result.pop("untrained_state_dict", None)
         return result
@@ -211,6 +232,7 @@ class ArmTask:
     out_dir: Path
     every: int
     device: str = "cpu"
+    log: tuple[str, ...] = ()
 
     def __call__(self, emit: Emit) -> dict[str, Any]:
         spec = next(a for a in arm_specs(self.plan) if a.name == self.arm)
@@ -224,7 +246,7 @@ class ArmTask:
                 raise CheckpointError(f"{path}: a checkpoint of another plan; refusing it")
             start["state_dict"] = payload["state_dict"]
         return arm_task(self.plan, self.seed, self.arm, start, self.out_dir, self.every, emit,
-                        self.device)
+                        self.device, self.log)
 
 
 def _untrained_weights(plan: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -367,6 +389,7 @@ class OpenRun:
 
 def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOptions) -> OpenRun:
     """Create (or, on resume, reopen and check) the run folder and start its record."""
+    check_loggers(options.log)  # in tasks it would be too late: refused before any write
     plan, previous = prepare_out_dir(plan, raw_plan, options.out_dir, options.resume)
     data = plan.data
     start = time.monotonic()
@@ -559,7 +582,8 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
             sft = run.kept.get((seed, "initial"))
             if sft is None:
                 sft_queue.append((run, SftTask(data, seed, options.out_dir,
-                                               options.progress_every, options.device)))
+                                               options.progress_every, options.device,
+                                               options.log)))
                 continue
             assembly.sft = sft
             initial = CheckpointRef(sft["checkpoint"]["file"], sft["checkpoint"]["sha256"])
@@ -567,7 +591,8 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                 result = run.kept.get((seed, arm))
                 if result is None:
                     arm_queue.append((run, ArmTask(data, seed, arm, initial, options.out_dir,
-                                                   options.progress_every, options.device)))
+                                                   options.progress_every, options.device,
+                                                   options.log)))
                 else:
                     assembly.arm_results[arm] = result
             if assembly.complete():
@@ -614,7 +639,7 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                     options = run.options
                     arm_queue.extend((run, ArmTask(run.data, task.seed, arm, initial,
                                                    options.out_dir, options.progress_every,
-                                                   options.device))
+                                                   options.device, options.log))
                                      for arm in assembly.arms)
                 else:
                     assembly.arm_results[task.arm] = result

@@ -54,6 +54,7 @@ class SweepOptions:
     executor_settings: tuple[tuple[str, Any], ...] = ()  # e.g. (("address", "..."),)
     resume: bool = False
     device: str = "cpu"
+    log: tuple[str, ...] = ()  # step loggers of every version's tasks (runs.steplog.LOGGERS)
 
 
 def load_versions(spec_path: Path, today: str) -> tuple[bytes, list[Version]]:
@@ -154,7 +155,9 @@ def run_sweep(spec_path: Path | None, options: SweepOptions, today: str,
     a cluster that cannot be reached leaves nothing behind.
     """
     from postlab.runs.executors import default_kind, make_executor
+    from postlab.runs.steplog import check_loggers
 
+    check_loggers(options.log)
     out = options.out_dir.absolute()  # tasks may run where the working folder is another
     if options.resume:
         if not is_sweep(out):
@@ -199,7 +202,7 @@ def _open_versions(out: Path, options: SweepOptions, workers: int) -> list[OpenR
         folder = out / entry.name
         run_options = RunOptions(out_dir=folder, workers=workers, resume=True,
                                  display=Quiet(), executor=options.executor,
-                                 device=options.device)
+                                 device=options.device, log=options.log)
         run = open_run(None, None, run_options)
         if run.plan.sha256 != entry.sha256:
             raise UserError(f"{folder / PLAN_FILE}: not the plan the sweep index names")
