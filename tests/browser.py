@@ -1,7 +1,15 @@
-"""Headless Chromium for the HTML pages: a screenshot, and what the page logged."""
+"""Headless Chromium for the HTML pages: a screenshot, what the page logged, and what it
+laid out.
+
+Where Chromium was meant to be installed (``.ci/run`` sets ``POSTLAB_REQUIRE_CHROMIUM=1``
+where it can install it), a missing browser fails these tests instead of skipping them.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -18,8 +26,10 @@ def chromium() -> str | None:
     return None
 
 
+REQUIRED = os.environ.get("POSTLAB_REQUIRE_CHROMIUM") == "1"
+
 needs_chromium = pytest.mark.skipif(
-    chromium() is None,
+    chromium() is None and not REQUIRED,
     reason="Chromium is not installed (Debian package 'chromium'); .ci/run installs it when "
            "it can")
 
@@ -27,6 +37,7 @@ needs_chromium = pytest.mark.skipif(
 def check_page_renders(page: Path, shot: Path, height: int = 2400) -> None:
     """Render ``page`` at 1280 x ``height``: no console messages, not blank, text and figures
     drawn."""
+    _require()
     profile = tempfile.mkdtemp()
     try:
         done = subprocess.run(
@@ -47,3 +58,58 @@ def check_page_renders(page: Path, shot: Path, height: int = 2400) -> None:
     assert float(pixels[..., :3].std()) > 0.05  # not a blank page
     dark = (pixels[..., :3].mean(axis=2) < 0.5).mean()
     assert dark > 0.01  # text and figures are drawn
+
+
+def _require() -> None:
+    if chromium() is None:
+        pytest.fail("Chromium was meant to be installed (POSTLAB_REQUIRE_CHROMIUM=1) but is "
+                    "missing")
+
+
+#: Run in the page after it loads: every image decoded, and where the named parts lie.
+_PROBE = """<script>
+window.addEventListener("load", () => {
+  const images = [...document.images];
+  const place = (el) => el ? Math.round(el.getBoundingClientRect().top + window.scrollY) : -1;
+  const parts = {};
+  for (const id of ["summary", "verification", "findings", "answers"]) {
+    parts[id] = place(document.getElementById(id));
+  }
+  for (const fig of document.querySelectorAll("figure[data-figure]")) {
+    parts["figure:" + fig.dataset.figure] = place(fig);
+  }
+  const report = {
+    images: images.length,
+    decoded: images.filter((i) => i.complete && i.naturalWidth > 0 && i.width > 0).length,
+    parts: parts,
+    text: document.body.innerText.slice(0, 20000),
+  };
+  const out = document.createElement("pre");
+  out.id = "probe";
+  out.textContent = JSON.stringify(report);
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def probe_page(page: Path, width: int = 1280, height: int = 900) -> dict:
+    """Load a copy of ``page`` with a probe script: how many images decoded, where the first
+    screen's parts lie (pixels from the top), and the page's visible text."""
+    _require()
+    probed = page.with_name(page.stem + ".probe.html")
+    probed.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
+    profile = tempfile.mkdtemp()
+    try:
+        done = subprocess.run(
+            [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", f"--window-size={width},{height}",
+             "--virtual-time-budget=15000", "--dump-dom", probed.as_uri()],
+            capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, re.S)
+    assert found, done.stderr[-2000:]
+    import html
+
+    return json.loads(html.unescape(found.group(1)))

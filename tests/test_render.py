@@ -81,28 +81,46 @@ def test_markdown_and_table(capsys):
     assert "奖励投机差距" in out and "pass@16" in out
 
 
-def test_every_figure_has_data(bundled_analysis, monkeypatch):
+def test_every_figure_has_data_labels_and_one_legend(bundled_analysis, monkeypatch):
+    from postlab.analysis.samples import pair_grids
+    from postlab.plan.frozen import teaching_plan_loaded
+    from postlab.records.record import bundled_record_path, load_record
+
     captured = []
     real_save = figures_module.save_figure
 
-    def spy(fig, name, title):
+    def spy(fig, name, title, caption=""):
         captured.append((name, fig))
+        legends = len(fig.legends) + sum(ax.get_legend() is not None for ax in fig.axes)
+        assert legends <= 1, f"{name}: {legends} legends"
+        assert caption, f"{name}: no caption saying how it was drawn"
         for ax in fig.axes:
-            if not ax.axison:
+            if not ax.axison or ax.get_label() == "<colorbar>":
                 continue
             drawn = [line for line in ax.get_lines() if len(line.get_xdata())]
             drawn += [p for p in ax.patches if p.get_height() != 0]
             drawn += [c for c in ax.collections if len(c.get_paths())]
+            drawn += ax.images
             assert drawn, f"{name}: an axis without data"
-        return real_save(fig, name, title)
+            if name != "pair_success":  # its panels share the row's and column's labels
+                assert ax.get_ylabel(), f"{name}: an axis without a y label"
+        return real_save(fig, name, title, caption)
 
     monkeypatch.setattr(figures_module, "save_figure", spy)
-    result = figures_module.draw_figures(bundled_analysis, "en")
-    assert [f.name for f in result] == ["outcomes", "hacking_gap", "pass_at_k", "dynamics",
-                                        "sft_loss"]
+    record = load_record(bundled_record_path())
+    grids = pair_grids(record, teaching_plan_loaded().data)
+    result = figures_module.draw_figures(bundled_analysis, "en", grids=grids)
+    assert [f.name for f in result] == ["outcomes", "generalisation", "pair_success",
+                                        "hacking_gap", "pass_at_k", "dynamics", "sft_loss"]
+    assert set(figures_module.FIGURE_NAMES) == {f.name for f in result}
     for figure in result:
         assert figure.png.startswith(b"\x89PNG") and len(figure.png) > 5000
         assert b"<svg" in figure.svg
+    # every rate axis stays within [0, 1]
+    for name, fig in captured:
+        if name in ("outcomes", "generalisation", "pass_at_k"):
+            low, high = fig.axes[0].get_ylim()
+            assert low >= 0 and high <= 1, name
 
 
 def test_chinese_figures_fall_back_without_a_cjk_font(bundled_analysis, monkeypatch):
@@ -115,8 +133,9 @@ def test_plot_writes_png_and_svg(tmp_path, capsys):
     out = tmp_path / "figures"
     assert main(["plot", "--out-dir", str(out), "--lang", "en"]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(f"{n}.{ext}" for n in ("outcomes", "hacking_gap", "pass_at_k",
-                                                   "dynamics", "sft_loss")
+    assert names == sorted(f"{n}.{ext}" for n in ("outcomes", "generalisation", "pair_success",
+                                                   "hacking_gap", "pass_at_k", "dynamics",
+                                                   "sft_loss")
                            for ext in ("png", "svg"))
     assert main(["plot", "--out-dir", str(out)]) == 2
     assert "already exists" in capsys.readouterr().err
@@ -136,7 +155,7 @@ def test_html_is_self_contained(tmp_path, capsys):
     page = tmp_path / "report.html"
     assert main(["report", "--html", str(page), "--lang", "en"]) == 0
     text = page.read_text()
-    assert text.count("<img") == 5 and text.count("data:image/png;base64,") == 5
+    assert text.count("<img") == 7 and text.count("data:image/png;base64,") == 7
     assert not re.search(r"""(src|href)\s*=\s*["'](?!data:)""", text)
     assert "http://" not in text and "https://" not in text
     assert "Reward hacking gap" in text and "pass@16" in text

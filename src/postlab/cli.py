@@ -10,6 +10,7 @@ CPU code path before torch loads (see :mod:`postlab.runs.numerics`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import os
 import sys
@@ -205,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--device", choices=DEVICE_CHOICES,
                      help="cpu (default; with --resume, the run's own), cuda, or auto (cuda "
                           "where torch finds it, else cpu); recorded. CUDA runs one worker")
+    run.add_argument("--log", action="append", choices=_logger_names(), metavar="LOGGER",
+                     help="also write per-step training scalars while training, under "
+                          "OUT_DIR/logs/LOGGER: tensorboard (needs the tensorboard extra); "
+                          "changes no result and is not recorded")
 
     sweep = sub.add_parser("sweep", help="train plan versions x seeds from a sweep file, "
                                          "locally or on a Ray cluster")
@@ -232,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--device", choices=DEVICE_CHOICES,
                        help="cpu (default), cuda or auto, as for run; on CUDA each task "
                             "takes one GPU")
+    sweep.add_argument("--log", action="append", choices=_logger_names(), metavar="LOGGER",
+                       help="per-step training scalars, as for run, in each version's "
+                            "folder (VERSION/logs/LOGGER)")
 
     plot = sub.add_parser("plot", help="write PNG and SVG figures of a run")
     plot.add_argument("run", type=Path, nargs="?", metavar="RUN",
@@ -240,6 +248,45 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "RUN/figures; required for the bundled run)")
     plot.add_argument("--lang", choices=LANGS, help="label language (default: from locale)")
     plot.add_argument("--split", default="test", help="split the figures show (default: test)")
+    plot.add_argument("--overwrite", action="store_true",
+                      help="replace figures an earlier 'postlab plot' wrote in that folder "
+                           "(a folder holding anything else is refused; records never are)")
+
+    samples = sub.add_parser("samples", help="show the answers a run recorded: right, gamed "
+                                             "(paid by a lenient contract, wrong) or wrong")
+    samples.add_argument("run", type=Path, nargs="?", metavar="RUN",
+                         help="run folder or record (default: the bundled teaching run)")
+    samples.add_argument("--stage", action="append", default=[], metavar="STAGE",
+                         help="initial (the SFT model) or an arm's name (repeatable; default: "
+                              "every stage)")
+    samples.add_argument("--filter", dest="kind", choices=("correct", "gamed", "wrong"),
+                         help="only answers of this kind (default: all)")
+    samples.add_argument("--split", default=None,
+                         help="evaluation split (default: test), or 'rollouts' for the RL "
+                              "arms' training rollouts")
+    samples.add_argument("--decoding", choices=("greedy", "sampled"), default="sampled",
+                         help="evaluation decoding (default: sampled)")
+    samples.add_argument("--seed", type=int, action="append", default=[],
+                         help="only this seed (repeatable)")
+    samples.add_argument("--limit", type=int, default=10,
+                         help="distinct answers shown per stage and kind, the commonest first "
+                              "(default: 10; 0: all)")
+    samples.add_argument("--format", dest="format_", default="text",
+                         choices=("text", "jsonl"),
+                         help="text: distinct answers with counts; jsonl: every matching "
+                              "answer, one JSON object a line")
+
+    export = sub.add_parser("export", help="write a run's or a sweep's raw outputs as tidy "
+                                           "tables (Parquet or CSV) into a new folder")
+    export.add_argument("run", type=Path, nargs="?", metavar="RUN_OR_SWEEP",
+                        help="run folder, record or sweep folder (default: the bundled "
+                             "teaching run)")
+    export.add_argument("--format", dest="format_", default="parquet",
+                        choices=("parquet", "csv"),
+                        help="file format of the tables (default: parquet); the columns are "
+                             "in docs/export.md and the folder's schema.json")
+    export.add_argument("--out-dir", type=Path, required=True,
+                        help="new folder for the tables; must not exist")
 
     exercises = sub.add_parser("exercises", help="compute the worked answers arithmetic can show")
     exercises.add_argument("number", type=int, nargs="?", metavar="N",
@@ -486,6 +533,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise UserError("--split all is for re-scoring only; tables and figures show one split")
     record_path = locate_run(args.run or args.record).record
     record = load_record(record_path)
+    if args.html is not None:
+        # The page shows the run's verification, which re-evaluates checkpoints: on the
+        # record's code path, chosen before anything loads torch.
+        _pin_for_record(record, None, strict=False)
     plan = _resolve_plan(args.plan, record_path)
     check_plan_link(record, plan, str(record_path))
     if args.split != "all":
@@ -589,12 +640,50 @@ def _rich_report(args: argparse.Namespace, record, plan, lang: str, source: Path
     elif args.format_ == "table":
         to_terminal(analysis, lang, args.split)
     if args.html is not None:
-        from postlab.render.figures import draw_figures
         from postlab.render.html import render_html
 
-        page = render_html(analysis, draw_figures(analysis, lang, args.split), lang, args.split)
+        figures, screen = _report_page_parts(record, plan, analysis, lang, args.split, source)
+        page = render_html(analysis, figures, lang, args.split, screen)
         publish_bytes(args.html, page.encode())
         print(f"wrote {args.html}", file=sys.stderr)
+
+
+def _report_page_parts(record, plan, analysis, lang: str, split: str, source: Path):
+    """The figures and first screen of a run's HTML page (verification included)."""
+    from datetime import UTC, datetime
+
+    from postlab.analysis.findings import findings
+    from postlab.analysis.samples import pair_grids, stage_examples
+    from postlab.records.record import locate_run
+    from postlab.records.verify import verify_run
+    from postlab.render.figures import draw_figures
+    from postlab.render.html import FirstScreen
+    from postlab.render.overview import overview_rows, verification_line
+    from postlab.render.sentences import sentence
+
+    notices = _figure_notices(lang)
+    figures = draw_figures(analysis, lang, split, pair_grids(record, plan.data))
+    checks = verify_run(locate_run(source), record)
+    verification, verified = verification_line(checks, lang)
+    written = datetime.fromtimestamp(source.stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    screen = FirstScreen(
+        facts=overview_rows(plan.data, record, written, lang), verification=verification,
+        verified=verified,
+        findings=[sentence(f, lang) for f in findings(analysis, record, plan.data, split)],
+        answers=stage_examples(record, plan.data, split), notices=notices)
+    return figures, screen
+
+
+def _figure_notices(lang: str) -> list[str]:
+    """One line, printed and shown on the page, when figures cannot use the language."""
+    from postlab.render.figures import figure_language
+    from postlab.render.labels import FIGURE_WORDS
+
+    if figure_language(lang)[0] == lang:
+        return []
+    notice = FIGURE_WORDS[lang]["cjk_missing"]
+    print(notice, file=sys.stderr)
+    return [notice]
 
 
 def _publish_folder(out: Path, files: dict[str, bytes]) -> None:
@@ -625,8 +714,9 @@ def _publish_folder(out: Path, files: dict[str, bytes]) -> None:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
+    from postlab.analysis.samples import pair_grids
     from postlab.records.record import check_plan_link, load_record, locate_run
-    from postlab.render.figures import draw_figures
+    from postlab.render.figures import FIGURE_NAMES, draw_figures
 
     if args.run is None and args.out_dir is None:
         raise UserError("--out-dir is required when plotting the bundled run")
@@ -636,13 +726,146 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     check_plan_link(record, plan, str(files.record))
     _check_unchanged(record, files.record)
     out = args.out_dir or files.record.parent / "figures"
-    if out.exists():
-        raise UserError(f"{out}: already exists; postlab never overwrites an output")
+    replace = out.exists() or out.is_symlink()
+    if replace:
+        if not args.overwrite:
+            raise UserError(f"{out}: already exists; postlab never overwrites an output "
+                            "(--overwrite replaces figures an earlier plot wrote)")
+        _check_only_figures(out, FIGURE_NAMES)
     analysis = _analysis(record, plan, args.split, files.record)
-    figures = draw_figures(analysis, args.lang or default_lang(), args.split)
-    _publish_folder(out, {f"{f.name}.{ext}": getattr(f, ext) for f in figures
-                          for ext in ("png", "svg")})
+    lang = args.lang or default_lang()
+    _figure_notices(lang)
+    figures = draw_figures(analysis, lang, args.split, pair_grids(record, plan.data))
+    contents = {f"{f.name}.{ext}": getattr(f, ext) for f in figures for ext in ("png", "svg")}
+    if replace:
+        _replace_folder(out, contents)
+    else:
+        _publish_folder(out, contents)
     print(f"wrote {2 * len(figures)} figures to {out}")
+    return 0
+
+
+def _check_only_figures(folder: Path, names: frozenset[str]) -> None:
+    """--overwrite replaces only what plot itself writes: a folder of its figure files."""
+    if folder.is_symlink() or not folder.is_dir():
+        raise UserError(f"{folder}: not a folder of figures; --overwrite replaces only "
+                        "figures an earlier 'postlab plot' wrote")
+    others = sorted(entry.name for entry in folder.iterdir()
+                    if not (entry.is_file() and not entry.is_symlink()
+                            and entry.suffix in (".png", ".svg") and entry.stem in names))
+    if others:
+        more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
+        raise UserError(f"{folder}: holds {others[0]}{more}, which plot did not write; "
+                        "--overwrite replaces only figure folders")
+
+
+def _replace_folder(out: Path, files: dict[str, bytes]) -> None:
+    """Write the new folder aside, then swap it in; the old one is removed only after."""
+    import shutil
+    import tempfile
+
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+    old.rmdir()
+    staged = out.parent / f"{old.name[:-4]}.new"
+    _publish_folder(staged, files)
+    try:
+        os.rename(out, old)
+    except OSError as exc:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise UserError(f"{out}: cannot replace: {exc.strerror}") from None
+    try:
+        os.rename(staged, out)
+    except OSError as exc:
+        os.rename(old, out)  # put the earlier figures back
+        shutil.rmtree(staged, ignore_errors=True)
+        raise UserError(f"{out}: cannot replace: {exc.strerror}") from None
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    """Tidy tables of a run or of every version of a sweep, published as one new folder."""
+    from postlab.export.files import export_files
+    from postlab.export.loaded import load_run, load_sweep, require_arrow
+    from postlab.sweeps.folder import is_sweep
+
+    out = args.out_dir
+    if out.exists() or out.is_symlink():
+        raise UserError(f"{out}: already exists; postlab never overwrites an output")
+    require_arrow()
+    if args.run is not None and is_sweep(args.run):
+        runs, left_out = load_sweep(args.run)
+        for name in left_out:
+            print(f"{name}: no completed seed yet; left out", file=sys.stderr)
+        chosen: list = list(runs)
+    else:
+        chosen = [(None, load_run(args.run))]
+    files = export_files(chosen, args.format_)
+    _publish_folder(out, files)
+    tables = len(files) - 1
+    print(f"wrote {tables} {args.format_} tables and schema.json to {out}")
+    return 0
+
+
+def _cmd_samples(args: argparse.Namespace) -> int:
+    import json
+
+    from postlab.analysis.samples import KINDS, examples, iter_samples
+    from postlab.records.record import check_plan_link, load_record, locate_run
+    from postlab.render.labels import stage_label
+    from postlab.tasks.arithmetic import plan_contracts
+
+    if args.limit < 0:
+        raise UserError(f"--limit {args.limit}: must be 0 (all) or more")
+    files = locate_run(args.run)
+    record = load_record(files.record)
+    plan = _resolve_plan(None, files.record)
+    check_plan_link(record, plan, str(files.record))
+    _check_unchanged(record, files.record)
+    rollouts = args.split == "rollouts"
+    split = None if rollouts else (args.split or "test")
+    if split is not None:
+        _check_split(record, plan, split, files.record)
+    stages = list(record["runs"][0]["evaluations"]) if record["runs"] else []
+    arms = [s for s in stages if any(s in run.get("training", {}) for run in record["runs"])]
+    known = arms if rollouts else stages
+    for stage in args.stage:
+        if stage not in known:
+            what = "RL arms with rollouts" if rollouts else "stages"
+            raise UserError(f"--stage {stage}: the run's {what} are {', '.join(known) or 'none'}")
+    seeds = [run["seed"] for run in record["runs"]]
+    for seed in args.seed:
+        if seed not in seeds:
+            raise UserError(f"--seed {seed}: the run's seeds are {', '.join(map(str, seeds))}")
+    contracts = plan_contracts(plan.data)
+    if args.kind == "gamed" and len(contracts) < 2:
+        raise UserError(f"--filter gamed: this plan's task is judged by one contract "
+                        f"({contracts[0]}), so no answer can be paid and wrong")
+    chosen = iter_samples(record, plan.data, stages=args.stage or None, split=split,
+                          decoding=None if rollouts else args.decoding,
+                          kinds=None if args.kind is None else [args.kind],
+                          seeds=args.seed or None, rollouts=rollouts)
+    if args.format_ == "jsonl":
+        for sample in chosen:
+            sys.stdout.write(json.dumps(dataclasses.asdict(sample)) + "\n")
+        return 0
+    grouped: dict[tuple[str, str], list] = {}
+    for sample in chosen:
+        grouped.setdefault((sample.stage, sample.kind), []).append(sample)
+    where = "training rollouts" if rollouts else f"{split} split, {args.decoding}"
+    limit = None if args.limit == 0 else args.limit
+    if not grouped:
+        print(f"no answers match ({where})")
+    for stage in known:
+        for kind in KINDS:
+            found = grouped.get((stage, kind))
+            if not found:
+                continue
+            print(f"{stage_label(stage, 'en')} · {where} · {kind}: {len(found)} answers")
+            for example in examples(found, limit):
+                end = "" if example.terminated else "  (no end mark)"
+                accepted = ", ".join(example.accepted) or "none"
+                print(f"  {example.prompt}{example.text:<8} right: {example.expected:<4} "
+                      f"accepted by: {accepted:<18} x{example.count}{end}")
     return 0
 
 
@@ -723,8 +946,24 @@ def _workers(args: argparse.Namespace, device: str = "cpu") -> int:
     return workers
 
 
+def _logger_names() -> list[str]:
+    """The step loggers --log accepts; the registry's module loads no torch."""
+    from postlab.runs.steplog import LOGGERS
+
+    return LOGGERS.names()
+
+
+def _loggers(args: argparse.Namespace) -> tuple[str, ...]:
+    """The --log names, each once; a missing package is refused before anything is written."""
+    from postlab.runs.steplog import check_loggers
+
+    names = tuple(dict.fromkeys(args.log or ()))
+    check_loggers(names)
+    return names
+
+
 def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
-           resume: bool = False, device: str = "cpu"):
+           resume: bool = False, device: str = "cpu", log: tuple[str, ...] = ()):
     """Run a plan with the command's --out-dir, --workers and --quiet; report stops."""
     from postlab.engines.train import NonFiniteError
     from postlab.runs.orchestration import RunFailed, RunOptions, run_plan
@@ -733,7 +972,7 @@ def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
     display = make_display(args.quiet)
     every = 0 if args.quiet else (1 if isinstance(display, Live) else PLAIN_EVERY)
     options = RunOptions(out_dir=args.out_dir, workers=workers, resume=resume,
-                         progress_every=every, display=display, device=device)
+                         progress_every=every, display=display, device=device, log=log)
     try:
         return run_plan(plan, raw, options)
     except (NonFiniteError, RunFailed) as exc:
@@ -751,6 +990,7 @@ def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    log = _loggers(args)
     _check_cpu_path(args.cpu_path)
     note = _pin_for_run(args)  # before torch loads, here and in the workers' server
     device, device_note = _device_for_run(args)
@@ -783,7 +1023,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if sized is not None:
         _check_size(sized, args)
     start = time.monotonic()
-    _train(plan, raw, args, workers, resume=args.resume, device=device)
+    _train(plan, raw, args, workers, resume=args.resume, device=device, log=log)
     if not args.quiet:
         print(f"done: {args.out_dir} in {time.monotonic() - start:.1f} s")
         print(f"fingerprint: {read_fingerprint_file(args.out_dir)} (note it; "
@@ -877,6 +1117,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError("postlab sweep needs a sweep file (or --resume with --out-dir)")
     if args.address is not None and args.executor != "ray":
         raise UserError("--address is for --executor ray")
+    log = _loggers(args)
     _check_cpu_path(args.cpu_path)
     # A resumed sweep is computed under the settings of its versions' records or kept tasks
     # (the first version that has any), as a resumed run is.
@@ -922,7 +1163,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(device_note, flush=True)
     options = runner.SweepOptions(out_dir=args.out_dir, workers=workers, executor=executor,
                                   executor_settings=settings, resume=args.resume,
-                                  device=device)
+                                  device=device, log=log)
     start = time.monotonic()
     progress = runner.SweepProgress(0, quiet=args.quiet)
     from postlab.engines.train import NonFiniteError
@@ -1011,8 +1252,8 @@ def _device_for_record(record: dict, choice: str | None) -> str:
 
 COMMANDS = {"freeze": _cmd_freeze, "plan": _cmd_plan, "report": _cmd_report,
             "run": _cmd_run, "verify": _cmd_verify, "reproduce": _cmd_reproduce,
-            "plot": _cmd_plot, "sweep": _cmd_sweep, "compare": _cmd_compare,
-            "exercises": _cmd_exercises}
+            "plot": _cmd_plot, "samples": _cmd_samples, "sweep": _cmd_sweep,
+            "compare": _cmd_compare, "exercises": _cmd_exercises, "export": _cmd_export}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1030,6 +1271,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("postlab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``postlab samples | head``): stop quietly, as shell tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except Exception:
         # Not the user's input: a bug. Show everything needed to fix it, and say so.
         traceback.print_exc()

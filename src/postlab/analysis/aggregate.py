@@ -1,9 +1,10 @@
 """Everything a report shows, computed once from a record's raw rows.
 
 Renderers (terminal, JSON, Markdown, HTML, figures) take the :class:`Analysis` this module
-returns and lay it out; none of them computes a number. Intervals are Student-t over seeds
-(95%, seeds - 1 degrees of freedom): seeds are the independent repetitions of the experiment,
-while questions within a seed share a model and are not independent draws of it.
+returns and lay it out; none of them computes a number. Intervals are over seeds, the
+independent repetitions of the experiment (:mod:`postlab.analysis.intervals`): rates and
+pass@k on the empirical-logit scale so they stay inside [0, 1], changes and gaps Student t
+over the per-seed differences.
 """
 
 from __future__ import annotations
@@ -14,6 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from postlab.analysis.intervals import (  # noqa: F401 (interval, t_quantile re-exported)
+    CONFIDENCE,
+    DIFFERENCE_METHOD,
+    RATE_METHOD,
+    Interval,
+    interval,
+    rate_interval,
+    t_quantile,
+)
 from postlab.analysis.metrics import Answer, count_under, evaluate, question_groups
 from postlab.analysis.onset import DEFAULT_DRIFT, DEFAULT_THRESHOLD, Onset, cusum, slope
 from postlab.plan.arms import arm_names, arm_specs
@@ -21,9 +31,8 @@ from postlab.records.rows import ROLLOUT, Place, Row, iter_run_rows, rows_by_pla
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, answer_function, plan_contracts
 
 SCHEMA = "postlab.analysis.aggregate/1"
-CONFIDENCE = 0.95
-INTERVAL_METHOD = ("Student t over seeds, 95% two-sided, seeds - 1 degrees of freedom; "
-                   "no interval with one seed")
+INTERVAL_METHOD = (f"rates, coverage and pass@k: {RATE_METHOD}; changes from SFT and hacking "
+                   f"gaps: {DIFFERENCE_METHOD}")
 BAND_METHOD = "mean over seeds, band from the lowest to the highest seed"
 ONSET_METHOD = ("one-sided CUSUM on the per-step gap (the step's rollouts accepted under the "
                 "trained contract minus those right under the task's first contract): "
@@ -46,16 +55,6 @@ def outcome_metrics(contracts: Sequence[str]) -> dict[str, tuple[str, ...]]:
 
 def dynamics_series(contracts: Sequence[str]) -> tuple[str, ...]:
     return (*(f"{name}_reward" for name in contracts), *STEP_SERIES)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Interval:
-    """Mean over seeds with its 95% interval (None when there is a single seed)."""
-
-    per_seed: tuple[float, ...]
-    mean: float
-    low: float | None
-    high: float | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +104,20 @@ class Dynamics:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TrainingReward:
+    """What an RL arm's own rollouts earned late in training: the share of the last tenth of
+    its steps' rollouts (at least one step) accepted by the contract it trained on, and by
+    the task's reference contract. Set against held-out success, it shows how much of the
+    reward carried over to questions training never asked."""
+
+    arm: str
+    contract: str
+    steps: tuple[int, int]  # first and last step of the window
+    reward: Interval
+    reference: Interval
+
+
+@dataclass(frozen=True, kw_only=True)
 class Compute:
     """What a stage cost, averaged over seeds; ``total`` adds the SFT it started from."""
 
@@ -141,6 +154,8 @@ class Analysis:
     #: The plan's preregistered hypotheses, decided (``postlab.analysis.hypotheses``); in the
     #: JSON form only when the plan has some.
     verdicts: tuple[Any, ...] = ()
+    #: Per RL arm: the late training reward, to set against held-out success.
+    training_rewards: tuple[TrainingReward, ...] = ()
 
     def outcome(self, stage: str, split: str, decoding: str, metric: str) -> Outcome:
         for item in self.outcomes:
@@ -148,23 +163,6 @@ class Analysis:
                     (stage, split, decoding, metric):
                 return item
         raise KeyError((stage, split, decoding, metric))
-
-
-def t_quantile(confidence: float, df: int) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(0.5 + confidence / 2, df))
-
-
-def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
-    """Student-t interval of the mean of ``values`` (one value per seed)."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return Interval(per_seed=tuple(values), mean=mean, low=None, high=None)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = t_quantile(confidence, n - 1) * sd / math.sqrt(n)
-    return Interval(per_seed=tuple(values), mean=mean, low=mean - half, high=mean + half)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -201,8 +199,10 @@ def _band(columns: Sequence[Sequence[float]]) -> Band:
                 high=tuple(max(v) for v in by_position))
 
 
-def _step_series(step: dict[str, Any], rows: Sequence[Row], answer: Answer,
-                 contracts: Sequence[str]) -> dict[str, float]:
+def step_series(step: dict[str, Any], rows: Sequence[Row], answer: Answer,
+                contracts: Sequence[str]) -> dict[str, float]:
+    """One RL step's series (:func:`dynamics_series`) from its history entry and rollout rows;
+    shared with live logging (``runs.steplog``) so both show the same numbers."""
     n = len(rows)
     updates = step["updates"]
 
@@ -255,6 +255,12 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                         values.setdefault((stage, split, decoding, metric), []).append(
                             computed[metric])
 
+    def trials(split: str, decoding: str, metric: str) -> int:
+        """How many outputs (or questions) one seed's rate counts."""
+        questions = len(block(0, stages[0], split, None, "greedy"))
+        return questions * samples if decoding == "sampled" and metric != "coverage" \
+            else questions
+
     outcomes = []
     for (stage, split, decoding, metric), per_seed in values.items():
         change = None
@@ -262,7 +268,8 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
             base = values[("initial", split, decoding, metric)]
             change = interval([a - b for a, b in zip(per_seed, base, strict=True)])
         outcomes.append(Outcome(stage=stage, split=split, decoding=decoding, metric=metric,
-                                value=interval(per_seed), change_from_sft=change))
+                                value=rate_interval(per_seed, trials(split, decoding, metric)),
+                                change_from_sft=change))
 
     gaps = []
     if len(contracts) > 1:
@@ -283,7 +290,9 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                         for index in range(len(runs))]
             per_seed = tuple(tuple(_mean_pass_at_k(counts, samples, k) for k in ks)
                              for counts in accepted)
-            per_k = [interval([curve[i] for curve in per_seed]) for i in range(len(ks))]
+            questions = len(accepted[0])
+            per_k = [rate_interval([curve[i] for curve in per_seed], questions)
+                     for i in range(len(ks))]
             curves.append(PassAtK(stage=stage, split=split, k=ks, per_seed=per_seed,
                                   mean=tuple(i.mean for i in per_k),
                                   low=tuple(i.low for i in per_k),
@@ -291,13 +300,14 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
 
     dynamics = []
     onsets = []
+    rewards: list[TrainingReward] = []
     monitor = plan.get("hacking_monitor") or {}
     drift = monitor.get("drift", DEFAULT_DRIFT)
     threshold = monitor.get("threshold", DEFAULT_THRESHOLD)
     trained_on = {spec.name: spec.contract for spec in arm_specs(plan)}
     for arm in arms:
-        per_seed_steps = [[_step_series(step, block(index, arm, None, step["step"], ROLLOUT),
-                                        answer, contracts)
+        per_seed_steps = [[step_series(step, block(index, arm, None, step["step"], ROLLOUT),
+                                       answer, contracts)
                            for step in run["training"][arm]] for index, run in enumerate(runs)]
         contract = trained_on.get(arm)
         if contract is not None and contract != reference:
@@ -311,6 +321,8 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                                     kl_trend=slope([s["kl"] for s in seed_steps]),
                                     entropy_trend=slope([s["entropy"] for s in seed_steps])))
         steps = tuple(step["step"] for step in runs[0]["training"][arm])
+        if contract is not None:
+            rewards.append(_training_reward(arm, contract, reference, runs, answer))
         series = {name: _band([[s[name] for s in seed_steps] for seed_steps in per_seed_steps])
                   for name in dynamics_series(contracts)}
         dynamics.append(Dynamics(arm=arm, steps=steps, series=series))
@@ -324,13 +336,30 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                         hacking_gaps=tuple(gaps), pass_at_k=tuple(curves),
                         dynamics=tuple(dynamics), sft_loss=sft_loss, compute=compute,
                         contracts=contracts, hacking_onsets=tuple(onsets),
-                        onset_method=ONSET_METHOD.format(drift=drift, threshold=threshold))
+                        onset_method=ONSET_METHOD.format(drift=drift, threshold=threshold),
+                        training_rewards=tuple(rewards))
     if plan.get("hypotheses") and len(runs) >= 2:
         # Decided here, from the same per-seed values as every other number of the report.
         from postlab.analysis.hypotheses import verdicts_for
 
         analysis = dataclasses.replace(analysis, verdicts=tuple(verdicts_for(analysis, plan)))
     return analysis
+
+
+def _training_reward(arm: str, contract: str, reference: str, runs: list[dict[str, Any]],
+                     answer: Answer) -> TrainingReward:
+    history = runs[0]["training"][arm]
+    window = max(1, len(history) // 10)
+    paid, right, trials = [], [], 0
+    for run in runs:
+        rows = [Row.of(raw) for step in run["training"][arm][-window:] for raw in step["rows"]]
+        trials = len(rows)
+        paid.append(count_under(rows, contract, answer) / trials)
+        right.append(count_under(rows, reference, answer) / trials)
+    return TrainingReward(arm=arm, contract=contract,
+                          steps=(history[-window]["step"], history[-1]["step"]),
+                          reward=rate_interval(paid, trials),
+                          reference=rate_interval(right, trials))
 
 
 def _compute(runs: list[dict[str, Any]], plan: dict[str, Any],

@@ -6,38 +6,29 @@ start from the same split of random streams; the difference within each seed rem
 seed-to-seed noise that two independent means would carry. Only seeds both versions trained
 are paired; a version sharing none with the base gets no difference.
 
-Intervals, 95%, with the seed as the unit:
-
-* a version's rate: Student t over seeds on the empirical logit of each seed's rate,
-  ``log((x + 1/2) / (n - x + 1/2))`` for x accepted of n, mapped back through that
-  transform's exact inverse. The spread over seeds is never taken below the binomial
-  sampling variance of one seed's logit, ``1/(x + 1/2) + 1/(n - x + 1/2)``, so seeds that
-  agree by chance (three seeds at 0 of 12 questions) do not make a zero-width interval. It
-  stays inside [0, 1] at any number of seeds, is asymmetric near the bounds as a rate's
-  uncertainty is, and is defined when a seed scores 0 or 1. A percentile bootstrap would
-  also stay inside [0, 1] but covers far less than 95% with the handful of seeds a sweep has;
-  a t interval on the rates themselves crosses 0 or 1 exactly where rates sit near them.
-* a paired difference (and the hacking gap, a difference itself): Student t over the per-seed
-  differences, which live in [-1, 1].
-
-With one seed (or one pair) no interval is given.
+Intervals, 95%, with the seed as the unit, as every report computes them
+(:mod:`postlab.analysis.intervals`): a version's rate on the empirical-logit scale, kept inside
+[0, 1]; a paired difference (and the hacking gap, a difference itself) Student t over the
+per-seed differences. With one seed (or one pair) no interval is given.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.analysis.aggregate import CONFIDENCE, Analysis, Interval, interval, t_quantile
+from postlab.analysis.aggregate import Analysis
+from postlab.analysis.intervals import (  # noqa: F401 (empirical_logit re-exported)
+    RATE_METHOD,
+    Interval,
+    empirical_logit,
+    interval,
+    rate_interval,
+)
 
 SCHEMA = "postlab.analysis.versions/1"
-RATE_METHOD = ("Student t over seeds on the empirical logit log((x+1/2)/(n-x+1/2)) of each "
-               "seed's rate (spread at least one seed's binomial sampling variance), 95% "
-               "two-sided, mapped back to [0, 1] by its exact inverse; no interval with one "
-               "seed")
 DIFFERENCE_METHOD = ("paired by seed: Student t over the per-seed differences from the base "
                      "version, 95% two-sided; no interval with one pair")
 
@@ -89,40 +80,6 @@ class Comparison:
     #: each version's own preregistered hypotheses, decided on its own seeds (versions whose
     #: plans have none are absent)
     verdicts: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
-
-
-def empirical_logit(rate: float, trials: int) -> float:
-    accepted = rate * trials
-    return math.log((accepted + 0.5) / (trials - accepted + 0.5))
-
-
-def rate_interval(rates: Sequence[float], trials: int,
-                  confidence: float = CONFIDENCE) -> Interval:
-    """Mean of per-seed rates, with a t interval on the empirical-logit scale mapped back."""
-    n = len(rates)
-    mean = sum(rates) / n
-    if n < 2:
-        return Interval(per_seed=tuple(rates), mean=mean, low=None, high=None)
-    logits = [empirical_logit(r, trials) for r in rates]
-    centre = sum(logits) / n
-    spread = sum((z - centre) ** 2 for z in logits) / (n - 1)
-    # Seeds that agree by chance (all at 0 of a few questions, say) must not claim certainty:
-    # the spread is never taken below the sampling variance of one seed's empirical logit,
-    # 1/(x+1/2) + 1/(n-x+1/2), averaged over seeds.
-    sampling = sum(1 / (r * trials + 0.5) + 1 / (trials - r * trials + 0.5)
-                   for r in rates) / n
-    half = t_quantile(confidence, n - 1) * math.sqrt(max(spread, sampling) / n)
-    low, high = _rate_of(centre - half, trials), _rate_of(centre + half, trials)
-    # The plain mean is the point reported; the logit scale's centre can sit a little apart
-    # from it when seeds differ a lot, and an interval should never exclude its own point.
-    return Interval(per_seed=tuple(rates), mean=mean, low=min(low, mean), high=max(high, mean))
-
-
-def _rate_of(z: float, trials: int) -> float:
-    """The exact inverse of :func:`empirical_logit`, held to [0, 1] (the half-count
-    correction alone can reach half a count outside)."""
-    share = 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
-    return min(1.0, max(0.0, (share * (trials + 1) - 0.5) / trials))
 
 
 def _trials(plan: dict[str, Any], split: str, decoding: str, metric: str) -> int:

@@ -39,6 +39,16 @@ LABELS: dict[str, dict[str, str]] = {
         "fig_dynamics": "Training dynamics by arm",
         "fig_onset_note": " (dotted: each seed's reward-hacking onset)", "fig_sft": "SFT loss",
         "k": "k", "rate": "rate", "no_interval": "n/a",
+        "no_eos": "(no end mark)", "kind_correct": "right", "kind_gamed":
+            "gamed: accepted by a lenient contract, wrong under the reference",
+        "kind_wrong": "wrong, and no contract accepts it", "question": "question",
+        "answer": "answer", "expected": "right answer", "accepted_by": "accepted by",
+        "times": "times", "answers": "What the models answer ({split} split, sampled)",
+        "answers_note": "The commonest answers of each kind, pooled over seeds; 'times' "
+                        "counts them. 'postlab samples RUN' lists every answer.",
+        "details": "Details",
+        "rate_method_short": "Student t over seeds on the empirical logit, mapped back into "
+                             "[0, 1]",
         "hypotheses": "Preregistered hypotheses (decided by the plan's rule; Holm across them)",
         "hypothesis": "id", "statement": "hypothesis", "claim": "claim",
         "difference_bounds": "mean difference [one-sided bounds]", "level": "level",
@@ -81,6 +91,15 @@ LABELS: dict[str, dict[str, str]] = {
         "fig_dynamics": "各组训练动态", "fig_sft": "SFT 损失",
         "fig_onset_note": "（虚线：各种子的奖励投机起点）",
         "k": "k", "rate": "比率", "no_interval": "无",
+        "no_eos": "（没有结束符）", "kind_correct": "正确",
+        "kind_gamed": "投机：宽松契约接受，但按参考契约是错的",
+        "kind_wrong": "错误，且没有契约接受", "question": "问题", "answer": "回答",
+        "expected": "正确答案", "accepted_by": "接受它的契约", "times": "次数",
+        "answers": "模型的回答（{split} 划分，采样）",
+        "answers_note": "每类中最常见的回答（合并各种子），“次数”为出现次数。"
+                        "“postlab samples RUN” 列出全部回答。",
+        "details": "详细表格",
+        "rate_method_short": "种子间经验 logit 上的 Student t 区间，映射回 [0, 1]",
         "hypotheses": "预注册假设（按计划中的规则判定；多重比较用 Holm 校正）",
         "hypothesis": "编号", "statement": "假设", "claim": "主张",
         "difference_bounds": "平均差 [单侧界]", "level": "水平",
@@ -128,3 +147,188 @@ def hacking_title(contracts: tuple[str, ...], lang: str, split: str) -> str:
 def pass_at_k_title(contracts: tuple[str, ...], lang: str, split: str) -> str:
     return LABELS[lang]["pass_at_k"].format(contract=describe(contracts[0], lang).name,
                                             split=split)
+
+
+#: Sentence templates of the findings (:mod:`postlab.analysis.findings`), per language, keyed
+#: by ``key`` or ``key:direction``. Every number comes from the finding, with its interval.
+FINDING_TEMPLATES: dict[str, dict[str, str]] = {
+    "en": {
+        "sft_result": "After SFT, answers to held-out ({split}) questions are right {greedy} "
+                      "of the time greedily and {sampled} when sampled; {coverage} of the "
+                      "questions get at least one right answer in {samples} samples "
+                      "({seeds} seeds).",
+        "arm_change:up": "{stage} raised held-out sampled success by {change} from SFT, to "
+                         "{value}.",
+        "arm_change:down": "{stage} lowered held-out sampled success by {change} from SFT, to "
+                           "{value}.",
+        "arm_change:unclear": "{stage} did not clearly change held-out sampled success: "
+                              "{change} from SFT (the interval holds zero), now {value}.",
+        "arm_change:single": "{stage} changed held-out sampled success by {change} from SFT, "
+                             "to {value} (one seed: no interval, no conclusion).",
+        "coverage_change:up": "{stage} widened coverage by {change}, to {value}.",
+        "coverage_change:down": "{stage} narrowed coverage by {change}, to {value}: fewer "
+                                "held-out questions get any right answer among the samples.",
+        "coverage_change:unclear": "{stage} did not clearly change coverage ({change}; now "
+                                   "{value}).",
+        "coverage_change:single": "{stage} changed coverage by {change}, to {value} (one "
+                                  "seed: no interval).",
+        "train_vs_held_out:up": "{stage} earned a training reward of {reward} ({contract} "
+                                "contract, steps {first}–{last}), yet held-out success is "
+                                "{held_out}: {difference} of the reward does not carry over to "
+                                "questions training never asked.",
+        "train_vs_held_out:down": "{stage}: held-out success {held_out} is above its training "
+                                  "reward {reward} ({contract} contract, steps "
+                                  "{first}–{last}) by {difference}.",
+        "train_vs_held_out:unclear": "{stage}: held-out success {held_out} is not clearly "
+                                     "apart from its training reward {reward} ({contract} "
+                                     "contract, steps {first}–{last}); difference "
+                                     "{difference}.",
+        "train_vs_held_out:single": "{stage} earned a training reward of {reward} ({contract} "
+                                    "contract, steps {first}–{last}); held-out success is "
+                                    "{held_out} (one seed: no interval).",
+        "gaming:up": "{stage} learned to game its reward: {gap} of held-out samples are "
+                     "accepted by the {contract} contract yet wrong{example}. {onsets}",
+        "gaming:down": "{stage}: fewer held-out samples are accepted by the {contract} "
+                       "contract than are right ({gap}). {onsets}",
+        "gaming:unclear": "{stage}: the share of held-out samples accepted by the {contract} "
+                          "contract yet wrong is {gap}, not clearly above zero{example}. "
+                          "{onsets}",
+        "gaming:single": "{stage}: {gap} of held-out samples are accepted by the {contract} "
+                         "contract yet wrong (one seed: no interval){example}. {onsets}",
+        "example": ", for instance {prompt}{text} where {expected} is right ({count} times)",
+        "example_rollouts": "; in training rollouts, for instance {prompt}{text} where "
+                            "{expected} is right",
+        "onsets_found": "The per-step gap's change-point rule flagged an onset in {found} of "
+                        "{seeds} seeds ({steps}).",
+        "onsets_none": "The per-step gap's change-point rule flagged no onset.",
+        "onset_step": "seed {seed}: step {step}", "onset_none": "seed {seed}: none",
+        "list_separator": ", ",
+        "hypothesis:confirmed": "Hypothesis {id} is confirmed: {statement}",
+        "hypothesis:refuted": "Hypothesis {id} is refuted: {statement}",
+        "hypothesis:inconclusive": "Hypothesis {id} is inconclusive: {statement}",
+    },
+    "zh": {
+        "sft_result": "SFT 之后，留出（{split}）问题的回答在贪心解码下正确率为 {greedy}，"
+                      "采样下为 {sampled}；在 {samples} 次采样中至少答对一次的问题占 "
+                      "{coverage}（{seeds} 个种子）。",
+        "arm_change:up": "{stage}使留出采样正确率相对 SFT 提高了 {change}，达到 {value}。",
+        "arm_change:down": "{stage}使留出采样正确率相对 SFT 降低了 {change}，降至 {value}。",
+        "arm_change:unclear": "{stage}没有明显改变留出采样正确率：相对 SFT 变化 {change}"
+                              "（区间包含零），现为 {value}。",
+        "arm_change:single": "{stage}使留出采样正确率相对 SFT 变化 {change}，为 {value}"
+                             "（只有一个种子：没有区间，不下结论）。",
+        "coverage_change:up": "{stage}使覆盖率扩大了 {change}，达到 {value}。",
+        "coverage_change:down": "{stage}使覆盖率缩小了 {change}，降至 {value}：采样中能答对"
+                                "的留出问题变少了。",
+        "coverage_change:unclear": "{stage}没有明显改变覆盖率（{change}；现为 {value}）。",
+        "coverage_change:single": "{stage}使覆盖率变化 {change}，为 {value}（只有一个种子："
+                                  "没有区间）。",
+        "train_vs_held_out:up": "{stage}的训练奖励为 {reward}（{contract}契约，第 "
+                                "{first}–{last} 步），而留出正确率只有 {held_out}：奖励中有 "
+                                "{difference} 没有延续到训练从未问过的问题上。",
+        "train_vs_held_out:down": "{stage}：留出正确率 {held_out} 高于训练奖励 {reward}"
+                                  "（{contract}契约，第 {first}–{last} 步），高出 "
+                                  "{difference}。",
+        "train_vs_held_out:unclear": "{stage}：留出正确率 {held_out} 与训练奖励 {reward}"
+                                     "（{contract}契约，第 {first}–{last} 步）没有明显差别；"
+                                     "差为 {difference}。",
+        "train_vs_held_out:single": "{stage}的训练奖励为 {reward}（{contract}契约，第 "
+                                    "{first}–{last} 步）；留出正确率为 {held_out}（只有一个"
+                                    "种子：没有区间）。",
+        "gaming:up": "{stage}学会了钻奖励的空子：留出采样中有 {gap} 被{contract}契约接受却是"
+                     "错的{example}。{onsets}",
+        "gaming:down": "{stage}：被{contract}契约接受的留出采样少于答对的（{gap}）。{onsets}",
+        "gaming:unclear": "{stage}：被{contract}契约接受却错误的留出采样比例为 {gap}，没有明显"
+                          "高于零{example}。{onsets}",
+        "gaming:single": "{stage}：留出采样中有 {gap} 被{contract}契约接受却是错的（只有一个"
+                         "种子：没有区间）{example}。{onsets}",
+        "example": "，例如 {prompt}{text}，正确答案是 {expected}（出现 {count} 次）",
+        "example_rollouts": "；训练采样中例如 {prompt}{text}，正确答案是 {expected}",
+        "onsets_found": "逐步差距的变点规则在 {seeds} 个种子中的 {found} 个发现了起点"
+                        "（{steps}）。",
+        "onsets_none": "逐步差距的变点规则没有发现起点。",
+        "onset_step": "种子 {seed}：第 {step} 步", "onset_none": "种子 {seed}：无",
+        "list_separator": "；",
+        "hypothesis:confirmed": "假设 {id} 得到证实：{statement}",
+        "hypothesis:refuted": "假设 {id} 被否定：{statement}",
+        "hypothesis:inconclusive": "假设 {id} 无定论：{statement}",
+    },
+}
+
+
+#: Words of the figures: titles, axis labels with units, and the captions that say how each
+#: figure was drawn.
+FIGURE_WORDS: dict[str, dict[str, str]] = {
+    "en": {
+        "share_answers": "share of answers (0–1)",
+        "share_outputs": "share (0–1)",
+        "share_questions": "share of questions (0–1)",
+        "gap_axis": "accepted yet wrong (share of samples)",
+        "fig_outcomes_caption": "Bars: mean over seeds; whiskers: 95% interval ({method}); "
+                                "dots: each seed.",
+        "fig_generalisation": "Training reward against success on train and held-out pairs",
+        "fig_generalisation_caption": "Training reward: share of the last tenth of RL steps' "
+                                      "rollouts the arm's own contract paid; success: sampled "
+                                      "answers right under the {contract} contract. Whiskers: "
+                                      "95% interval; dots: each seed.",
+        "training_reward": "training reward (own contract)",
+        "training_right": "training rollouts right",
+        "split_success": "{split} pairs: sampled success",
+        "fig_heatmap": "Sampled success by operand pair, per stage and split",
+        "fig_heatmap_caption": "Each cell: share of one pair's sampled answers right under the "
+                               "{contract} contract, pooled over seeds; grey: pair not in "
+                               "that split.",
+        "operand_a": "first operand a", "operand_b": "second operand b",
+        "fig_gap_caption": "Share of sampled answers the lenient contract accepts and the "
+                           "reference refuses; whiskers: 95% interval (Student t over seeds' "
+                           "differences); dots: each seed.",
+        "fig_pass_caption": "Lines: mean over seeds; band: 95% interval; faint lines: each "
+                            "seed.",
+        "fig_dynamics_caption": "Bold: moving average over {window} steps of the mean over "
+                                "seeds; faint: the raw per-step mean; band: lowest to highest "
+                                "seed.",
+        "fig_sft_caption": "Bold: moving average over {window} steps; faint: the raw mean "
+                           "over seeds; band: lowest to highest seed.",
+        "pass_axis": "pass@k (share of questions, 0–1)",
+        "sft_axis": "cross-entropy (nats per token, log scale)",
+        "units_reward": "share of rollouts", "units_groups": "groups per step",
+        "units_nats": "nats per token", "units_share_tokens": "share of tokens",
+        "units_norm": "L2 norm", "units_loss": "objective per token",
+        "units_tokens": "tokens per answer", "units_share_rollouts": "share of rollouts",
+        "cjk_missing": "Chinese figure labels need a CJK font (for example the Noto Sans CJK "
+                       "fonts); none is installed here, so the figures are labelled in "
+                       "English.",
+    },
+    "zh": {
+        "share_answers": "回答比例（0–1）",
+        "share_outputs": "比例（0–1）",
+        "share_questions": "问题比例（0–1）",
+        "gap_axis": "被接受却错误（采样比例）",
+        "fig_outcomes_caption": "柱：种子均值；误差线：95% 区间（{method}）；点：各种子。",
+        "fig_generalisation": "训练奖励与训练/留出组合上的正确率",
+        "fig_generalisation_caption": "训练奖励：RL 最后十分之一步的采样中被本组契约奖励的比例；"
+                                      "正确率：按{contract}契约判定正确的采样回答比例。误差线："
+                                      "95% 区间；点：各种子。",
+        "training_reward": "训练奖励（本组契约）",
+        "training_right": "训练采样正确",
+        "split_success": "{split} 组合：采样正确率",
+        "fig_heatmap": "各阶段、各划分按操作数对的采样正确率",
+        "fig_heatmap_caption": "每格：该组合的采样回答按{contract}契约判定正确的比例"
+                               "（合并各种子）；灰色：该组合不在此划分中。",
+        "operand_a": "第一个操作数 a", "operand_b": "第二个操作数 b",
+        "fig_gap_caption": "宽松契约接受而参考契约拒绝的采样比例；误差线：95% 区间（各种子差值的 "
+                           "Student t）；点：各种子。",
+        "fig_pass_caption": "线：种子均值；带：95% 区间；细线：各种子。",
+        "fig_dynamics_caption": "粗线：种子均值的 {window} 步滑动平均；细线：逐步原始均值；"
+                                "带：最低到最高种子。",
+        "fig_sft_caption": "粗线：{window} 步滑动平均；细线：种子原始均值；带：最低到最高种子。",
+        "pass_axis": "pass@k（问题比例，0–1）",
+        "sft_axis": "交叉熵（每词元奈特，对数坐标）",
+        "units_reward": "采样比例", "units_groups": "每步组数",
+        "units_nats": "每词元奈特", "units_share_tokens": "词元比例",
+        "units_norm": "L2 范数", "units_loss": "每词元目标值",
+        "units_tokens": "每个回答的词元数", "units_share_rollouts": "采样比例",
+        "cjk_missing": "中文图注需要 CJK 字体（例如 Noto Sans CJK），此处未安装，"
+                       "图中标注使用英文。",
+    },
+}

@@ -1,0 +1,181 @@
+"""The outputs themselves: every answer a run recorded, judged and sorted so a reader can look.
+
+Numbers say how often a policy is right; the outputs say how it is wrong. Each answer is
+*correct* when the task's reference contract (its first) accepts it, *gamed* when the
+reference refuses it but another contract of the plan accepts it (``1010`` for 5+5 under the
+substring contract: paid, and wrong), and *wrong* otherwise. Nothing here reads files: the
+record and plan come in, typed samples and per-pair rates go out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from postlab.records.rows import ROLLOUT, iter_run_rows
+from postlab.tasks.arithmetic import answer_function, plan_contracts, task_for
+from postlab.tasks.contracts import score
+
+CORRECT, GAMED, WRONG = "correct", "gamed", "wrong"
+#: The kinds of answer, in the order reports show them.
+KINDS = (CORRECT, GAMED, WRONG)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    """One recorded answer with where it sits and how every contract of the plan judged it."""
+
+    seed: int
+    stage: str
+    split: str | None       # None for an RL rollout
+    step: int | None        # the RL step of a rollout; None for an evaluation
+    decoding: str           # greedy, sampled, or rollout
+    a: int
+    b: int
+    prompt: str
+    text: str
+    terminated: bool
+    expected: int
+    accepted: tuple[str, ...]  # the plan's contracts that accept it, in the plan's order
+    kind: str
+
+
+def classify(accepted: Sequence[str], contracts: Sequence[str]) -> str:
+    """correct, gamed or wrong, from the contracts that accept an answer (the first is the
+    reference)."""
+    if contracts[0] in accepted:
+        return CORRECT
+    return GAMED if accepted else WRONG
+
+
+def iter_samples(record: dict[str, Any], plan: dict[str, Any], *,
+                 stages: Iterable[str] | None = None, split: str | None = None,
+                 decoding: str | None = None, kinds: Iterable[str] | None = None,
+                 seeds: Iterable[int] | None = None, rollouts: bool = False
+                 ) -> Iterator[Sample]:
+    """The record's answers in record order, judged; each filter left as None keeps all.
+
+    Evaluation answers by default; with ``rollouts`` the RL arms' training rollouts instead
+    (their ``split`` is None and ``decoding`` is ``rollout``)."""
+    task = task_for(plan)
+    answer = answer_function(plan)
+    contracts = plan_contracts(plan)
+    wanted_stages = None if stages is None else set(stages)
+    wanted_kinds = None if kinds is None else set(kinds)
+    wanted_seeds = None if seeds is None else set(seeds)
+    for run in record["runs"]:
+        if wanted_seeds is not None and run["seed"] not in wanted_seeds:
+            continue
+        for place, row in iter_run_rows(run, evaluations=not rollouts, training=rollouts):
+            if rollouts and place.decoding != ROLLOUT:
+                continue  # rows a dynamic-sampling step dropped were never trained on
+            if wanted_stages is not None and place.stage not in wanted_stages:
+                continue
+            if split is not None and place.split != split:
+                continue
+            if decoding is not None and place.decoding != decoding:
+                continue
+            accepted = tuple(c for c in contracts if score(row, c, answer))
+            kind = classify(accepted, contracts)
+            if wanted_kinds is not None and kind not in wanted_kinds:
+                continue
+            yield Sample(seed=place.seed, stage=place.stage, split=place.split,
+                         step=place.step, decoding=place.decoding, a=row.a, b=row.b,
+                         prompt=task.prompt(row.pair), text=row.text,
+                         terminated=row.terminated, expected=answer(row.pair),
+                         accepted=accepted, kind=kind)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Example:
+    """One distinct answer (same prompt, output and ending) and how often it was given."""
+
+    prompt: str
+    text: str
+    terminated: bool
+    expected: int
+    accepted: tuple[str, ...]
+    kind: str
+    count: int
+    seeds: tuple[int, ...]
+
+
+def examples(samples: Iterable[Sample], limit: int | None = None) -> list[Example]:
+    """Distinct answers, the most frequent first (ties in the order first seen)."""
+    counts: Counter[tuple[str, str, bool]] = Counter()
+    first: dict[tuple[str, str, bool], Sample] = {}
+    seeds: dict[tuple[str, str, bool], set[int]] = {}
+    for sample in samples:
+        key = (sample.prompt, sample.text, sample.terminated)
+        counts[key] += 1
+        first.setdefault(key, sample)
+        seeds.setdefault(key, set()).add(sample.seed)
+    order = sorted(counts, key=lambda key: -counts[key])  # sorted() is stable: ties keep order
+    chosen = order if limit is None else order[:limit]
+    return [Example(prompt=key[0], text=key[1], terminated=key[2],
+                    expected=first[key].expected, accepted=first[key].accepted,
+                    kind=first[key].kind, count=counts[key], seeds=tuple(sorted(seeds[key])))
+            for key in chosen]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairGrid:
+    """The reference contract's acceptance per operand pair (a, b) of one stage and split,
+    mean over seeds; pairs outside the split are absent."""
+
+    stage: str
+    split: str
+    decoding: str
+    contract: str
+    rates: dict[tuple[int, int], float]
+    operands: tuple[int, ...]  # the operand values a grid's rows and columns run over
+
+
+def pair_grids(record: dict[str, Any], plan: dict[str, Any],
+               decoding: str = "sampled") -> list[PairGrid]:
+    """One grid per stage and split, from the evaluation answers of ``decoding``."""
+    contracts = plan_contracts(plan)
+    accepted: dict[tuple[str, str], dict[tuple[int, int], list[int]]] = {}
+    for sample in iter_samples(record, plan, decoding=decoding):
+        assert sample.split is not None
+        cell = accepted.setdefault((sample.stage, sample.split), {}).setdefault(
+            (sample.a, sample.b), [0, 0])
+        cell[0] += sample.kind == CORRECT
+        cell[1] += 1
+    # every seed answers every pair of a split equally often, so pooling the seeds' answers
+    # is the mean of their per-seed rates
+    operands = tuple(range(task_for(plan).operand_limit))
+    return [PairGrid(stage=stage, split=split, decoding=decoding, contract=contracts[0],
+                     rates={pair: right / total for pair, (right, total) in cells.items()},
+                     operands=operands)
+            for (stage, split), cells in accepted.items()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindExamples:
+    """How many of a stage's answers are of one kind, and the most frequent of them."""
+
+    stage: str
+    kind: str
+    count: int
+    total: int
+    examples: tuple[Example, ...]
+
+
+def stage_examples(record: dict[str, Any], plan: dict[str, Any], split: str,
+                   decoding: str = "sampled", per_kind: int = 4) -> list[KindExamples]:
+    """Per stage and kind (correct, gamed, wrong): counts and the commonest answers."""
+    by_stage: dict[str, dict[str, list[Sample]]] = {}
+    for sample in iter_samples(record, plan, split=split, decoding=decoding):
+        by_stage.setdefault(sample.stage, {kind: [] for kind in KINDS})[sample.kind].append(
+            sample)
+    result = []
+    for stage, kinds in by_stage.items():
+        total = sum(len(found) for found in kinds.values())
+        for kind in KINDS:
+            result.append(KindExamples(stage=stage, kind=kind, count=len(kinds[kind]),
+                                       total=total,
+                                       examples=tuple(examples(kinds[kind], per_kind))))
+    return result
