@@ -48,6 +48,8 @@ EXPECTED_KEYS = {
     "pass_at_k[].stage", "pass_at_k[].split", "pass_at_k[].k", "pass_at_k[].per_seed",
     "pass_at_k[].mean", "pass_at_k[].low", "pass_at_k[].high", "dynamics[].arm",
     "dynamics[].steps", "dynamics[].series", "sft_loss.mean", "sft_loss.low", "sft_loss.high",
+    "training_rewards", "training_rewards[].arm", "training_rewards[].contract",
+    "training_rewards[].steps", "training_rewards[].reward", "training_rewards[].reference",
 }
 
 

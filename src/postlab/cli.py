@@ -670,7 +670,7 @@ def _report_page_parts(record, plan, analysis, lang: str, split: str, source: Pa
         facts=overview_rows(plan.data, record, written, lang), verification=verification,
         verified=verified,
         findings=[sentence(f, lang) for f in findings(analysis, record, plan.data, split)],
-        answers=stage_examples(record, plan.data, split), notices=notices)
+        answers=stage_examples(record, plan.data, split, per_kind=3), notices=notices)
     return figures, screen
 
 

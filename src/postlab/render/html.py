@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from postlab.analysis.aggregate import Analysis
-from postlab.analysis.samples import KINDS, Example, KindExamples
+from postlab.analysis.samples import CORRECT, GAMED, WRONG, Example, KindExamples
 from postlab.render.figures import Figure
 from postlab.render.labels import LABELS, stage_label
 from postlab.render.tables import Table, build_tables
@@ -46,6 +46,8 @@ code { background: #f5f5f5; padding: 0 0.2em; }
 .kind-gamed { color: #a33; } .kind-wrong { color: #666; } .kind-correct { color: #276b27; }
 """
 
+#: The order the page shows kinds of answer: the gamed ones are the run's lesson.
+PAGE_KINDS = (GAMED, CORRECT, WRONG)
 #: Figures drawn across the whole page width (their panels need it).
 WIDE_FIGURES = frozenset({"dynamics", "pair_success"})
 
@@ -109,7 +111,7 @@ def _answers_html(answers: Sequence[KindExamples], lang: str, split: str) -> str
     blocks = []
     for stage in stages:
         rows = []
-        for kind in KINDS:
+        for kind in PAGE_KINDS:
             found = next(a for a in answers if (a.stage, a.kind) == (stage, kind))
             rows.append(f'<tr><th colspan="5" class="kind-{kind}">'
                         f"{esc(words['kind_' + kind])}: {found.count} / {found.total}</th></tr>")
