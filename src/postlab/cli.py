@@ -636,9 +636,11 @@ def _rich_report(args: argparse.Namespace, record, plan, lang: str, source: Path
     if args.format_ == "json":
         sys.stdout.write(to_json(analysis))
     elif args.format_ == "markdown":
-        sys.stdout.write(to_markdown(analysis, lang, args.split))
+        sys.stdout.write(to_markdown(analysis, lang, args.split,
+                                     _finding_lines(record, plan, analysis, lang, args.split)))
     elif args.format_ == "table":
-        to_terminal(analysis, lang, args.split)
+        to_terminal(analysis, lang, args.split,
+                    _finding_lines(record, plan, analysis, lang, args.split))
     if args.html is not None:
         from postlab.render.html import render_html
 
@@ -648,18 +650,23 @@ def _rich_report(args: argparse.Namespace, record, plan, lang: str, source: Path
         print(f"wrote {args.html}", file=sys.stderr)
 
 
+def _finding_lines(record, plan, analysis, lang: str, split: str) -> list[str]:
+    from postlab.analysis.findings import findings
+    from postlab.render.sentences import sentence
+
+    return [sentence(f, lang) for f in findings(analysis, record, plan.data, split)]
+
+
 def _report_page_parts(record, plan, analysis, lang: str, split: str, source: Path):
     """The figures and first screen of a run's HTML page (verification included)."""
     from datetime import UTC, datetime
 
-    from postlab.analysis.findings import findings
     from postlab.analysis.samples import pair_grids, stage_examples
     from postlab.records.record import locate_run
     from postlab.records.verify import verify_run
     from postlab.render.figures import draw_figures
     from postlab.render.html import FirstScreen
     from postlab.render.overview import overview_rows, verification_line
-    from postlab.render.sentences import sentence
 
     notices = _figure_notices(lang)
     figures = draw_figures(analysis, lang, split, pair_grids(record, plan.data))
@@ -669,7 +676,7 @@ def _report_page_parts(record, plan, analysis, lang: str, split: str, source: Pa
     screen = FirstScreen(
         facts=overview_rows(plan.data, record, written, lang), verification=verification,
         verified=verified,
-        findings=[sentence(f, lang) for f in findings(analysis, record, plan.data, split)],
+        findings=_finding_lines(record, plan, analysis, lang, split),
         answers=stage_examples(record, plan.data, split, per_kind=3), notices=notices)
     return figures, screen
 

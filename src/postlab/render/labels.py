@@ -46,7 +46,7 @@ LABELS: dict[str, dict[str, str]] = {
         "times": "times", "answers": "What the models answer ({split} split, sampled)",
         "answers_note": "The commonest answers of each kind, pooled over seeds; 'times' "
                         "counts them. 'postlab samples RUN' lists every answer.",
-        "details": "Details",
+        "details": "Details", "findings": "Findings",
         "rate_method_short": "Student t over seeds on the empirical logit, mapped back into "
                              "[0, 1]",
         "hypotheses": "Preregistered hypotheses (decided by the plan's rule; Holm across them)",
@@ -98,7 +98,7 @@ LABELS: dict[str, dict[str, str]] = {
         "answers": "模型的回答（{split} 划分，采样）",
         "answers_note": "每类中最常见的回答（合并各种子），“次数”为出现次数。"
                         "“postlab samples RUN” 列出全部回答。",
-        "details": "详细表格",
+        "details": "详细表格", "findings": "结论",
         "rate_method_short": "种子间经验 logit 上的 Student t 区间，映射回 [0, 1]",
         "hypotheses": "预注册假设（按计划中的规则判定；多重比较用 Holm 校正）",
         "hypothesis": "编号", "statement": "假设", "claim": "主张",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from postlab.analysis.aggregate import Analysis, Interval
@@ -139,12 +140,15 @@ def to_json(analysis: Analysis) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
 
 
-def to_markdown(analysis: Analysis, lang: str, split: str = "test") -> str:
+def to_markdown(analysis: Analysis, lang: str, split: str = "test",
+                findings: Sequence[str] = ()) -> str:
     words = LABELS[lang]
     lines = [f"# {words['title']}", "",
              f"{words['plan_sha256']}: `{analysis.plan_sha256}` · {words['seeds']}: "
              f"{', '.join(map(str, analysis.seeds))}", "",
              words["interval_method"].format(method=analysis.interval_method), ""]
+    if findings:
+        lines += [f"## {words['findings']}", "", *(f"- {line}" for line in findings), ""]
     for table in build_tables(analysis, lang, split):
         lines += [f"## {table.title}", "", "| " + " | ".join(table.columns) + " |",
                   "|" + "---|" * len(table.columns)]
@@ -153,7 +157,8 @@ def to_markdown(analysis: Analysis, lang: str, split: str = "test") -> str:
     return "\n".join(lines)
 
 
-def to_terminal(analysis: Analysis, lang: str, split: str = "test") -> None:
+def to_terminal(analysis: Analysis, lang: str, split: str = "test",
+                findings: Sequence[str] = ()) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
 
@@ -162,6 +167,10 @@ def to_terminal(analysis: Analysis, lang: str, split: str = "test") -> None:
     console.print(f"[bold]{words['title']}[/bold]  {words['plan_sha256']} "
                   f"{analysis.plan_sha256[:16]}…  {words['seeds']} "
                   f"{', '.join(map(str, analysis.seeds))}")
+    if findings:
+        console.print(f"[bold]{words['findings']}[/bold]")
+        for line in findings:
+            console.print(f"• {line}", highlight=False)
     for table in build_tables(analysis, lang, split):
         view = RichTable(title=table.title, title_justify="left")
         for column in table.columns:
