@@ -302,3 +302,42 @@ def test_a_sweep_logs_in_each_version_folder(tmp_path):
         assert logs[("seed-3", "strict")]["loss"] == [
             (index, _f32(sum(u["loss"] for u in updates) / len(updates)))
             for index, updates in enumerate(losses, start=1)]
+
+
+def test_a_failing_logger_stops_itself_not_the_training(tmp_path, capsys):
+    """A full disk or broken writer ends that log with one line; the task goes on, and
+    closing never raises over the task's own result."""
+    from postlab.runs.steplog import StepLogs
+
+    class Failing:
+        def __init__(self) -> None:
+            self.closed = 0
+
+        def scalars(self, step, values) -> None:
+            raise OSError("No space left on device")
+
+        def close(self) -> None:
+            self.closed += 1
+            raise OSError("still no space")
+
+    class Counting:
+        def __init__(self) -> None:
+            self.steps: list[int] = []
+            self.closed = False
+
+        def scalars(self, step, values) -> None:
+            self.steps.append(step)
+
+        def close(self) -> None:
+            self.closed = True
+
+    failing, counting = Failing(), Counting()
+    logs = StepLogs((), tmp_path, 0, "sft")
+    logs._loggers = [failing, counting]
+    with logs:
+        logs.scalars(1, {"sft/loss": 1.0})
+        logs.scalars(2, {"sft/loss": 0.5})
+    assert counting.steps == [1, 2] and counting.closed
+    assert failing.closed == 1  # closed once when it failed, then dropped
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "logging stopped (Failing): No space left" in err

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from collections import Counter
 
@@ -61,8 +62,8 @@ def test_two_seed_rates_stay_inside_the_unit_interval(record, plan):
     """The report's own example: two seeds whose coverage differs a lot got [-1.38, 1.96]."""
     two = dict(record, runs=record["runs"][:2])
     result = analyse(two, plan)
-    plain = interval([0.105, 0.474])
-    assert plain.low < 0 and plain.high > 1  # what a t interval on rates does
+    coverage = result.outcome("substring", "test", "sampled", "coverage").value
+    assert interval(coverage.per_seed).low < 0  # a t interval on these rates leaves [0, 1]
     for item in result.outcomes:
         value = item.value
         assert 0 <= value.low <= value.mean <= value.high <= 1, item
@@ -85,6 +86,16 @@ def test_outcome_intervals_count_outputs_and_questions(record, plan, analysis):
         assert item.value == rate_interval(item.value.per_seed, trials)
         # a difference keeps Student t over per-seed differences
         assert item.change_from_sft == interval(item.change_from_sft.per_seed)
+
+
+def test_pass_at_k_intervals_count_draws_of_k(analysis):
+    """pass@1 is sampled success and pass@16 is coverage: their intervals are those."""
+    for curve in analysis.pass_at_k:
+        first = analysis.outcome(curve.stage, curve.split, "sampled", "strict_rate").value
+        last = analysis.outcome(curve.stage, curve.split, "sampled", "coverage").value
+        assert math.isclose(curve.mean[0], first.mean) and math.isclose(curve.low[0], first.low)
+        assert math.isclose(curve.high[0], first.high)
+        assert math.isclose(curve.low[-1], last.low) and math.isclose(curve.high[-1], last.high)
 
 
 # --- findings ---------------------------------------------------------------------------------
@@ -114,16 +125,22 @@ def test_findings_of_the_teaching_run(record, plan, analysis):
                     ("arm_change", "strict"), ("coverage_change", "strict"),
                     ("train_vs_held_out", "strict"),
                     ("arm_change", "substring"), ("coverage_change", "substring"),
-                    ("train_vs_held_out", "substring"), ("gaming", "substring")]
+                    ("lenient_vs_held_out", "substring"), ("gaming", "substring")]
     by_key = {(f.key, f.values.get("stage")): f for f in found}
     # each sentence carries the interval that decided its verb
     change = by_key[("arm_change", "substring")]
-    assert change.direction == direction(change.values["change"])
-    words = sentence(change, "en")
     value = change.values["change"]
-    if change.direction == DOWN:
-        assert "lowered" in words and f"{-value.mean:.3f} [{-value.high:.3f}, " \
-                                      f"{-value.low:.3f}]" in words
+    assert value.high < 0 and change.direction == DOWN
+    words = sentence(change, "en")
+    assert "lowered held-out (test) sampled success by" in words
+    assert f"{-value.mean:.3f} [{-value.high:.3f}, {-value.low:.3f}]" in words
+    unclear = by_key[("arm_change", "strict")]
+    assert unclear.direction == UNCLEAR and "did not clearly change" in sentence(unclear, "en")
+    # the lenient arm's training success is set against held-out success, not its reward
+    lenient = by_key[("lenient_vs_held_out", "substring")]
+    right, held = lenient.values["right"], lenient.values["held_out"]
+    assert lenient.values["difference"].per_seed == tuple(
+        r - h for r, h in zip(right.per_seed, held.per_seed, strict=True))
     gaming = by_key[("gaming", "substring")]
     example = gaming.values["example"]
     a, b = (int(x) for x in example.prompt.rstrip("=").split("+"))
@@ -132,12 +149,45 @@ def test_findings_of_the_teaching_run(record, plan, analysis):
     assert f"{example.prompt}{example.text}" in text
     for onset in analysis.hacking_onsets:
         assert f"seed {onset.seed}: step {onset.onset}" in text
-    # the same findings in Chinese, with the same numbers
+    # the share the trained contract pays for wrong answers, counted by a plain loop
+    for seed, share in zip(analysis.seeds, gaming.values["share"].per_seed, strict=True):
+        run = next(r for r in record["runs"] if r["seed"] == seed)
+        rows = run["evaluations"]["substring"]["test"]["sampled"]
+        assert share == sum(_judge(*row) == "gamed" for row in rows) / len(rows)
+    # the same findings in Chinese, with the same numbers, signs included
     for finding in found:
         english, chinese = sentence(finding, "en"), sentence(finding, "zh")
-        numbers = sorted(n for n in english.replace("[", " ").replace("]", " ")
-                         .replace(",", " ").split() if n[:1].isdigit() and "." in n)
-        assert all(n.rstrip(".:;)") in chinese for n in numbers), (english, chinese)
+        numbers = re.findall(r"[-+]?\d+\.\d+", english)
+        assert numbers and all(n in chinese for n in numbers), (english, chinese)
+
+
+def test_gaming_is_judged_by_the_contract_the_arm_trained_on(record, plan):
+    """An arm trained on 'exact' is not charged with what 'substring' pays: exact never
+    accepts a wrong answer, so its share is zero and no example is shown."""
+    renamed = dict(plan, arms=["strict", "exact"])
+    runs = []
+    for run in record["runs"]:
+        moved = dict(run)
+        moved["evaluations"] = {("exact" if k == "substring" else k): v
+                                for k, v in run["evaluations"].items()}
+        moved["training"] = {("exact" if k == "substring" else k): v
+                             for k, v in run["training"].items()}
+        moved["compute"] = {("exact" if k == "substring" else k): v
+                            for k, v in run["compute"].items()}
+        runs.append(moved)
+    other = dict(record, runs=runs)
+    found = findings(analyse(other, renamed), other, renamed, "test")
+    gaming = next(f for f in found if f.key == "gaming")
+    assert gaming.values["contract"] == "exact"
+    assert gaming.values["share"].mean == 0 and gaming.values["example"] is None
+    assert "9112" not in sentence(gaming, "en")
+
+
+def test_findings_on_the_train_split_say_so(record, plan, analysis):
+    found = findings(analysis, record, plan, "train")
+    assert all(f.key not in ("train_vs_held_out", "lenient_vs_held_out") for f in found)
+    text = " ".join(sentence(f, "en") for f in found)
+    assert "held-out" not in text and "training-pair (train)" in text
 
 
 # --- the answers ---------------------------------------------------------------------------------
@@ -218,6 +268,8 @@ def test_samples_jsonl_is_every_answer(record, capsys):
     (["--split", "nope"], "--split nope"),
     (["--limit", "-1"], "--limit -1"),
     (["--filter", "odd"], "odd"),
+    (["--format", "jsonl", "--limit", "3"], "--limit is for the text format"),
+    (["--split", "rollouts", "--decoding", "greedy"], "--decoding is for evaluation splits"),
 ])
 def test_samples_refusals_are_one_line(args, words, capsys):
     assert main(["samples", *args]) == 2
@@ -289,6 +341,18 @@ def test_page_opens_on_what_was_trained_and_what_it_found(tmp_path, capsys, lang
     assert "single_digit_addition" in text and "11,678" in text
     assert text.count("<li>") == 8
     assert "6+3=" in text  # an answer as the model wrote it
+
+
+def test_a_record_without_its_run_folder_is_not_marked_failed(tmp_path, capsys):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(bundled_run_dir() / "record.json.gz", bare / "record.json.gz")
+    page = tmp_path / "report.html"
+    assert main(["report", "--record", str(bare / "record.json.gz"), "--html", str(page),
+                 "--format", "json", "--lang", "en"]) == 0
+    text = page.read_text()
+    assert 'class="badge unknown"' in text and "not checked" in text
+    assert "NOT VERIFIED" not in text
 
 
 def test_a_failed_verification_is_on_the_page(tmp_path, capsys):

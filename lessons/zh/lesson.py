@@ -62,6 +62,7 @@ from postlab.plan.frozen import (
 from postlab.records.record import bundled_run_dir, check_plan_link, load_record, record_in
 from postlab.records.rescore import rescore
 from postlab.records.rows import Row, iter_rows
+from postlab.rl.algorithms import resolve
 from postlab.rl.groups import contrast_probability, group_advantages
 from postlab.rl.losses import token_coefficients
 from postlab.rl.objective import clipped_gain, outside_clip
@@ -295,6 +296,7 @@ for reduction in ("seq-mean-token-mean", "token-mean", "constant-normaliser"):
 
 # %%
 print("教学计划的归约方式：", plan["loss_reduction"])
+assert resolve("loss_reduction", plan["loss_reduction"]) == "token-mean"
 for run in record["runs"]:
     tokens = {"gamed": [], "right": []}
     for step in run["training"]["substring"]:
@@ -378,7 +380,7 @@ assert new_answers  # 有些和必须靠组合得出，训练时从未作为目�
 # *题目：两道题，各采样四次。训练前每道题各有一次答对；训练后第一题四次全对，
 # 第二题一次也没对。答对的次数和被覆盖的题数各怎样变化？*
 #
-# 答对次数翻倍，覆盖率（至少答对一次的题数）却减半：策略可以在已经会的题上
+# 答对次数翻倍，覆盖（至少答对一次的题数）却减半：策略可以在已经会的题上
 # 越来越准，同时丢掉原来偶尔能做对的题。
 
 # %%
@@ -418,7 +420,7 @@ assert narrowed
 #
 # 训练确实对词表精确求和，但只在旧策略采样出的回答所经过的位置上求；
 # 会经过哪些位置，本身就是随机的。沿一条采样回答累加，结果的平均等于完整回答
-# 上的 KL，可每条回答算出来都不一样。库函数枚举令牌预算之内的每一个前缀，
+# 上的 KL，可每条回答算出来都不一样。库函数枚举词元预算之内的每一个前缀，
 # 算出真正的序列 KL，再与沿采样回答逐前缀累加的值（以及累加的对数比 k1）比较；
 # 对象是第一个种子的每个 RL 分支。
 
@@ -458,8 +460,9 @@ assert fraction < 0.01
 # 只做 SFT，但多做与 RL 同样多的梯度步。多个种子，同一套留出评估。
 # 下面把这样一个计划（教学计划的新版本，RL 步数更少、两个种子）用
 # `python -m postlab run` 训练到临时目录，再打印库生成的消融表。表里列出每个阶段的
-# 计算量，“匹配”是核对出来的，而不是假定的；每个结果也带着跨种子的区间，
-# 只有两个种子能说明的东西有多有限，表里一看便知。
+# 计算量，“匹配”是核对出来的，而不是假定的；每个结果也带着跨种子的区间。
+# 两个种子能说明的东西很有限：区间要么很宽，要么在两个种子恰好变化相同时宽度为零——
+# 这并不代表确定。真正的比较要训练更多种子。
 
 # %%
 rl_steps = 40

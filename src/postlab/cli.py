@@ -264,11 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
     samples.add_argument("--split", default=None,
                          help="evaluation split (default: test), or 'rollouts' for the RL "
                               "arms' training rollouts")
-    samples.add_argument("--decoding", choices=("greedy", "sampled"), default="sampled",
+    samples.add_argument("--decoding", choices=("greedy", "sampled"),
                          help="evaluation decoding (default: sampled)")
     samples.add_argument("--seed", type=int, action="append", default=[],
                          help="only this seed (repeatable)")
-    samples.add_argument("--limit", type=int, default=10,
+    samples.add_argument("--limit", type=int, default=None,
                          help="distinct answers shown per stage and kind, the commonest first "
                               "(default: 10; 0: all)")
     samples.add_argument("--format", dest="format_", default="text",
@@ -670,7 +670,10 @@ def _report_page_parts(record, plan, analysis, lang: str, split: str, source: Pa
 
     notices = _figure_notices(lang)
     figures = draw_figures(analysis, lang, split, pair_grids(record, plan.data))
-    checks = verify_run(locate_run(source), record)
+    # A record in a run folder is verified as 'postlab verify' would; a record alone (no
+    # plan.json beside it) has no checkpoints or summary to check, so it is not marked failed.
+    beside = source.parent / "plan.json"
+    checks = verify_run(locate_run(source), record) if beside.is_file() else None
     verification, verified = verification_line(checks, lang)
     written = datetime.fromtimestamp(source.stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC")
     screen = FirstScreen(
@@ -745,7 +748,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     figures = draw_figures(analysis, lang, args.split, pair_grids(record, plan.data))
     contents = {f"{f.name}.{ext}": getattr(f, ext) for f in figures for ext in ("png", "svg")}
     if replace:
-        _replace_folder(out, contents)
+        _replace_folder(out, contents, FIGURE_NAMES)
     else:
         _publish_folder(out, contents)
     print(f"wrote {2 * len(figures)} figures to {out}")
@@ -766,44 +769,64 @@ def _check_only_figures(folder: Path, names: frozenset[str]) -> None:
                         "--overwrite replaces only figure folders")
 
 
-def _replace_folder(out: Path, files: dict[str, bytes]) -> None:
-    """Write the new folder aside, then swap it in; the old one is removed only after."""
-    import shutil
+def _replace_folder(out: Path, files: dict[str, bytes], names: frozenset[str]) -> None:
+    """Write the new folder aside, then swap it in. The old one is removed after, file by file
+    and only its figures: anything that appeared there meanwhile is kept, and said."""
     import tempfile
 
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-    old.rmdir()
-    staged = out.parent / f"{old.name[:-4]}.new"
+    try:
+        aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+    except OSError as exc:
+        raise UserError(f"{out}: cannot replace: {exc.strerror}") from None
+    aside.rmdir()  # only its unique name is wanted; the old folder is renamed to it
+    staged = out.parent / f"{aside.name.removesuffix('.old')}.new"
     _publish_folder(staged, files)
     try:
-        os.rename(out, old)
+        os.rename(out, aside)
     except OSError as exc:
-        shutil.rmtree(staged, ignore_errors=True)
+        _remove_figures(staged, frozenset(f.removesuffix(".png").removesuffix(".svg")
+                                          for f in files))
         raise UserError(f"{out}: cannot replace: {exc.strerror}") from None
     try:
         os.rename(staged, out)
     except OSError as exc:
-        os.rename(old, out)  # put the earlier figures back
-        shutil.rmtree(staged, ignore_errors=True)
+        os.rename(aside, out)  # put the earlier figures back
         raise UserError(f"{out}: cannot replace: {exc.strerror}") from None
-    shutil.rmtree(old, ignore_errors=True)
+    if not _remove_figures(aside, names):
+        print(f"{aside}: files other than figures appeared during the replacement; kept "
+              "there", file=sys.stderr)
+
+
+def _remove_figures(folder: Path, names: frozenset[str]) -> bool:
+    """Remove a folder's figure files, then the folder if nothing else is left in it."""
+    for entry in folder.iterdir():
+        if entry.is_file() and not entry.is_symlink() and entry.suffix in (".png", ".svg") \
+                and entry.stem in names:
+            entry.unlink()
+    try:
+        folder.rmdir()
+    except OSError:
+        return False
+    return True
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     """Tidy tables of a run or of every version of a sweep, published as one new folder."""
     from postlab.export.files import export_files
-    from postlab.export.loaded import load_run, load_sweep, require_arrow
+    from postlab.export.loaded import LoadedRun, load_run, load_sweep, require_arrow
     from postlab.sweeps.folder import is_sweep
 
     out = args.out_dir
     if out.exists() or out.is_symlink():
         raise UserError(f"{out}: already exists; postlab never overwrites an output")
+    if not out.parent.is_dir():
+        raise UserError(f"{out}: folder {out.parent} does not exist")
     require_arrow()
     if args.run is not None and is_sweep(args.run):
         runs, left_out = load_sweep(args.run)
         for name in left_out:
             print(f"{name}: no completed seed yet; left out", file=sys.stderr)
-        chosen: list = list(runs)
+        chosen: list[tuple[str | None, LoadedRun]] = list(runs)
     else:
         chosen = [(None, load_run(args.run))]
     files = export_files(chosen, args.format_)
@@ -816,13 +839,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_samples(args: argparse.Namespace) -> int:
     import json
 
-    from postlab.analysis.samples import KINDS, examples, iter_samples
+    from postlab.analysis.samples import iter_samples
     from postlab.records.record import check_plan_link, load_record, locate_run
-    from postlab.render.labels import stage_label
+    from postlab.render.answers import samples_text
     from postlab.tasks.arithmetic import plan_contracts
 
-    if args.limit < 0:
+    if args.limit is not None and args.limit < 0:
         raise UserError(f"--limit {args.limit}: must be 0 (all) or more")
+    if args.limit is not None and args.format_ == "jsonl":
+        raise UserError("--limit is for the text format; jsonl prints every matching answer")
+    if args.decoding is not None and args.split == "rollouts":
+        raise UserError("--decoding is for evaluation splits; training rollouts are sampled")
     files = locate_run(args.run)
     record = load_record(files.record)
     plan = _resolve_plan(None, files.record)
@@ -848,31 +875,17 @@ def _cmd_samples(args: argparse.Namespace) -> int:
         raise UserError(f"--filter gamed: this plan's task is judged by one contract "
                         f"({contracts[0]}), so no answer can be paid and wrong")
     chosen = iter_samples(record, plan.data, stages=args.stage or None, split=split,
-                          decoding=None if rollouts else args.decoding,
+                          decoding=None if rollouts else args.decoding or "sampled",
                           kinds=None if args.kind is None else [args.kind],
                           seeds=args.seed or None, rollouts=rollouts)
     if args.format_ == "jsonl":
         for sample in chosen:
             sys.stdout.write(json.dumps(dataclasses.asdict(sample)) + "\n")
         return 0
-    grouped: dict[tuple[str, str], list] = {}
-    for sample in chosen:
-        grouped.setdefault((sample.stage, sample.kind), []).append(sample)
-    where = "training rollouts" if rollouts else f"{split} split, {args.decoding}"
-    limit = None if args.limit == 0 else args.limit
-    if not grouped:
-        print(f"no answers match ({where})")
-    for stage in known:
-        for kind in KINDS:
-            found = grouped.get((stage, kind))
-            if not found:
-                continue
-            print(f"{stage_label(stage, 'en')} · {where} · {kind}: {len(found)} answers")
-            for example in examples(found, limit):
-                end = "" if example.terminated else "  (no end mark)"
-                accepted = ", ".join(example.accepted) or "none"
-                print(f"  {example.prompt}{example.text:<8} right: {example.expected:<4} "
-                      f"accepted by: {accepted:<18} x{example.count}{end}")
+    where = ("training rollouts" if rollouts
+             else f"{split} split, {args.decoding or 'sampled'}")
+    limit = 10 if args.limit is None else (None if args.limit == 0 else args.limit)
+    sys.stdout.write(samples_text(chosen, known, where, limit))
     return 0
 
 

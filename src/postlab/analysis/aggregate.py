@@ -290,9 +290,13 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                         for index in range(len(runs))]
             per_seed = tuple(tuple(_mean_pass_at_k(counts, samples, k) for k in ks)
                              for counts in accepted)
+            # pass@k of a question rests on about samples // k independent draws of k
+            # answers: questions x samples trials at k = 1 (where it is sampled success) down
+            # to one per question at k = samples (where it is coverage)
             questions = len(accepted[0])
-            per_k = [rate_interval([curve[i] for curve in per_seed], questions)
-                     for i in range(len(ks))]
+            per_k = [rate_interval([curve[i] for curve in per_seed],
+                                   questions * (samples // k))
+                     for i, k in enumerate(ks)]
             curves.append(PassAtK(stage=stage, split=split, k=ks, per_seed=per_seed,
                                   mean=tuple(i.mean for i in per_k),
                                   low=tuple(i.low for i in per_k),

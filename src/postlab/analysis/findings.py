@@ -9,12 +9,14 @@ below zero a fall, one holding zero no clear change, and a single seed no interv
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from postlab.analysis.aggregate import Analysis
-from postlab.analysis.intervals import Interval, interval
-from postlab.analysis.samples import GAMED, examples, iter_samples
+from postlab.analysis.intervals import Interval, interval, rate_interval
+from postlab.analysis.samples import GAMED, Sample, examples, iter_samples
+from postlab.tasks.arithmetic import plan_contracts
 
 UP, DOWN, UNCLEAR, SINGLE = "up", "down", "unclear", "single"
 
@@ -53,7 +55,6 @@ def findings(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any],
             "sampled": analysis.outcome("initial", split, "sampled", rate).value,
             "coverage": analysis.outcome("initial", split, "sampled", "coverage").value}))
     rewards = {r.arm: r for r in analysis.training_rewards}
-    gaps = {g.stage: g.gap for g in analysis.hacking_gaps if g.split == split}
     for stage in analysis.stages:
         if stage == "initial":
             continue
@@ -70,39 +71,73 @@ def findings(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any],
                                   values={"stage": stage, "split": split,
                                           "value": coverage.value,
                                           "change": coverage.change_from_sft}))
-        if stage in rewards:
+        if stage in rewards and split != "train":
             trained = rewards[stage]
-            # per seed: the late training reward minus the same seed's held-out success
+            # per seed: how often training rollouts were right (under the reference) minus the
+            # same seed's success on questions training never asked
             difference = interval([r - h for r, h in zip(
-                trained.reward.per_seed, sampled.value.per_seed, strict=True)])
-            result.append(Finding(key="train_vs_held_out", direction=direction(difference),
+                trained.reference.per_seed, sampled.value.per_seed, strict=True)])
+            key = "train_vs_held_out" if trained.contract == reference else "lenient_vs_held_out"
+            result.append(Finding(key=key, direction=direction(difference),
                                   values={"stage": stage, "split": split,
                                           "contract": trained.contract,
                                           "first": trained.steps[0], "last": trained.steps[1],
-                                          "reward": trained.reward, "held_out": sampled.value,
+                                          "reward": trained.reward, "right": trained.reference,
+                                          "held_out": sampled.value,
                                           "difference": difference}))
-            if trained.contract != reference and stage in gaps:
-                result.append(_gaming(analysis, record, plan, stage, split, trained.contract,
-                                      gaps[stage]))
+        if stage in rewards and rewards[stage].contract != reference:
+            result.append(_gaming(analysis, record, plan, stage, split,
+                                  rewards[stage].contract))
     for verdict in analysis.verdicts:
+        low, high = sorted((verdict.bound, verdict.opposite))
         result.append(Finding(key="hypothesis", direction=verdict.outcome, values={
             "id": verdict.id, "statement": verdict.statement, "mean": verdict.mean,
-            "level": verdict.level}))
+            "low": low, "high": high, "level": verdict.level}))
     return result
 
 
+def paid_and_wrong(record: dict[str, Any], plan: dict[str, Any], stage: str, split: str,
+                   contract: str) -> tuple[dict[int, float], int]:
+    """Per seed, the share of a stage's sampled answers on ``split`` that ``contract`` accepts
+    and the reference refuses; and how many answers each seed gave."""
+    reference = plan_contracts(plan)[0]
+    paid: dict[int, int] = {}
+    total: dict[int, int] = {}
+    for sample in iter_samples(record, plan, stages=[stage], split=split, decoding="sampled"):
+        total[sample.seed] = total.get(sample.seed, 0) + 1
+        hit = contract in sample.accepted and reference not in sample.accepted
+        paid[sample.seed] = paid.get(sample.seed, 0) + hit
+    trials = next(iter(total.values()))
+    return {seed: paid[seed] / total[seed] for seed in total}, trials
+
+
 def _gaming(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any], stage: str,
-            split: str, contract: str, gap: Interval) -> Finding:
-    """The hacking gap of an arm trained on a lenient contract, with its most frequent gamed
-    answer (held-out if any, else from its own rollouts) and each seed's onset."""
-    found = examples(iter_samples(record, plan, stages=[stage], split=split,
-                                  decoding="sampled", kinds=[GAMED]), limit=1)
+            split: str, contract: str) -> Finding:
+    """What an arm trained on a lenient contract learned to game: the share of its sampled
+    answers that contract pays although they are wrong, its change from the SFT model (which
+    decides the verb), the commonest such answer (on ``split`` if any, else from its own
+    rollouts) and each seed's onset."""
+    shares, trials = paid_and_wrong(record, plan, stage, split, contract)
+    seeds = list(analysis.seeds)
+    share = rate_interval([shares[s] for s in seeds], trials)
+    change = None
+    if "initial" in analysis.stages:
+        before, _ = paid_and_wrong(record, plan, "initial", split, contract)
+        change = interval([shares[s] - before[s] for s in seeds])
+
+    def gamed_here(samples: Iterator[Sample]) -> Iterator[Sample]:
+        return (s for s in samples if contract in s.accepted)
+
+    found = examples(gamed_here(iter_samples(record, plan, stages=[stage], split=split,
+                                             decoding="sampled", kinds=[GAMED])), limit=1)
     where = "held_out"
     if not found:
-        found = examples(iter_samples(record, plan, stages=[stage], kinds=[GAMED],
-                                      rollouts=True), limit=1)
+        found = examples(gamed_here(iter_samples(record, plan, stages=[stage], kinds=[GAMED],
+                                                 rollouts=True)), limit=1)
         where = "rollouts"
     onsets = tuple((o.seed, o.onset) for o in analysis.hacking_onsets if o.arm == stage)
-    return Finding(key="gaming", direction=direction(gap), values={
-        "stage": stage, "split": split, "contract": contract, "gap": gap,
-        "example": found[0] if found else None, "example_from": where, "onsets": onsets})
+    return Finding(key="gaming", direction=None if change is None else direction(change),
+                   values={"stage": stage, "split": split, "contract": contract,
+                           "share": share, "change": change,
+                           "example": found[0] if found else None, "example_from": where,
+                           "onsets": onsets})

@@ -166,15 +166,17 @@ class KindExamples:
 
 def stage_examples(record: dict[str, Any], plan: dict[str, Any], split: str,
                    decoding: str = "sampled", per_kind: int = 4) -> list[KindExamples]:
-    """Per stage and kind (correct, gamed, wrong): counts and the commonest answers."""
+    """Per stage and kind (correct, gamed, wrong): counts and the commonest answers. A task
+    judged by one contract has no gamed kind: nothing can be paid and wrong."""
+    kinds_here = KINDS if len(plan_contracts(plan)) > 1 else (CORRECT, WRONG)
     by_stage: dict[str, dict[str, list[Sample]]] = {}
     for sample in iter_samples(record, plan, split=split, decoding=decoding):
-        by_stage.setdefault(sample.stage, {kind: [] for kind in KINDS})[sample.kind].append(
-            sample)
+        by_stage.setdefault(sample.stage, {kind: [] for kind in kinds_here})[
+            sample.kind].append(sample)
     result = []
     for stage, kinds in by_stage.items():
         total = sum(len(found) for found in kinds.values())
-        for kind in KINDS:
+        for kind in kinds_here:
             result.append(KindExamples(stage=stage, kind=kind, count=len(kinds[kind]),
                                        total=total,
                                        examples=tuple(examples(kinds[kind], per_kind))))

@@ -79,9 +79,15 @@ class LoadedRun:
 
     def _frame(self, name: str) -> pd.DataFrame:
         require_arrow(frames=True)
+        import pandas as pd
+        import pyarrow as pa
+
         from postlab.export.tables import to_arrow
 
-        return to_arrow(self._built[name]).to_pandas()
+        # Integer columns stay integers where a value may be missing (steps.groups_*):
+        # pandas' nullable Int64 rather than float64 with NaN.
+        return to_arrow(self._built[name]).to_pandas(
+            types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
     def eval_samples(self) -> pd.DataFrame:
         return self._frame("eval_samples")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from postlab.analysis.aggregate import Analysis, Band
 from postlab.analysis.samples import PairGrid
 from postlab.render.labels import FIGURE_WORDS, LABELS, metric_label, stage_label
+from postlab.tasks.contracts import describe
 
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC",
              "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "SimHei", "Microsoft YaHei",
@@ -184,8 +185,6 @@ def _generalisation(analysis: Analysis, lang: str, split: str) -> Figure | None:
     ax.set_ylabel(fw["share_outputs"])
     ax.set_title(fw["fig_generalisation"])
     _legend_below(fig, ax)
-    from postlab.tasks.contracts import describe
-
     return save_figure(fig, "generalisation", fw["fig_generalisation"],
                        fw["fig_generalisation_caption"].format(
                            contract=describe(analysis.contracts[0], lang).name))
@@ -226,8 +225,6 @@ def heatmap_figure(grids: Sequence[PairGrid], stages: Sequence[str], splits: Seq
     fig.tight_layout(rect=(0, 0, 0.9, 1))
     bar = fig.add_axes((0.92, 0.15, 0.02, 0.7))
     fig.colorbar(image, cax=bar).set_label(fw["share_answers"], fontsize=7)
-    from postlab.tasks.contracts import describe
-
     return save_figure(fig, "pair_success", fw["fig_heatmap"], fw["fig_heatmap_caption"].format(
         contract=describe(grids[0].contract, lang).name))
 

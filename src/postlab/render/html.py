@@ -112,7 +112,9 @@ def _answers_html(answers: Sequence[KindExamples], lang: str, split: str) -> str
     for stage in stages:
         rows = []
         for kind in PAGE_KINDS:
-            found = next(a for a in answers if (a.stage, a.kind) == (stage, kind))
+            found = next((a for a in answers if (a.stage, a.kind) == (stage, kind)), None)
+            if found is None:
+                continue
             rows.append(f'<tr><th colspan="5" class="kind-{kind}">'
                         f"{esc(words['kind_' + kind])}: {found.count} / {found.total}</th></tr>")
             rows += [_answer(example, lang) for example in found.examples]

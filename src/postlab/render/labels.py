@@ -150,51 +150,79 @@ def pass_at_k_title(contracts: tuple[str, ...], lang: str, split: str) -> str:
 
 
 #: Sentence templates of the findings (:mod:`postlab.analysis.findings`), per language, keyed
-#: by ``key`` or ``key:direction``. Every number comes from the finding, with its interval.
+#: by ``key`` or ``key:direction``. Every number comes from the finding, with its interval;
+#: ``{where}`` names the split (``where_held_out`` or ``where_train``).
 FINDING_TEMPLATES: dict[str, dict[str, str]] = {
     "en": {
-        "sft_result": "After SFT, answers to held-out ({split}) questions are right {greedy} "
-                      "of the time greedily and {sampled} when sampled; {coverage} of the "
-                      "questions get at least one right answer in {samples} samples "
-                      "({seeds} seeds).",
-        "arm_change:up": "{stage} raised held-out sampled success by {change} from SFT, to "
-                         "{value}.",
-        "arm_change:down": "{stage} lowered held-out sampled success by {change} from SFT, to "
-                           "{value}.",
-        "arm_change:unclear": "{stage} did not clearly change held-out sampled success: "
-                              "{change} from SFT (the interval holds zero), now {value}.",
-        "arm_change:single": "{stage} changed held-out sampled success by {change} from SFT, "
-                             "to {value} (one seed: no interval, no conclusion).",
-        "coverage_change:up": "{stage} widened coverage by {change}, to {value}.",
-        "coverage_change:down": "{stage} narrowed coverage by {change}, to {value}: fewer "
-                                "held-out questions get any right answer among the samples.",
-        "coverage_change:unclear": "{stage} did not clearly change coverage ({change}; now "
-                                   "{value}).",
-        "coverage_change:single": "{stage} changed coverage by {change}, to {value} (one "
-                                  "seed: no interval).",
+        "where_held_out": "held-out ({split})", "where_train": "training-pair (train)",
+        "seeds_one": "1 seed", "seeds_many": "{n} seeds",
+        "sft_result": "After SFT, answers to {where} questions are right {greedy} of the time "
+                      "greedily and {sampled} when sampled; {coverage} of the questions get "
+                      "at least one right answer in {samples} samples ({seeds}).",
+        "arm_change:up": "{stage} raised {where} sampled success by {change} relative to the "
+                         "SFT model, to {value}.",
+        "arm_change:down": "{stage} lowered {where} sampled success by {change} relative to "
+                           "the SFT model, to {value}.",
+        "arm_change:unclear": "{stage} did not clearly change {where} sampled success: "
+                              "{change} relative to the SFT model (the interval holds zero), "
+                              "now {value}.",
+        "arm_change:single": "{stage} changed {where} sampled success by {change} relative to "
+                             "the SFT model, to {value} (one seed: no interval, no "
+                             "conclusion).",
+        "coverage_change:up": "{stage} widened {where} coverage by {change}, to {value}.",
+        "coverage_change:down": "{stage} narrowed {where} coverage by {change}, to {value}: "
+                                "fewer questions get any right answer among the samples.",
+        "coverage_change:unclear": "{stage} did not clearly change {where} coverage "
+                                   "({change}; now {value}).",
+        "coverage_change:single": "{stage} changed {where} coverage by {change}, to {value} "
+                                  "(one seed: no interval).",
         "train_vs_held_out:up": "{stage} earned a training reward of {reward} ({contract} "
-                                "contract, steps {first}–{last}), yet held-out success is "
-                                "{held_out}: {difference} of the reward does not carry over to "
-                                "questions training never asked.",
-        "train_vs_held_out:down": "{stage}: held-out success {held_out} is above its training "
+                                "contract, steps {first}–{last}), yet {where} success is "
+                                "{held_out}: {difference} of its success on training "
+                                "questions does not carry over to questions training never "
+                                "asked.",
+        "train_vs_held_out:down": "{stage}: {where} success {held_out} is above its training "
                                   "reward {reward} ({contract} contract, steps "
                                   "{first}–{last}) by {difference}.",
-        "train_vs_held_out:unclear": "{stage}: held-out success {held_out} is not clearly "
+        "train_vs_held_out:unclear": "{stage}: {where} success {held_out} is not clearly "
                                      "apart from its training reward {reward} ({contract} "
                                      "contract, steps {first}–{last}); difference "
                                      "{difference}.",
         "train_vs_held_out:single": "{stage} earned a training reward of {reward} ({contract} "
-                                    "contract, steps {first}–{last}); held-out success is "
+                                    "contract, steps {first}–{last}); {where} success is "
                                     "{held_out} (one seed: no interval).",
-        "gaming:up": "{stage} learned to game its reward: {gap} of held-out samples are "
-                     "accepted by the {contract} contract yet wrong{example}. {onsets}",
-        "gaming:down": "{stage}: fewer held-out samples are accepted by the {contract} "
-                       "contract than are right ({gap}). {onsets}",
-        "gaming:unclear": "{stage}: the share of held-out samples accepted by the {contract} "
-                          "contract yet wrong is {gap}, not clearly above zero{example}. "
-                          "{onsets}",
-        "gaming:single": "{stage}: {gap} of held-out samples are accepted by the {contract} "
-                         "contract yet wrong (one seed: no interval){example}. {onsets}",
+        "lenient_vs_held_out:up": "{stage} was paid a training reward of {reward} by the "
+                                  "{contract} contract (steps {first}–{last}), though only "
+                                  "{right} of those answers were right; {where} success is "
+                                  "{held_out}: {difference} of its success on training "
+                                  "questions does not carry over to questions training never "
+                                  "asked.",
+        "lenient_vs_held_out:down": "{stage} was paid a training reward of {reward} by the "
+                                    "{contract} contract (steps {first}–{last}), {right} of "
+                                    "those answers right; {where} success {held_out} is "
+                                    "above that by {difference}.",
+        "lenient_vs_held_out:unclear": "{stage} was paid a training reward of {reward} by the "
+                                       "{contract} contract (steps {first}–{last}), {right} "
+                                       "of those answers right; {where} success {held_out} "
+                                       "is not clearly apart from that ({difference}).",
+        "lenient_vs_held_out:single": "{stage} was paid a training reward of {reward} by the "
+                                      "{contract} contract (steps {first}–{last}), {right} "
+                                      "of those answers right; {where} success is "
+                                      "{held_out} (one seed: no interval).",
+        "gaming:up": "{stage} learned to game its reward: {share} of its {where} samples are "
+                     "paid by the {contract} contract yet wrong, {change} more than the SFT "
+                     "model's{example}. {onsets}",
+        "gaming:down": "{stage}: {share} of its {where} samples are paid by the {contract} "
+                       "contract yet wrong, {change} fewer than the SFT model's{example}. "
+                       "{onsets}",
+        "gaming:unclear": "{stage}: {share} of its {where} samples are paid by the {contract} "
+                          "contract yet wrong, not clearly more than the SFT model's "
+                          "({change}){example}. {onsets}",
+        "gaming:single": "{stage}: {share} of its {where} samples are paid by the {contract} "
+                         "contract yet wrong ({change} relative to the SFT model; one seed: "
+                         "no interval){example}. {onsets}",
+        "gaming": "{stage}: {share} of its {where} samples are paid by the {contract} contract "
+                  "yet wrong{example}. {onsets}",
         "example": ", for instance {prompt}{text} where {expected} is right ({count} times)",
         "example_rollouts": "; in training rollouts, for instance {prompt}{text} where "
                             "{expected} is right",
@@ -203,45 +231,73 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
         "onsets_none": "The per-step gap's change-point rule flagged no onset.",
         "onset_step": "seed {seed}: step {step}", "onset_none": "seed {seed}: none",
         "list_separator": ", ",
-        "hypothesis:confirmed": "Hypothesis {id} is confirmed: {statement}",
-        "hypothesis:refuted": "Hypothesis {id} is refuted: {statement}",
-        "hypothesis:inconclusive": "Hypothesis {id} is inconclusive: {statement}",
+        "hypothesis:confirmed": "Hypothesis {id} is confirmed: {statement} (mean difference "
+                                "{mean:+.3f}, one-sided bounds [{low:+.3f}, {high:+.3f}] at "
+                                "level {level:.4f}).",
+        "hypothesis:refuted": "Hypothesis {id} is refuted: {statement} (mean difference "
+                              "{mean:+.3f}, one-sided bounds [{low:+.3f}, {high:+.3f}] at "
+                              "level {level:.4f}).",
+        "hypothesis:inconclusive": "Hypothesis {id} is inconclusive: {statement} (mean "
+                                   "difference {mean:+.3f}, one-sided bounds [{low:+.3f}, "
+                                   "{high:+.3f}] at level {level:.4f}).",
     },
     "zh": {
-        "sft_result": "SFT 之后，留出（{split}）问题的回答在贪心解码下正确率为 {greedy}，"
-                      "采样下为 {sampled}；在 {samples} 次采样中至少答对一次的问题占 "
-                      "{coverage}（{seeds} 个种子）。",
-        "arm_change:up": "{stage}使留出采样正确率相对 SFT 提高了 {change}，达到 {value}。",
-        "arm_change:down": "{stage}使留出采样正确率相对 SFT 降低了 {change}，降至 {value}。",
-        "arm_change:unclear": "{stage}没有明显改变留出采样正确率：相对 SFT 变化 {change}"
-                              "（区间包含零），现为 {value}。",
-        "arm_change:single": "{stage}使留出采样正确率相对 SFT 变化 {change}，为 {value}"
-                             "（只有一个种子：没有区间，不下结论）。",
-        "coverage_change:up": "{stage}使覆盖率扩大了 {change}，达到 {value}。",
-        "coverage_change:down": "{stage}使覆盖率缩小了 {change}，降至 {value}：采样中能答对"
-                                "的留出问题变少了。",
-        "coverage_change:unclear": "{stage}没有明显改变覆盖率（{change}；现为 {value}）。",
-        "coverage_change:single": "{stage}使覆盖率变化 {change}，为 {value}（只有一个种子："
-                                  "没有区间）。",
+        "where_held_out": "留出（{split}）", "where_train": "训练组合（train）",
+        "seeds_one": "1 个种子", "seeds_many": "{n} 个种子",
+        "sft_result": "SFT 之后，{where}问题的回答在贪心解码下正确率为 {greedy}，采样下为 "
+                      "{sampled}；在 {samples} 次采样中至少答对一次的问题占 {coverage}"
+                      "（{seeds}）。",
+        "arm_change:up": "{stage}使{where}采样正确率比 SFT 模型提高了 {change}，达到 {value}。",
+        "arm_change:down": "{stage}使{where}采样正确率比 SFT 模型降低了 {change}，降至 "
+                           "{value}。",
+        "arm_change:unclear": "{stage}没有明显改变{where}采样正确率：相对 SFT 模型变化 "
+                              "{change}（区间包含零），现为 {value}。",
+        "arm_change:single": "{stage}使{where}采样正确率相对 SFT 模型变化 {change}，为 "
+                             "{value}（只有一个种子：没有区间，不下结论）。",
+        "coverage_change:up": "{stage}使{where}覆盖率扩大了 {change}，达到 {value}。",
+        "coverage_change:down": "{stage}使{where}覆盖率缩小了 {change}，降至 {value}：采样中"
+                                "能答对的问题变少了。",
+        "coverage_change:unclear": "{stage}没有明显改变{where}覆盖率（{change}；现为 "
+                                   "{value}）。",
+        "coverage_change:single": "{stage}使{where}覆盖率变化 {change}，为 {value}（只有一个"
+                                  "种子：没有区间）。",
         "train_vs_held_out:up": "{stage}的训练奖励为 {reward}（{contract}契约，第 "
-                                "{first}–{last} 步），而留出正确率只有 {held_out}：奖励中有 "
-                                "{difference} 没有延续到训练从未问过的问题上。",
-        "train_vs_held_out:down": "{stage}：留出正确率 {held_out} 高于训练奖励 {reward}"
+                                "{first}–{last} 步），而{where}正确率只有 {held_out}：它在"
+                                "训练问题上的正确率中有 {difference} 没有延续到训练从未问过"
+                                "的问题上。",
+        "train_vs_held_out:down": "{stage}：{where}正确率 {held_out} 高于训练奖励 {reward}"
                                   "（{contract}契约，第 {first}–{last} 步），高出 "
                                   "{difference}。",
-        "train_vs_held_out:unclear": "{stage}：留出正确率 {held_out} 与训练奖励 {reward}"
+        "train_vs_held_out:unclear": "{stage}：{where}正确率 {held_out} 与训练奖励 {reward}"
                                      "（{contract}契约，第 {first}–{last} 步）没有明显差别；"
                                      "差为 {difference}。",
         "train_vs_held_out:single": "{stage}的训练奖励为 {reward}（{contract}契约，第 "
-                                    "{first}–{last} 步）；留出正确率为 {held_out}（只有一个"
-                                    "种子：没有区间）。",
-        "gaming:up": "{stage}学会了钻奖励的空子：留出采样中有 {gap} 被{contract}契约接受却是"
-                     "错的{example}。{onsets}",
-        "gaming:down": "{stage}：被{contract}契约接受的留出采样少于答对的（{gap}）。{onsets}",
-        "gaming:unclear": "{stage}：被{contract}契约接受却错误的留出采样比例为 {gap}，没有明显"
-                          "高于零{example}。{onsets}",
-        "gaming:single": "{stage}：留出采样中有 {gap} 被{contract}契约接受却是错的（只有一个"
-                         "种子：没有区间）{example}。{onsets}",
+                                    "{first}–{last} 步）；{where}正确率为 {held_out}（只有"
+                                    "一个种子：没有区间）。",
+        "lenient_vs_held_out:up": "{stage}从{contract}契约得到的训练奖励为 {reward}（第 "
+                                  "{first}–{last} 步），其中真正答对的只有 {right}；{where}"
+                                  "正确率为 {held_out}：它在训练问题上的正确率中有 "
+                                  "{difference} 没有延续到训练从未问过的问题上。",
+        "lenient_vs_held_out:down": "{stage}从{contract}契约得到的训练奖励为 {reward}（第 "
+                                    "{first}–{last} 步），其中答对 {right}；{where}正确率 "
+                                    "{held_out} 比它高出 {difference}。",
+        "lenient_vs_held_out:unclear": "{stage}从{contract}契约得到的训练奖励为 {reward}"
+                                       "（第 {first}–{last} 步），其中答对 {right}；{where}"
+                                       "正确率 {held_out} 与之没有明显差别（{difference}）。",
+        "lenient_vs_held_out:single": "{stage}从{contract}契约得到的训练奖励为 {reward}"
+                                      "（第 {first}–{last} 步），其中答对 {right}；{where}"
+                                      "正确率为 {held_out}（只有一个种子：没有区间）。",
+        "gaming:up": "{stage}学会了钻奖励的空子：它的{where}采样中有 {share} 被{contract}契约"
+                     "奖励却是错的，比 SFT 模型多 {change}{example}。{onsets}",
+        "gaming:down": "{stage}：它的{where}采样中有 {share} 被{contract}契约奖励却是错的，比 "
+                       "SFT 模型少 {change}{example}。{onsets}",
+        "gaming:unclear": "{stage}：它的{where}采样中有 {share} 被{contract}契约奖励却是错的，"
+                          "没有明显多于 SFT 模型（{change}）{example}。{onsets}",
+        "gaming:single": "{stage}：它的{where}采样中有 {share} 被{contract}契约奖励却是错的"
+                         "（相对 SFT 模型 {change}；只有一个种子：没有区间）{example}。"
+                         "{onsets}",
+        "gaming": "{stage}：它的{where}采样中有 {share} 被{contract}契约奖励却是错的"
+                  "{example}。{onsets}",
         "example": "，例如 {prompt}{text}，正确答案是 {expected}（出现 {count} 次）",
         "example_rollouts": "；训练采样中例如 {prompt}{text}，正确答案是 {expected}",
         "onsets_found": "逐步差距的变点规则在 {seeds} 个种子中的 {found} 个发现了起点"
@@ -249,9 +305,12 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
         "onsets_none": "逐步差距的变点规则没有发现起点。",
         "onset_step": "种子 {seed}：第 {step} 步", "onset_none": "种子 {seed}：无",
         "list_separator": "；",
-        "hypothesis:confirmed": "假设 {id} 得到证实：{statement}",
-        "hypothesis:refuted": "假设 {id} 被否定：{statement}",
-        "hypothesis:inconclusive": "假设 {id} 无定论：{statement}",
+        "hypothesis:confirmed": "假设 {id} 得到证实：{statement}（平均差 {mean:+.3f}，单侧界 "
+                                "[{low:+.3f}, {high:+.3f}]，水平 {level:.4f}）。",
+        "hypothesis:refuted": "假设 {id} 被否定：{statement}（平均差 {mean:+.3f}，单侧界 "
+                              "[{low:+.3f}, {high:+.3f}]，水平 {level:.4f}）。",
+        "hypothesis:inconclusive": "假设 {id} 无定论：{statement}（平均差 {mean:+.3f}，单侧界 "
+                                   "[{low:+.3f}, {high:+.3f}]，水平 {level:.4f}）。",
     },
 }
 
@@ -263,7 +322,7 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
         "share_answers": "share of answers (0–1)",
         "share_outputs": "share (0–1)",
         "share_questions": "share of questions (0–1)",
-        "gap_axis": "accepted yet wrong (share of samples)",
+        "gap_axis": "difference of shares: lenient minus reference",
         "fig_outcomes_caption": "Bars: mean over seeds; whiskers: 95% interval ({method}); "
                                 "dots: each seed.",
         "fig_generalisation": "Training reward against success on train and held-out pairs",
@@ -279,9 +338,9 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
                                "{contract} contract, pooled over seeds; grey: pair not in "
                                "that split.",
         "operand_a": "first operand a", "operand_b": "second operand b",
-        "fig_gap_caption": "Share of sampled answers the lenient contract accepts and the "
-                           "reference refuses; whiskers: 95% interval (Student t over seeds' "
-                           "differences); dots: each seed.",
+        "fig_gap_caption": "Sampled acceptance under the lenient contract minus success "
+                           "under the reference, a difference; whiskers: 95% interval "
+                           "(Student t over seeds' differences); dots: each seed.",
         "fig_pass_caption": "Lines: mean over seeds; band: 95% interval; faint lines: each "
                             "seed.",
         "fig_dynamics_caption": "Bold: moving average over {window} steps of the mean over "
@@ -303,7 +362,7 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
         "share_answers": "回答比例（0–1）",
         "share_outputs": "比例（0–1）",
         "share_questions": "问题比例（0–1）",
-        "gap_axis": "被接受却错误（采样比例）",
+        "gap_axis": "比例之差：宽松契约减参考契约",
         "fig_outcomes_caption": "柱：种子均值；误差线：95% 区间（{method}）；点：各种子。",
         "fig_generalisation": "训练奖励与训练/留出组合上的正确率",
         "fig_generalisation_caption": "训练奖励：RL 最后十分之一步的采样中被本组契约奖励的比例；"
@@ -316,8 +375,8 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
         "fig_heatmap_caption": "每格：该组合的采样回答按{contract}契约判定正确的比例"
                                "（合并各种子）；灰色：该组合不在此划分中。",
         "operand_a": "第一个操作数 a", "operand_b": "第二个操作数 b",
-        "fig_gap_caption": "宽松契约接受而参考契约拒绝的采样比例；误差线：95% 区间（各种子差值的 "
-                           "Student t）；点：各种子。",
+        "fig_gap_caption": "宽松契约下的采样接受率减参考契约下的正确率（一个差值）；误差线：95% "
+                           "区间（各种子差值的 Student t）；点：各种子。",
         "fig_pass_caption": "线：种子均值；带：95% 区间；细线：各种子。",
         "fig_dynamics_caption": "粗线：种子均值的 {window} 步滑动平均；细线：逐步原始均值；"
                                 "带：最低到最高种子。",

@@ -30,7 +30,7 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
         "pipeline_sft-only": "SFT only ({steps} more steps)",
         "evaluation_value": "greedy and {samples} samples per question; judged by {contracts}",
         "plan_value": "version {version}, frozen {date}, sha256 {sha}",
-        "when_value": "plan frozen {date}; record written {written}",
+        "when_value": "plan frozen {date}; record file last modified {written}",
         "machine_value": "{device}, {cpu} ({path} code path), torch {torch}, Python {python}; "
                          "{threads} thread(s) × {workers} worker(s); {wall:.1f} s training "
                          "wall time",
@@ -38,7 +38,9 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
                     "{skipped} skipped): hashes, checkpoint re-evaluation, summary, counts, "
                     "provenance",
         "not_verified": "NOT VERIFIED: {failed} of {total} checks failed ({names})",
-        "not_checked": "not checked: a bare record has no run folder to verify",
+        "not_checked": "not checked: a record without its run folder (plan.json and "
+                       "checkpoints beside it) cannot be verified; 'postlab verify RUN' checks "
+                       "a run folder",
         "dynamic_sampling": "dynamic sampling (at most {extra} extra groups)",
     },
     "zh": {
@@ -58,13 +60,14 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
         "pipeline_sft-only": "只做 SFT（再训练 {steps} 步）",
         "evaluation_value": "每个问题贪心一次、采样 {samples} 次；按 {contracts} 判定",
         "plan_value": "第 {version} 版，{date} 冻结，sha256 {sha}",
-        "when_value": "计划 {date} 冻结；记录写于 {written}",
+        "when_value": "计划 {date} 冻结；记录文件最后修改于 {written}",
         "machine_value": "{device}，{cpu}（{path} 代码路径），torch {torch}，Python "
                          "{python}；{threads} 线程 × {workers} 进程；训练用时 {wall:.1f} 秒",
         "verified": "已核验：没有检查失败（通过 {passed}，警告 {warned}，跳过 {skipped}）："
                     "哈希、检查点重评估、摘要、计数、来源",
         "not_verified": "未通过核验：{total} 项检查中 {failed} 项失败（{names}）",
-        "not_checked": "未核验：单独的记录文件没有可核验的运行文件夹",
+        "not_checked": "未核验：没有运行文件夹（旁边没有 plan.json 和检查点）的记录无法核验；"
+                       "“postlab verify RUN” 核验运行文件夹",
         "dynamic_sampling": "动态采样（最多额外 {extra} 组）",
     },
 }

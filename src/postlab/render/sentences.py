@@ -24,7 +24,7 @@ def change_text(value: Interval, digits: int = 3) -> str:
 
 
 #: Values that are differences: signed unless a rising or falling template states the sign.
-SIGNED = frozenset({"change", "difference", "gap"})
+SIGNED = frozenset({"change", "difference"})
 
 
 def _negated(value: Interval) -> Interval:
@@ -71,6 +71,12 @@ def sentence(finding: Finding, lang: str) -> str:
             fields[name] = change_text(value)
     if "stage" in values:
         fields["stage"] = stage_label(values["stage"], lang)
+    if "split" in values:
+        held = "where_train" if values["split"] == "train" else "where_held_out"
+        fields["where"] = words[held].format(split=values["split"])
+    if "seeds" in values:
+        count = values["seeds"]
+        fields["seeds"] = words["seeds_one" if count == 1 else "seeds_many"].format(n=count)
     if "contract" in values:
         fields["contract"] = describe(values["contract"], lang).name
     if finding.key == "gaming":

@@ -170,7 +170,7 @@ def to_terminal(analysis: Analysis, lang: str, split: str = "test",
     if findings:
         console.print(f"[bold]{words['findings']}[/bold]")
         for line in findings:
-            console.print(f"• {line}", highlight=False)
+            console.print(f"• {line}", highlight=False, markup=False)
     for table in build_tables(analysis, lang, split):
         view = RichTable(title=table.title, title_justify="left")
         for column in table.columns:

@@ -15,6 +15,7 @@ import concurrent.futures as cf
 import copy
 import hashlib
 import platform
+import shutil
 import time
 from collections import deque
 from collections.abc import Callable
@@ -283,7 +284,12 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
         raise UserError(f"{plan_path}: the run folder's plan (sha256 {stored.sha256}) is not "
                         f"the plan given (sha256 {plan.sha256})")
     for leftover in out_dir.glob(".*.partial"):
-        leftover.unlink()  # an interrupted atomic write; the published file was never made
+        # an interrupted atomic write (a file) or folder publication (a folder, e.g. a
+        # killed 'postlab plot RUN'); what it was writing was never published
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink()
     record_path = out_dir / RECORD_FILE
     if not record_path.exists():
         return stored, None

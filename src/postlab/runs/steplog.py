@@ -22,7 +22,9 @@ last three averaged over the step's updates, as the report does), ``mean_tokens`
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
+import importlib
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -109,13 +111,23 @@ class StepLogs:
             raise
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
-        for logger in self._loggers:
-            logger.scalars(step, values)
+        for logger in list(self._loggers):
+            try:
+                logger.scalars(step, values)
+            except Exception as exc:
+                # A log is a view of training, not part of it: a full disk or a broken
+                # writer stops that logger, never the training.
+                self._loggers.remove(logger)
+                _closed_quietly(logger)
+                _say(f"logging stopped ({type(logger).__name__}): {exc}")
 
     def close(self) -> None:
         loggers, self._loggers = self._loggers, []
         for logger in loggers:
-            logger.close()
+            try:
+                logger.close()
+            except Exception as exc:  # every logger is closed; none hides the task's result
+                _say(f"a log could not be closed ({type(logger).__name__}): {exc}")
 
     def __enter__(self) -> StepLogs:
         return self
@@ -123,6 +135,15 @@ class StepLogs:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _say(message: str) -> None:
+    print(f"postlab: {message}", file=sys.stderr, flush=True)
+
+
+def _closed_quietly(logger: StepLogger) -> None:
+    with contextlib.suppress(Exception):
+        logger.close()
 
 
 #: Event files TensorBoard's writers name ``events.out.tfevents.<time>.<host>...``.
@@ -136,10 +157,13 @@ class TensorBoardLogger:
 
     @staticmethod
     def require() -> None:
-        # Looked up, not imported: the command line checks before torch may load.
-        if importlib.util.find_spec("tensorboard") is None:
+        # Its event writer is imported (it loads no torch, and the command line checks before
+        # torch may load), so a broken install is found before any task starts.
+        try:
+            importlib.import_module("tensorboard.summary.writer.event_file_writer")
+        except Exception:
             raise UserError("--log tensorboard needs the tensorboard extra: "
-                            "pip install 'postlab[tensorboard]'")
+                            "pip install 'postlab[tensorboard]'") from None
 
     def __init__(self, folder: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter

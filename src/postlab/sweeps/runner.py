@@ -191,7 +191,10 @@ def run_sweep(spec_path: Path | None, options: SweepOptions, today: str,
             run_tasks(executor, pending, progress.watch, keep_going=True)
     for run in pending:  # partial writes of tasks whose worker died and was run again
         for leftover in run.options.out_dir.glob(".*.partial"):
-            leftover.unlink()
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink()
     return {run.options.out_dir.name: None if run.failed else finish_run(run) for run in runs}
 
 

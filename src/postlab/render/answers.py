@@ -1,0 +1,33 @@
+"""``postlab samples`` as text: a run's answers grouped by stage and kind, the commonest
+first, each with its right answer and the contracts that accept it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from postlab.analysis.samples import KINDS, Sample, examples
+from postlab.render.labels import stage_label
+
+
+def samples_text(samples: Iterable[Sample], stages: Sequence[str], where: str,
+                 limit: int | None) -> str:
+    """Per stage and kind: how many answers, then up to ``limit`` distinct ones."""
+    grouped: dict[tuple[str, str], list[Sample]] = {}
+    for sample in samples:
+        grouped.setdefault((sample.stage, sample.kind), []).append(sample)
+    if not grouped:
+        return f"no answers match ({where})\n"
+    lines = []
+    for stage in stages:
+        for kind in KINDS:
+            found = grouped.get((stage, kind))
+            if not found:
+                continue
+            lines.append(f"{stage_label(stage, 'en')} · {where} · {kind}: {len(found)} answers")
+            for example in examples(found, limit):
+                end = "" if example.terminated else "  (no end mark)"
+                accepted = ", ".join(example.accepted) or "none"
+                lines.append(f"  {example.prompt}{example.text:<8} right: "
+                             f"{example.expected:<4} accepted by: {accepted:<18} "
+                             f"x{example.count}{end}")
+    return "\n".join(lines) + "\n"
