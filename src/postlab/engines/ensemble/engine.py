@@ -1,0 +1,330 @@
+"""SFT, RL and evaluation of many members at once: the ensemble engine's loops.
+
+A member is one (seed, stage) model with its own plan settings; all members of a call share
+the plan's shapes (vocabulary, sizes, batch sizes, steps) and may differ in numeric settings
+(learning rates, kl_beta, clip, temperature, gradient clip). Every reduction the exact engine
+takes over a batch is taken here per member (the plan's registered options run under
+``torch.vmap`` over the member axis), and every random number comes from the counter-based
+generator keyed by the member's seed (:mod:`.counter`), so a member's result does not depend
+on which or how many other members it trains with.
+
+The results are the exact engine's in distribution, not in bits: the exact engine draws from
+torch's generators in a fixed order, this one from counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from postlab.engines.ensemble import counter, stacked
+from postlab.engines.ensemble.optim import StackedAdam, clip_per_member
+from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS, Answers
+from postlab.policies.base import CharTokenizer
+from postlab.records.rows import Row
+from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
+from postlab.tasks.arithmetic import task_for
+from postlab.tasks.contracts import CONTRACTS, score
+
+
+def per_member(plans: Sequence[Mapping[str, Any]], key: str,
+               device: torch.device) -> torch.Tensor:
+    """One plan setting per member, as a float32 tensor [members]."""
+    return torch.tensor([float(p[key]) for p in plans], dtype=torch.float32, device=device)
+
+
+class Tables:
+    """The task's questions as token tables, built once: prompts, SFT targets, expected digits
+    and the digit value of every token."""
+
+    def __init__(self, plan: Mapping[str, Any], device: torch.device) -> None:
+        task = task_for(dict(plan))
+        self.tokenizer = CharTokenizer(plan["vocab"], plan["eos"], plan["pad"])
+        tok = self.tokenizer
+        self.splits = {name: [tuple(p) for p in pairs] for name, pairs in plan["split"].items()}
+        self.train = self.splits["train"]
+        self.device = device
+
+        def table(rows: list[list[int]]) -> torch.Tensor:
+            width = max(map(len, rows))
+            return torch.tensor([r + [tok.pad_id] * (width - len(r)) for r in rows],
+                                device=device)
+
+        self.prompts = {name: table([tok.encode(task.prompt(p)) for p in pairs])
+                        for name, pairs in self.splits.items()}
+        self.targets = table([tok.encode(f"{task.answer(p)}{plan['eos']}") for p in self.train])
+        width = task.longest_answer
+        self.expected = {name: self._digits([task.answer(p) for p in pairs], width)
+                         for name, pairs in self.splits.items()}
+        self.expected_length = {name: torch.tensor([len(str(task.answer(p))) for p in pairs],
+                                                   device=device)
+                                for name, pairs in self.splits.items()}
+        self.answers = {name: [task.answer(p) for p in pairs]
+                        for name, pairs in self.splits.items()}
+        digit = [int(c) if c.isdigit() else -1 for c in plan["vocab"]]
+        self.digit_of = torch.tensor(digit, device=device)
+
+    def _digits(self, values: list[int], width: int) -> torch.Tensor:
+        rows = [[-1] * (width - len(str(v))) + [int(c) for c in str(v)] for v in values]
+        return torch.tensor(rows, device=self.device)
+
+
+def _cross_entropy(logits: torch.Tensor, target: torch.Tensor, pad: int) -> torch.Tensor:
+    """Mean cross-entropy over a member's non-pad target tokens: [members]."""
+    log_p = logits.log_softmax(-1).gather(-1, target[..., None]).squeeze(-1)
+    valid = (target != pad).to(log_p.dtype)
+    return -(log_p * valid).sum((1, 2)) / valid.sum((1, 2))
+
+
+def supervised(params: dict[str, torch.Tensor], allowed: torch.Tensor, tables: Tables,
+               plan: Mapping[str, Any], seeds: torch.Tensor, lr: torch.Tensor,
+               gradient_clip: torch.Tensor, steps: int, stream: int = counter.SFT_BATCH
+               ) -> list[list[float]]:
+    """Teacher-forced SFT of every member on train pairs drawn by its own counter stream;
+    returns each member's loss per step."""
+    for tensor in params.values():
+        tensor.requires_grad_(True)
+    optimizer = StackedAdam(params, lr)
+    batch = plan["sft_batch"]
+    positions = torch.arange(batch, device=seeds.device)[None, :]
+    prompt_length = tables.prompts["train"].shape[1]
+    losses = []
+    for step in range(steps):
+        index = counter.integers(seeds[:, None], stream, step, positions, len(tables.train))
+        prompts = tables.prompts["train"][index]  # [members, batch, P]
+        target = tables.targets[index]
+        tokens = torch.cat([prompts, target[..., :-1]], dim=2)
+        logits = stacked.forward(params, allowed, tokens)[:, :, prompt_length - 1:]
+        loss = _cross_entropy(logits, target, tables.tokenizer.pad_id)
+        optimizer.zero_grad()
+        loss.sum().backward()  # members share no parameter: each gets its own gradient
+        clip_per_member(params, gradient_clip)
+        optimizer.step()
+        losses.append(loss.detach())
+    for tensor in params.values():
+        tensor.requires_grad_(False)
+    return torch.stack(losses, dim=1).tolist()
+
+
+@torch.no_grad()
+def decode(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, prompts: torch.Tensor,
+           max_new_tokens: int, temperature: torch.Tensor, seeds: torch.Tensor, stream: int,
+           step: int, eos: int, pad: int, greedy: bool = False
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Answers to ``prompts`` [members, batch, P]: tokens and the mask of emitted positions
+    [members, batch, T], as the exact engine's ``generate`` returns them.
+
+    Sampling is by inverse CDF with the member's counter draw for (sequence, position); a
+    member's sequences end at EOS. Decoding stops once every member's sequences have ended,
+    which changes the work but no member's tokens (ended sequences emit pad, unmasked); the
+    result is always ``max_new_tokens`` wide.
+    """
+    logits, hidden = stacked.run(params, allowed, prompts, None)
+    logits = logits[:, :, -1]
+    members, batch = prompts.shape[:2]
+    active = torch.ones(members, batch, dtype=torch.bool, device=prompts.device)
+    sequence = torch.arange(batch, device=prompts.device)[None, :]
+    tokens, masks = [], []
+    for position in range(max_new_tokens):
+        if greedy:
+            chosen = logits.argmax(-1)
+        else:
+            scaled = logits / temperature[:, None, None]
+            cdf = scaled.softmax(-1).cumsum(-1)
+            draw = counter.uniform(seeds[:, None], stream, step,
+                                   sequence * max_new_tokens + position)
+            # the draw scaled to the total mass, so rounding in the sum never picks a
+            # masked character: the first index where the CDF reaches it has mass
+            chosen = (cdf < (draw * cdf[..., -1])[..., None]).sum(-1)
+        chosen = torch.where(active, chosen, pad)
+        tokens.append(chosen)
+        masks.append(active)
+        active = active & (chosen != eos)
+        if not active.any() or position == max_new_tokens - 1:
+            break
+        logits, hidden = stacked.run(params, allowed, chosen[..., None], hidden)
+        logits = logits[:, :, -1]
+    # Always max_new_tokens wide (pad, unmasked, after the end): the shape, and so every sum
+    # over it, must not depend on when the company's last sequence ended.
+    missing = max_new_tokens - len(tokens)
+    tokens += [torch.full_like(tokens[0], pad)] * missing
+    masks += [torch.zeros_like(masks[0])] * missing
+    return torch.stack(tokens, dim=2), torch.stack(masks, dim=2)
+
+
+def answers_of(tables: Tables, tokens: torch.Tensor, mask: torch.Tensor, split: str,
+               index: torch.Tensor) -> Answers:
+    """Decoded answers to the questions ``index`` [members, batch] of ``split``, as the
+    tensor contracts read them."""
+    eos = tables.tokenizer.eos_id
+    emitted_eos = mask & (tokens == eos)
+    visible = mask & ~emitted_eos
+    return Answers(digits=torch.where(visible, tables.digit_of[tokens], -1), visible=visible,
+                   terminated=emitted_eos.any(-1), expected=tables.expected[split][index],
+                   expected_length=tables.expected_length[split][index])
+
+
+def rows_of(tables: Tables, tokens: torch.Tensor, mask: torch.Tensor, pairs: list,
+            member: int) -> list[list[Any]]:
+    """One member's rows ``[a, b, text, terminated]``, as the exact engine records them."""
+    decode_text = tables.tokenizer.decode
+    eos = tables.tokenizer.eos_id
+    rows = []
+    for pair, seq, valid in zip(pairs, tokens[member].tolist(), mask[member].tolist(),
+                                strict=True):
+        ids = [t for t, use in zip(seq, valid, strict=True) if use]
+        terminated = bool(ids) and ids[-1] == eos
+        rows.append([pair[0], pair[1], decode_text(ids[:-1] if terminated else ids),
+                     terminated])
+    return rows
+
+
+def rewards_for(contracts: Sequence[str], answers: Answers, rows: list[list[list[Any]]],
+                answer_of) -> torch.Tensor:
+    """Each member's reward under its own contract [members, batch] (float32)."""
+    result = torch.zeros(answers.terminated.shape, dtype=torch.float32,
+                         device=answers.terminated.device)
+    for name in dict.fromkeys(contracts):
+        members = [m for m, c in enumerate(contracts) if c == name]
+        if name in TENSOR_CONTRACTS:
+            accepted = TENSOR_CONTRACTS[name](answers)
+            result[members] = accepted[members].to(torch.float32)
+        else:  # a contract without a tensor form: scored answer by answer
+            for m in members:
+                result[m] = torch.tensor([score(Row.of(r), name, answer_of) for r in rows[m]],
+                                         dtype=torch.float32)
+    return result
+
+
+def _per_member(fn, *args):
+    """A registered option (written for one model's batch) applied to every member's slice."""
+    return torch.vmap(fn)(*args)
+
+
+def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Tensor],
+              allowed: torch.Tensor, tables: Tables, plans: Sequence[Mapping[str, Any]],
+              seeds: torch.Tensor, contracts: Sequence[str], on_step=None
+              ) -> list[list[dict[str, Any]]]:
+    """GRPO-style RL of every member from ``params`` under its own contract, KL-anchored to
+    ``reference``; returns each member's per-step history in the exact engine's form.
+
+    Shapes and options (group size, steps, advantage, reduction, KL estimator) are the first
+    plan's and must be shared; numeric settings are each member's own.
+    """
+    plan = plans[0]
+    device = seeds.device
+    advantage_fn = ADVANTAGES[resolve("advantage", plan["advantage"])].fn
+    reduce = REDUCTIONS[resolve("loss_reduction", plan["loss_reduction"])].fn
+    kl_fn = KL_ESTIMATORS[resolve("kl", plan["kl"])].fn
+    for name in contracts:
+        CONTRACTS[name]  # an unknown contract fails before any training
+    lr = per_member(plans, "rl_lr", device)
+    beta = per_member(plans, "kl_beta", device)
+    clip_low = per_member(plans, "clip", device)
+    clip_high = torch.tensor([float(p.get("clip_high") or p["clip"]) for p in plans],
+                             device=device)
+    temperature = per_member(plans, "temperature", device)
+    gradient_clip = per_member(plans, "gradient_clip", device)
+    group, prompts_per_step = plan["group_size"], plan["prompts_per_step"]
+    max_new = plan["max_new_tokens"]
+    eos, pad = tables.tokenizer.eos_id, tables.tokenizer.pad_id
+    members = seeds.shape[0]
+    task = task_for(dict(plan))
+    for tensor in params.values():
+        tensor.requires_grad_(True)
+    optimizer = StackedAdam(params, lr)
+    question = torch.arange(prompts_per_step, device=device)[None, :]
+    histories: list[list[dict[str, Any]]] = [[] for _ in range(members)]
+    prompt_length = tables.prompts["train"].shape[1]
+    for step in range(1, plan["rl_steps"] + 1):
+        chosen = counter.integers(seeds[:, None], counter.RL_PROMPTS, step, question,
+                                  len(tables.train))
+        index = chosen.repeat_interleave(group, dim=1)  # [members, prompts x group]
+        prompts = tables.prompts["train"][index]
+        tokens, mask = decode(params, allowed, prompts, max_new, temperature, seeds,
+                              counter.ROLLOUT, step, eos, pad)
+        answers = answers_of(tables, tokens, mask, "train", index)
+        pairs = [[tables.train[i] for i in row] for row in index.tolist()]
+        rows = [rows_of(tables, tokens, mask, pairs[m], m) for m in range(members)]
+        rewards = rewards_for(contracts, answers, rows, task.answer)
+        grouped = rewards.reshape(members, -1, group)
+        advantage = _per_member(advantage_fn, grouped).reshape(members, -1)
+        std = grouped.std(-1, unbiased=False)
+        sequence = torch.cat([prompts, tokens[..., :-1]], dim=2)
+        valid = mask.to(torch.float32)
+        with torch.no_grad():
+            ref_log = stacked.forward(reference, allowed,
+                                      sequence)[:, :, prompt_length - 1:].log_softmax(-1)
+        old_logp = None
+        updates: list[list[dict[str, float]]] = [[] for _ in range(members)]
+        for _ in range(plan["updates_per_rollout"]):
+            log_dist = stacked.forward(params, allowed,
+                                       sequence)[:, :, prompt_length - 1:].log_softmax(-1)
+            logp = log_dist.gather(-1, tokens[..., None]).squeeze(-1)
+            if old_logp is None:
+                old_logp = logp.detach()
+            ratio = (logp - old_logp).exp()
+            per_token = advantage[..., None]
+            low = (1 - clip_low)[:, None, None]
+            high = (1 + clip_high)[:, None, None]
+            gain = torch.minimum(ratio * per_token,
+                                 torch.minimum(torch.maximum(ratio, low), high) * per_token)
+            kl = _per_member(kl_fn, log_dist, ref_log, tokens)
+            loss_per_token = -gain + beta[:, None, None] * kl
+            loss = torch.vmap(reduce, in_dims=(0, 0, None))(loss_per_token, mask, max_new)
+            entropy = -(log_dist.exp() * log_dist).sum(-1)
+            optimizer.zero_grad()
+            loss.sum().backward()
+            norms = clip_per_member(params, gradient_clip)
+            optimizer.step()
+            outside = ((ratio < low) | (ratio > high)).to(torch.float32)
+            count = valid.sum((1, 2))
+            stats = {"loss": loss.detach(), "gradient_norm_before_clip": norms,
+                     "kl": (kl.detach() * valid).sum((1, 2)) / count,
+                     "entropy": (entropy.detach() * valid).sum((1, 2)) / count,
+                     "ratio_outside_clip": (outside * valid).sum((1, 2)) / count}
+            listed = {key: value.tolist() for key, value in stats.items()}
+            for m in range(members):
+                updates[m].append({key: listed[key][m] for key in listed})
+        zero_variance = (std == 0).sum(-1).tolist()
+        for m in range(members):
+            histories[m].append({"step": step, "rows": rows[m],
+                                 "zero_variance_groups": int(zero_variance[m]),
+                                 "updates": updates[m]})
+        if on_step is not None:
+            on_step(step)
+    for tensor in params.values():
+        tensor.requires_grad_(False)
+    return histories
+
+
+@torch.no_grad()
+def evaluate(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, tables: Tables,
+             plans: Sequence[Mapping[str, Any]], seeds: torch.Tensor, stage_index: int = 0
+             ) -> list[dict[str, Any]]:
+    """Greedy and sampled answers of every member on every split, in the exact engine's
+    record form; the sampled draws come from stream EVALUATION + split index, step
+    ``stage_index`` (each stage of a seed evaluates with its own draws)."""
+    plan = plans[0]
+    device = seeds.device
+    temperature = per_member(plans, "temperature", device)
+    eos, pad = tables.tokenizer.eos_id, tables.tokenizer.pad_id
+    members = seeds.shape[0]
+    results: list[dict[str, Any]] = [{} for _ in range(members)]
+    for split_index, (split, pairs) in enumerate(tables.splits.items()):
+        prompts = tables.prompts[split][None].expand(members, -1, -1)
+        greedy, gmask = decode(params, allowed, prompts, plan["max_new_tokens"], temperature,
+                               seeds, counter.EVALUATION + split_index, stage_index, eos, pad,
+                               greedy=True)
+        samples = plan["eval_samples"]
+        repeated = prompts.repeat_interleave(samples, dim=1)
+        sampled, smask = decode(params, allowed, repeated, plan["max_new_tokens"],
+                                temperature, seeds, counter.EVALUATION + split_index,
+                                stage_index, eos, pad)
+        repeated_pairs = [p for p in pairs for _ in range(samples)]
+        for m in range(members):
+            results[m][split] = {"greedy": rows_of(tables, greedy, gmask, pairs, m),
+                                 "sampled": rows_of(tables, sampled, smask, repeated_pairs, m)}
+    return results

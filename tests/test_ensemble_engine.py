@@ -1,0 +1,199 @@
+"""The ensemble engine's parts: counter-based draws, the stacked GRU, per-member clipping and
+Adam, tensor contracts, and the property everything rests on: a member trains the same bits
+alone or among others."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from postlab.engines.ensemble import counter, engine, stacked
+from postlab.engines.ensemble.optim import StackedAdam, clip_per_member
+from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS
+from postlab.plan.frozen import teaching_plan_loaded
+from postlab.policies.base import build_policy
+from postlab.tasks.contracts import CONTRACTS
+
+
+@pytest.fixture(scope="module")
+def plan() -> dict:
+    return dict(teaching_plan_loaded().data)
+
+
+def _states(plan: dict, seeds: list[int]) -> list[dict]:
+    states = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        states.append(build_policy(plan).state_dict())
+    return states
+
+
+# --- counter-based draws ------------------------------------------------------------------------
+
+def test_mulmod_matches_python_integers():
+    rng = random.Random(0)
+    values = [rng.getrandbits(32) for _ in range(5000)] + [0, 1, 0xFFFFFFFF]
+    x = torch.tensor(values)
+    for constant in (0x7FEB352D, 0x846CA68B, 0xFFFFFFFF):
+        got = counter._mulmod32(x, constant).tolist()
+        assert got == [(v * constant) & 0xFFFFFFFF for v in values]
+
+
+def test_mix32_is_a_bijection_on_a_block():
+    block = torch.arange(1 << 16) * 65537  # distinct 32-bit inputs
+    assert torch.unique(counter.mix32(block & counter.MASK32)).numel() == 1 << 16
+
+
+def test_draws_are_uniform_and_keyed():
+    seeds = torch.tensor([[0], [1], [2 ** 62]])
+    draws = counter.uniform(seeds, counter.ROLLOUT, 5, torch.arange(60_000)[None, :])
+    assert float(draws.min()) > 0 and float(draws.max()) < 1
+    counts = torch.histc(draws.flatten(), 50, 0, 1)
+    expected = draws.numel() / 50
+    chi2 = float((((counts - expected) ** 2) / expected).sum())
+    assert chi2 < 100  # 49 degrees of freedom: p < 1e-5 above this
+    # every part of the key changes the draws; the same key gives the same draw
+    base = counter.uniform(torch.tensor(7), 1, 2, torch.tensor(3))
+    for other in (counter.uniform(torch.tensor(8), 1, 2, torch.tensor(3)),
+                  counter.uniform(torch.tensor(7), 4, 2, torch.tensor(3)),
+                  counter.uniform(torch.tensor(7), 1, 9, torch.tensor(3)),
+                  counter.uniform(torch.tensor(7), 1, 2, torch.tensor(4))):
+        assert not torch.equal(base, other)
+    assert torch.equal(base, counter.uniform(torch.tensor(7), 1, 2, torch.tensor(3)))
+    # neighbouring seeds' streams are uncorrelated
+    a, b = draws[0], draws[1]
+    correlation = float(((a - a.mean()) * (b - b.mean())).mean() / (a.std() * b.std()))
+    assert abs(correlation) < 0.02
+
+
+def test_integers_cover_their_range_evenly():
+    values = counter.integers(torch.tensor([[3]]), counter.SFT_BATCH, 0,
+                              torch.arange(63_000)[None, :], 63)
+    counts = torch.bincount(values.flatten(), minlength=63).float()
+    assert int(values.min()) == 0 and int(values.max()) == 62
+    assert float(((counts - 1000) ** 2 / 1000).sum()) < 120  # 62 degrees of freedom
+
+
+# --- the stacked GRU ------------------------------------------------------------------------------
+
+def test_stacked_forward_is_the_char_gru(plan):
+    seeds = [11, 22, 33]
+    states = _states(plan, seeds)
+    params, allowed = stacked.stack(states)
+    tokens = torch.randint(0, 10, (3, 5, 9), generator=torch.Generator().manual_seed(0))
+    got = stacked.forward(params, allowed, tokens)
+    for member, seed in enumerate(seeds):
+        torch.manual_seed(seed)
+        model = build_policy(plan)
+        assert torch.allclose(got[member], model(tokens[member]), atol=1e-6, rtol=1e-5)
+        restored = stacked.unstack(params, allowed, member)
+        assert all(torch.equal(restored[k], v) for k, v in model.state_dict().items())
+
+
+def test_clip_and_adam_are_torch_s_per_member():
+    torch.manual_seed(0)
+    shapes = {"w": (4, 3), "b": (3,)}
+    lone = [{k: torch.randn(s, requires_grad=True) for k, s in shapes.items()} for _ in range(2)]
+    params = {k: torch.stack([p[k].detach() for p in lone]).requires_grad_(True)
+              for k in shapes}
+    lrs = [0.01, 0.003]
+    optimisers = [torch.optim.Adam(list(p.values()), lr=lr) for p, lr in zip(lone, lrs,
+                                                                             strict=True)]
+    stacked_adam = StackedAdam(params, torch.tensor(lrs))
+    for step in range(5):
+        x = torch.randn(7, 4)
+        for member, (p, opt) in enumerate(zip(lone, optimisers, strict=True)):
+            opt.zero_grad()
+            ((x @ p["w"] + p["b"]) ** 2).sum().mul(10 ** member).backward()
+            torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
+            opt.step()
+        stacked_adam.zero_grad()
+        out = torch.einsum("bi,mij->mbj", x, params["w"]) + params["b"][:, None, :]
+        (out ** 2).sum((1, 2)).mul(torch.tensor([1.0, 10.0])).sum().backward()
+        clip_per_member(params, torch.tensor([1.0, 1.0]))
+        stacked_adam.step()
+        for member in range(2):
+            for k in shapes:
+                assert torch.allclose(params[k][member], lone[member][k], atol=1e-6), step
+
+
+# --- tensor contracts -----------------------------------------------------------------------------
+
+def test_tensor_contracts_accept_what_the_contracts_accept(plan):
+    """Every registered tensor form against the contract's own function, on random token
+    strings (digits, EOS, other characters) for every operand pair."""
+    tables = engine.Tables(plan, torch.device("cpu"))
+    tokenizer = tables.tokenizer
+    rng = random.Random(1)
+    alphabet = [tokenizer.index[c] for c in "0123456789"] * 3 + [tokenizer.eos_id,
+                                                                   tokenizer.index["+"]]
+    pairs = tables.train
+    count = 4000
+    width = 6
+    index = torch.tensor([[rng.randrange(len(pairs)) for _ in range(count)]])
+    tokens = torch.tensor([[[rng.choice(alphabet) for _ in range(width)]
+                            for _ in range(count)]])
+    # answers that are right, with leading zeros, or the right digits inside others
+    for i in range(0, count, 4):
+        digits = [tokenizer.index[c] for c in f"{sum(pairs[int(index[0, i])])}"]
+        lead = [tokenizer.index["0"]] * rng.randrange(3)
+        junk = [tokenizer.index[str(rng.randrange(10))] for _ in range(rng.randrange(2))]
+        seq = (junk + lead + digits + [tokenizer.eos_id] + [tokenizer.pad_id] * width)[:width]
+        tokens[0, i] = torch.tensor(seq)
+    emitted = []
+    for row in tokens[0].tolist():  # what decoding would have emitted: up to the first EOS
+        ends = row.index(tokenizer.eos_id) + 1 if tokenizer.eos_id in row else width
+        emitted.append([t < ends for t in range(width)])
+    mask = torch.tensor([emitted])
+    answers = engine.answers_of(tables, tokens, mask, "train", index)
+    rows = engine.rows_of(tables, tokens, mask, [pairs[i] for i in index[0].tolist()], 0)
+    assert set(TENSOR_CONTRACTS.names()) >= {"strict", "substring", "exact"}
+    for name in TENSOR_CONTRACTS.names():
+        got = TENSOR_CONTRACTS[name](answers)[0].tolist()
+        want = [bool(CONTRACTS[name]((a, b), text, done, a + b)) for a, b, text, done in rows]
+        assert got == want, name
+        assert 0 < sum(want) < count, name  # both outcomes occur
+
+
+# --- members alone and in company -----------------------------------------------------------------
+
+def _sft(plan, seeds_list, steps):
+    states = _states(plan, seeds_list)
+    params, allowed = stacked.stack(states)
+    tables = engine.Tables(plan, torch.device("cpu"))
+    seeds = torch.tensor(seeds_list)
+    plans = [plan] * len(seeds_list)
+    losses = engine.supervised(params, allowed, tables, plan, seeds,
+                               engine.per_member(plans, "sft_lr", "cpu"),
+                               engine.per_member(plans, "gradient_clip", "cpu"), steps)
+    return params, allowed, tables, seeds, losses
+
+
+def test_a_member_trains_the_same_bits_alone_and_in_company(plan):
+    """SFT, evaluation and RL of seed 22 alone, and among 7 members (three of them RL under
+    another contract and one with another learning rate): every loss, row, statistic and
+    weight is equal."""
+    plan = dict(plan, sft_steps=12, rl_steps=4)
+    company_seeds = [5, 22, 9, 22, 22, 7, 1]
+    params, allowed, tables, seeds, losses = _sft(plan, company_seeds, 12)
+    alone, _, _, one_seed, one_losses = _sft(plan, [22], 12)
+    assert one_losses[0] == losses[1] == losses[4]
+    assert all(torch.equal(alone[k][0], params[k][1]) for k in alone)
+    plans = [plan] * 7
+    evaluated = engine.evaluate(params, allowed, tables, plans, seeds)
+    assert engine.evaluate(alone, allowed, tables, [plan], one_seed)[0] == evaluated[1]
+
+    varied = list(plans)
+    varied[3] = dict(plan, rl_lr=0.002, kl_beta=0.1, clip=0.3, temperature=0.8)
+    contracts = ["strict", "strict", "substring", "strict", "substring", "exact", "substring"]
+    reference = {k: v.clone() for k, v in params.items()}
+    history = engine.reinforce(params, reference, allowed, tables, varied, seeds, contracts)
+    lone_reference = {k: v.clone() for k, v in alone.items()}
+    lone = engine.reinforce(alone, lone_reference, allowed, tables, [plan], one_seed,
+                            ["strict"])
+    assert lone[0] == history[1]
+    assert all(torch.equal(alone[k][0], params[k][1]) for k in alone)
+    # the same seed under other settings, or under another contract, learns differently
+    assert history[3] != history[1] and history[4] != history[1]
