@@ -26,6 +26,8 @@ from postlab.jsonio import printable
 
 LANGS = ("zh", "en")
 DEVICE_CHOICES = ("cpu", "cuda", "auto")
+#: The training engines (``postlab.runs.orchestration.RunOptions.engine``).
+ENGINES = ("exact", "ensemble")
 
 
 def default_lang(environ: dict[str, str] | None = None) -> str:
@@ -206,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--device", choices=DEVICE_CHOICES,
                      help="cpu (default; with --resume, the run's own), cuda, or auto (cuda "
                           "where torch finds it, else cpu); recorded. CUDA runs one worker")
+    run.add_argument("--engine", choices=ENGINES, default="exact",
+                     help="exact (default): one model per task, the reference's bits; "
+                          "ensemble: every seed and arm as one batched computation with "
+                          "counter-based randomness (same distribution, other bits; gru "
+                          "policies); recorded, and --resume must use the same")
     run.add_argument("--log", action="append", choices=_logger_names(), metavar="LOGGER",
                      help="also write per-step training scalars while training, under "
                           "OUT_DIR/logs/LOGGER: tensorboard (needs the tensorboard extra); "
@@ -237,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--device", choices=DEVICE_CHOICES,
                        help="cpu (default), cuda or auto, as for run; on CUDA each task "
                             "takes one GPU")
+    sweep.add_argument("--engine", choices=ENGINES, default="exact",
+                       help="as for run: exact (default) or ensemble (each version's seeds "
+                            "and arms as one batched task)")
     sweep.add_argument("--log", action="append", choices=_logger_names(), metavar="LOGGER",
                        help="per-step training scalars, as for run, in each version's "
                             "folder (VERSION/logs/LOGGER)")
@@ -459,7 +469,9 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
     check_plan_link(record, plan, str(files.record))
     _check_size(plan, args)
-    fresh = _train(plan, raw, args, workers, device=device)
+    engine = record.get("engine", "exact")  # the record's engine makes its bits
+    _check_engine(engine, plan.data, str(files.record))
+    fresh = _train(plan, raw, args, workers, device=device, engine=engine)
     result = compare_records(record, fresh)
     sys.stdout.write(render_comparison(result))
     if not result.identical:
@@ -982,8 +994,20 @@ def _loggers(args: argparse.Namespace) -> tuple[str, ...]:
     return names
 
 
+def _check_engine(engine: str, plan: dict, what: str) -> None:
+    """A plan the chosen engine cannot train is refused before anything is written."""
+    if engine == "exact":
+        return
+    from postlab.engines.ensemble.task import problems
+
+    found = problems(plan)
+    if found:
+        raise UserError(f"{what}: the ensemble engine cannot train {found[0]}")
+
+
 def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
-           resume: bool = False, device: str = "cpu", log: tuple[str, ...] = ()):
+           resume: bool = False, device: str = "cpu", log: tuple[str, ...] = (),
+           engine: str = "exact"):
     """Run a plan with the command's --out-dir, --workers and --quiet; report stops."""
     from postlab.engines.train import NonFiniteError
     from postlab.runs.orchestration import RunFailed, RunOptions, run_plan
@@ -992,7 +1016,8 @@ def _train(plan, raw: bytes | None, args: argparse.Namespace, workers: int,
     display = make_display(args.quiet)
     every = 0 if args.quiet else (1 if isinstance(display, Live) else PLAIN_EVERY)
     options = RunOptions(out_dir=args.out_dir, workers=workers, resume=resume,
-                         progress_every=every, display=display, device=device, log=log)
+                         progress_every=every, display=display, device=device, log=log,
+                         engine=engine)
     try:
         return run_plan(plan, raw, options)
     except (NonFiniteError, RunFailed) as exc:
@@ -1041,9 +1066,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         path = args.out_dir / "plan.json"
         sized = parse_plan(read_bytes(path, "plan"), str(path), path)
     if sized is not None:
+        _check_engine(args.engine, sized.data, str(args.plan or "the teaching plan"))
         _check_size(sized, args)
     start = time.monotonic()
-    _train(plan, raw, args, workers, resume=args.resume, device=device, log=log)
+    _train(plan, raw, args, workers, resume=args.resume, device=device, log=log,
+           engine=args.engine)
     if not args.quiet:
         print(f"done: {args.out_dir} in {time.monotonic() - start:.1f} s")
         print(f"fingerprint: {read_fingerprint_file(args.out_dir)} (note it; "
@@ -1161,6 +1188,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         from postlab.plan.frozen import parse_plan
 
         for version in versions:
+            _check_engine(args.engine, version.plan, f"version {version.name}")
             estimate = _check_size(parse_plan(version.raw, version.name), args, quiet=True)
         if not args.quiet:
             print(f"{len(versions)} versions: {', '.join(v.name for v in versions)}")
@@ -1183,7 +1211,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(device_note, flush=True)
     options = runner.SweepOptions(out_dir=args.out_dir, workers=workers, executor=executor,
                                   executor_settings=settings, resume=args.resume,
-                                  device=device, log=log)
+                                  device=device, log=log, engine=args.engine)
     start = time.monotonic()
     progress = runner.SweepProgress(0, quiet=args.quiet)
     from postlab.engines.train import NonFiniteError

@@ -313,6 +313,7 @@ def check_record(record: Any, source: str) -> None:
     plain = _text(limit=200)
     _object(record, source, {
         "plan_sha256": _sha,
+        "engine": _choice(ENGINES_NAMED),
         "source_sha256": lambda v, w: _object(v, w, dict.fromkeys(v, _sha)
                                               if isinstance(v, dict) and all(
                                                   FILE_PATH.fullmatch(k) for k in v)
@@ -326,6 +327,9 @@ def check_record(record: Any, source: str) -> None:
         "runs": lambda v, w: _list(v, w, _run),
     }, required=("plan_sha256", "runs"))
 
+
+#: Engines a record names; a record without ``engine`` was made by the exact engine.
+ENGINES_NAMED = ("ensemble",)
 
 #: A source file named in ``source_sha256``: a relative path of plain characters to a .py file.
 FILE_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,251}\.py")

@@ -110,7 +110,12 @@ def _check_checkpoints(record: dict[str, Any], plan: dict[str, Any] | None,
                                      f"the plan's model ({str(exc).splitlines()[0]})")
                 continue
             try:
-                fresh = evaluate_model(model, plan, run["seed"])
+                if record.get("engine") == "ensemble":
+                    from postlab.engines.ensemble.task import evaluate_alone
+
+                    fresh = evaluate_alone(model.state_dict(), plan, run["seed"], device)
+                else:
+                    fresh = evaluate_model(model, plan, run["seed"])
             except RuntimeError as exc:
                 # The weights are the checkpoint's data: ones that cannot be sampled from (an
                 # overflow to inf, say) are a failed check of that checkpoint, not a crash.

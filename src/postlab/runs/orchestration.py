@@ -88,6 +88,10 @@ class RunOptions:
     #: step loggers (names in ``steplog.LOGGERS``) each task writes to; they change no bit of
     #: the run, so they are not a setting a resumed run must repeat
     log: tuple[str, ...] = ()
+    #: which engine trains: "exact" (one model per task, the reference's bits) or "ensemble"
+    #: (all pending seeds and arms as one batched computation); recorded, and a resumed run
+    #: must use the same
+    engine: str = "exact"
 
 
 def checkpoint_name(seed: int, stage: str) -> str:
@@ -250,6 +254,28 @@ class ArmTask:
                         self.device, self.log)
 
 
+@dataclass(frozen=True)
+class EnsembleTask:
+    """Every stage of a run's pending seeds, trained by the ensemble engine as one batched
+    computation; its result maps each (seed, stage) to what that stage's exact task returns.
+    ``seed`` is the first of them, for messages about the task."""
+
+    plan: dict[str, Any]
+    seeds: tuple[int, ...]
+    out_dir: Path
+    device: str = "cpu"
+
+    @property
+    def seed(self) -> int:
+        return self.seeds[0]
+
+    def __call__(self, emit: Emit) -> dict[str, Any]:
+        from postlab.engines.ensemble.task import train_seeds
+
+        return {"results": train_seeds(self.plan, list(self.seeds), self.out_dir,
+                                       self.device, emit)}
+
+
 def _untrained_weights(plan: dict[str, Any], seed: int) -> dict[str, Any]:
     """The weights ``sft_task`` starts from: the model built right after seeding torch."""
     torch.manual_seed(seed)
@@ -314,11 +340,14 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
     return stored, record
 
 
-def new_record(plan: LoadedPlan, workers: int, device: str = "cpu") -> dict[str, Any]:
+def new_record(plan: LoadedPlan, workers: int, device: str = "cpu",
+               engine: str = "exact") -> dict[str, Any]:
     """The record's provenance: the device is the run's, the dtype the weights' (float32);
-    ``numerics.dtype`` is what forward passes compute in (bfloat16 under a bf16 plan)."""
+    ``numerics.dtype`` is what forward passes compute in (bfloat16 under a bf16 plan). The
+    engine is named only when it is not the exact one, so exact records keep their form."""
     dtype, compute_dtype = policy_placement(plan.data)
-    return {"plan_sha256": plan.sha256, "source_sha256": source_hashes(),
+    named = {} if engine == "exact" else {"engine": engine}
+    return {"plan_sha256": plan.sha256, **named, "source_sha256": source_hashes(),
             "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform(), "device": device, "dtype": dtype,
             "postlab_version": postlab.__version__, "threads": plan.data["threads"],
@@ -401,8 +430,12 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
     start = time.monotonic()
     # Before the record describes the numeric settings.
     configure_torch(data["threads"], options.device)
-    record = new_record(plan, options.workers, options.device)
+    record = new_record(plan, options.workers, options.device, options.engine)
     if previous is not None:
+        then_engine = previous.get("engine", "exact")
+        if then_engine != options.engine:
+            raise UserError(f"{options.out_dir}: the run was started with the {then_engine} "
+                            f"engine; resume it with --engine {then_engine}")
         then = previous.get("numerics")
         deciding = numerics.differences(then, record["numerics"])[0] if then else []
         if deciding:
@@ -436,7 +469,7 @@ def _task_path(out_dir: Path, seed: int, stage: str) -> Path:
 def _settings(run: OpenRun) -> dict[str, Any]:
     record = run.record
     return {"plan_sha256": record["plan_sha256"], "device": record["device"],
-            "numerics": record["numerics"]}
+            "numerics": record["numerics"], "engine": record.get("engine", "exact")}
 
 
 def _keep_result(run: OpenRun, task: Task, result: dict[str, Any]) -> None:
@@ -461,11 +494,14 @@ def _check_kept_settings(run: OpenRun) -> None:
         then = parse_json(read_bytes(path, "kept settings"), str(path))
         deciding = numerics.differences(then["numerics"], run.record["numerics"])[0]
         same_plan = then["plan_sha256"] == run.record["plan_sha256"]
+        same_engine = then.get("engine", "exact") == run.record.get("engine", "exact")
     except (MalformedJSON, KeyError, TypeError):
         raise UserError(f"{path}: malformed; remove the folder {path.parent} to train its "
                         "tasks again") from None
     if not same_plan:
         raise UserError(f"{path}: kept results of another plan; remove {path.parent}")
+    if not same_engine:
+        raise UserError(f"{path}: kept results of another engine; remove {path.parent}")
     if deciding:
         raise UserError(f"{run.options.out_dir}: the run was started with other numeric "
                         f"settings ({'; '.join(deciding)}); resume it where they can be the "
@@ -562,7 +598,7 @@ def _finish_seed(assembly: _SeedAssembly, run: OpenRun) -> None:
     options.display.handle({"kind": "seed_done", "seed": assembly.sft["seed"]})
 
 
-Task = SftTask | ArmTask
+Task = SftTask | ArmTask | EnsembleTask
 #: Told of every task as it is submitted, finishes, fails or is skipped (its seed failed):
 #: (event, run, task, error).
 TaskWatcher = Callable[[str, "OpenRun", Task, BaseException | None], None] | None
@@ -583,6 +619,15 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
     for run in runs:
         data, options = run.data, run.options
         run.assemblies = {seed: _SeedAssembly(arm_names(data)) for seed in run.pending}
+        if options.engine == "ensemble":
+            # One task trains every pending seed; it is fast enough that results kept from
+            # an interrupted invocation are not worth mixing in.
+            for seed in run.pending:
+                _drop_kept(run, seed)
+            if run.pending:
+                sft_queue.append((run, EnsembleTask(data, tuple(run.pending), options.out_dir,
+                                                    options.device)))
+            continue
         for seed in run.pending:
             assembly = run.assemblies[seed]
             sft = run.kept.get((seed, "initial"))
@@ -626,7 +671,9 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                 if error is not None:
                     if isinstance(error, cf.BrokenExecutor) or not keep_going:
                         raise error
-                    run.failed[task.seed] = _first_line(error)
+                    for seed in (task.seeds if isinstance(task, EnsembleTask) else
+                                 (task.seed,)):
+                        run.failed[seed] = _first_line(error)
                     if watch is not None:
                         watch("failed", run, task, error)
                     for item in [i for i in arm_queue if i[0] is run and i[1].seed == task.seed]:
@@ -635,6 +682,11 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                             watch("skipped", *item, None)
                     continue
                 result = future.result()
+                if isinstance(task, EnsembleTask):
+                    _finish_ensemble(run, task, result["results"])
+                    if watch is not None:
+                        watch("finished", run, task, None)
+                    continue
                 _check_capability(run, result)
                 _keep_result(run, task, result)
                 assembly = run.assemblies[task.seed]
@@ -657,6 +709,18 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
         raise RunFailed("a worker process died; completed seeds are kept") from None
 
 
+def _finish_ensemble(run: OpenRun, task: EnsembleTask,
+                     results: dict[tuple[int, str], dict[str, Any]]) -> None:
+    """Record every seed an ensemble task trained, in plan order, as exact tasks would."""
+    for seed in task.seeds:
+        assembly = run.assemblies[seed]
+        assembly.sft = results[(seed, "initial")]
+        _check_capability(run, assembly.sft)
+        for arm in assembly.arms:
+            assembly.arm_results[arm] = results[(seed, arm)]
+        _finish_seed(assembly, run)
+
+
 def _first_line(error: BaseException) -> str:
     """A task's error in one line: the cause a Ray task error wraps, not its traceback."""
     cause = getattr(error, "cause", None)
@@ -674,5 +738,7 @@ def _check_capability(run: OpenRun, result: dict[str, Any]) -> None:
 
 def _task_order(task: Task, data: dict[str, Any]) -> tuple[int, int]:
     """Plan order, so tasks finishing together are handled the same way on every run."""
+    if isinstance(task, EnsembleTask):
+        return data["seeds"].index(task.seed), 0
     stage = arm_names(data).index(task.arm) + 1 if isinstance(task, ArmTask) else 0
     return data["seeds"].index(task.seed), stage

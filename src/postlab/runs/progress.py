@@ -42,6 +42,8 @@ class Plain(Quiet):
             self._print(f"seed={event['seed']} arm={event['arm']} step={event['step']} {rates}")
         elif kind == "seed_done":
             self._print(f"seed={event['seed']} done")
+        elif kind == "message":
+            self._print(event["text"])
 
     def message(self, text: str) -> None:
         self._print(text)
@@ -76,6 +78,8 @@ class Live(Quiet):
             self.progress.update(task, completed=event["step"],
                                  rates=" ".join(f"{name} {rate:.3f}"
                                                 for name, rate in event["rates"].items()))
+        elif kind == "message":
+            self.message(event["text"])
 
     def message(self, text: str) -> None:
         self.progress.console.print(text)

@@ -55,6 +55,7 @@ class SweepOptions:
     resume: bool = False
     device: str = "cpu"
     log: tuple[str, ...] = ()  # step loggers of every version's tasks (runs.steplog.LOGGERS)
+    engine: str = "exact"  # "ensemble": each version's seeds and arms as one batched task
 
 
 def load_versions(spec_path: Path, today: str) -> tuple[bytes, list[Version]]:
@@ -205,7 +206,8 @@ def _open_versions(out: Path, options: SweepOptions, workers: int) -> list[OpenR
         folder = out / entry.name
         run_options = RunOptions(out_dir=folder, workers=workers, resume=True,
                                  display=Quiet(), executor=options.executor,
-                                 device=options.device, log=options.log)
+                                 device=options.device, log=options.log,
+                                 engine=options.engine)
         run = open_run(None, None, run_options)
         if run.plan.sha256 != entry.sha256:
             raise UserError(f"{folder / PLAN_FILE}: not the plan the sweep index names")

@@ -1,0 +1,144 @@
+"""``--engine ensemble`` end to end: an ordinary run folder that verify, reproduce, report,
+sweeps and export read as they read any other; refusals before anything is written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from plans import SMALL, rows, write_plan
+
+from postlab.cli import main
+from postlab.policies.base import build_policy
+from postlab.records.record import load_record
+from postlab.runs.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.slow
+
+PIPELINES = [{"name": "sft-then-rl", "pipeline": "sft-then-rl", "contract": "strict"},
+             {"name": "rl-only", "pipeline": "rl-only", "contract": "substring"},
+             {"name": "sft-more", "pipeline": "sft-only", "sft_steps": 12}]
+
+
+def _run(tmp_path: Path, name: str = "run", *extra: str, **plan) -> Path:
+    path = write_plan(tmp_path / f"{name}.json", **(SMALL | plan))
+    out = tmp_path / name
+    assert main(["run", "--plan", str(path), "--out-dir", str(out), "--engine", "ensemble",
+                 "--workers", "1", "--quiet", *extra]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def ensemble_run(tmp_path_factory) -> Path:
+    return _run(tmp_path_factory.mktemp("ensemble"))
+
+
+def test_an_ensemble_run_is_an_ordinary_verified_run(ensemble_run, capsys):
+    record = load_record(ensemble_run / "record.json")
+    assert record["engine"] == "ensemble"
+    assert [run["seed"] for run in record["runs"]] == SMALL["seeds"]
+    plan = json.loads((ensemble_run / "plan.json").read_text())
+    for run in record["runs"]:
+        assert list(run["evaluations"]) == ["initial", "strict", "substring"]
+        assert len(run["training"]["strict"]) == SMALL["rl_steps"]
+        for info in run["checkpoints"].values():  # ordinary CharGRU checkpoints
+            state = load_checkpoint(ensemble_run / info["file"], info["sha256"])["state_dict"]
+            build_policy(plan).load_state_dict(state)
+            assert info["reload_equal"] is True
+    capsys.readouterr()
+    assert main(["verify", str(ensemble_run)]) == 0
+    assert "checkpoint re-evaluation: 6 checkpoints reloaded and re-evaluated" in \
+        capsys.readouterr().out
+
+
+def test_verify_re_evaluates_with_the_record_s_engine(ensemble_run, tmp_path, capsys):
+    """Read as an exact-engine record, the same checkpoints evaluate to other rows: the
+    engine named in the record is what verify must use."""
+    copy = tmp_path / "copy"
+    shutil.copytree(ensemble_run, copy)
+    record = json.loads((copy / "record.json").read_text())
+    del record["engine"]
+    (copy / "record.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    assert main(["verify", str(copy)]) == 1
+    assert "FAIL  checkpoint re-evaluation" in capsys.readouterr().out
+
+
+def test_reproduce_uses_the_record_s_engine(ensemble_run, tmp_path, capsys):
+    assert main(["reproduce", str(ensemble_run), "--out-dir", str(tmp_path / "again"),
+                 "--workers", "1", "--quiet"]) == 0
+    assert "identical" in capsys.readouterr().out
+    assert load_record(tmp_path / "again" / "record.json")["engine"] == "ensemble"
+
+
+def test_workers_processes_and_resume_give_the_same_bits(ensemble_run, tmp_path, capsys):
+    other = tmp_path / "two"
+    plan = ensemble_run / "plan.json"
+    assert main(["run", "--plan", str(plan), "--out-dir", str(other), "--engine", "ensemble",
+                 "--workers", "2", "--quiet"]) == 0
+    assert rows(load_record(other / "record.json")) == rows(load_record(ensemble_run /
+                                                                        "record.json"))
+    # an interrupted run (no seed recorded yet) resumes to the same bits ...
+    for name in ("record.json", "summary.json", "fingerprint.txt"):
+        (other / name).unlink()
+    for checkpoint in other.glob("seed-4-*.pt"):
+        checkpoint.unlink()
+    assert main(["run", "--out-dir", str(other), "--resume", "--engine", "ensemble",
+                 "--workers", "1", "--quiet"]) == 0
+    assert rows(load_record(other / "record.json")) == rows(load_record(ensemble_run /
+                                                                        "record.json"))
+    # ... and only with the engine it was started with
+    (other / "summary.json").unlink()
+    capsys.readouterr()
+    assert main(["run", "--out-dir", str(other), "--resume", "--workers", "1", "--quiet"]) == 2
+    assert "started with the ensemble engine; resume it with --engine ensemble" in \
+        capsys.readouterr().err
+
+
+def test_pipelines_and_differing_engines_differ_only_in_bits(tmp_path, capsys):
+    out = _run(tmp_path, "pipelines", arms=PIPELINES)
+    record = load_record(out / "record.json")
+    for run in record["runs"]:
+        assert list(run["evaluations"]) == ["initial", "sft-then-rl", "rl-only", "sft-more"]
+        assert set(run["training"]) == {"sft-then-rl", "rl-only"}
+        assert len(run["arm_sft_loss"]["sft-more"]) == 12
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0
+    assert main(["report", str(out), "--format", "json"]) == 0
+    assert main(["exercises", "9", str(out)]) == 0
+
+
+def test_a_sweep_through_the_ensemble_engine(tmp_path, capsys):
+    write_plan(tmp_path / "base.json", **SMALL)
+    spec = tmp_path / "sweep.json"
+    spec.write_text(json.dumps({"base": "base.json", "seeds": [3, 4, 5], "versions": [
+        {"name": "more-kl", "set": {"kl_beta": 0.3}}]}))
+    sweep = tmp_path / "sweep"
+    assert main(["sweep", str(spec), "--out-dir", str(sweep), "--engine", "ensemble",
+                 "--executor", "local", "--workers", "1", "--quiet"]) == 0
+    for version in ("base", "more-kl"):
+        assert load_record(sweep / version / "record.json")["engine"] == "ensemble"
+        assert main(["verify", str(sweep / version)]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(sweep), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["versions"] == ["base", "more-kl"]
+    assert main(["export", str(sweep), "--out-dir", str(tmp_path / "tables")]) == 0
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"policy": {"kind": "transformer", "architecture": "gpt2", "layers": 1, "heads": 2,
+                 "width": 16, "max_positions": 12}}, "the 'transformer' policy"),
+    ({"dynamic_sampling": {"max_extra_groups": 2}}, "dynamic_sampling"),
+    ({"precision": "bf16"}, "precision bf16"),
+])
+def test_what_the_ensemble_cannot_train_is_refused_first(tmp_path, capsys, changes, words):
+    path = write_plan(tmp_path / "p.json", **(SMALL | changes))
+    out = tmp_path / "run"
+    assert main(["run", "--plan", str(path), "--out-dir", str(out), "--engine", "ensemble",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the ensemble engine cannot train" in err and words in err
+    assert not out.exists()
+
