@@ -121,6 +121,12 @@ def test_a_sweep_through_the_ensemble_engine(tmp_path, capsys):
     for version in ("base", "more-kl"):
         assert load_record(sweep / version / "record.json")["engine"] == "ensemble"
         assert main(["verify", str(sweep / version)]) == 0
+    # both versions trained as members of one batch; each equals its plan trained alone
+    alone = tmp_path / "alone"
+    assert main(["run", "--plan", str(sweep / "more-kl" / "plan.json"), "--out-dir", str(alone),
+                 "--engine", "ensemble", "--workers", "1", "--quiet"]) == 0
+    assert rows(load_record(alone / "record.json")) == rows(
+        load_record(sweep / "more-kl" / "record.json"))
     capsys.readouterr()
     assert main(["compare", str(sweep), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["versions"] == ["base", "more-kl"]
@@ -142,3 +148,20 @@ def test_what_the_ensemble_cannot_train_is_refused_first(tmp_path, capsys, chang
     assert err.count("\n") == 1 and "the ensemble engine cannot train" in err and words in err
     assert not out.exists()
 
+
+
+def test_chunks_change_the_work_not_the_bits(tmp_path):
+    from postlab.engines.ensemble.task import Part, train_parts
+
+    plan = json.loads(write_plan(tmp_path / "p.json", **(SMALL | {"seeds": [3, 4, 5]}))
+                      .read_text())
+    found = []
+    for chunk in (1, 2, None):
+        out = tmp_path / f"chunk-{chunk}"
+        out.mkdir()
+        results = train_parts([Part(plan, (3, 4, 5), out)], "cpu", lambda event: None, chunk)
+        found.append({(seed, stage): {k: v for k, v in result.items() if k != "checkpoint"}
+                      | {"sha256": result["checkpoint"]["sha256"]}
+                      for (_, seed, stage), result in results.items()})
+    assert found[0] == found[1] == found[2]
+    assert len(found[0]) == 3 * 3

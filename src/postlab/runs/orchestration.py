@@ -256,24 +256,27 @@ class ArmTask:
 
 @dataclass(frozen=True)
 class EnsembleTask:
-    """Every stage of a run's pending seeds, trained by the ensemble engine as one batched
-    computation; its result maps each (seed, stage) to what that stage's exact task returns.
-    ``seed`` is the first of them, for messages about the task."""
+    """Every stage of the pending seeds of one or more runs (plan versions that differ only
+    in numeric settings), trained by the ensemble engine as one batched computation. Its
+    result maps each (run folder, seed, stage) to what that stage's exact task returns.
+    ``seed`` is the first seed, for messages about the task."""
 
-    plan: dict[str, Any]
-    seeds: tuple[int, ...]
-    out_dir: Path
+    parts: tuple[Any, ...]  # postlab.engines.ensemble.task.Part, one per run
     device: str = "cpu"
 
     @property
     def seed(self) -> int:
-        return self.seeds[0]
+        return self.parts[0].seeds[0]
+
+    @property
+    def stages(self) -> int:
+        """How many (seed, stage) results it returns: what exact tasks would number."""
+        return sum(len(part.seeds) * (1 + len(arm_names(part.plan))) for part in self.parts)
 
     def __call__(self, emit: Emit) -> dict[str, Any]:
-        from postlab.engines.ensemble.task import train_seeds
+        from postlab.engines.ensemble.task import train_parts
 
-        return {"results": train_seeds(self.plan, list(self.seeds), self.out_dir,
-                                       self.device, emit)}
+        return {"results": train_parts(list(self.parts), self.device, emit)}
 
 
 def _untrained_weights(plan: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -616,17 +619,22 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
     """
     sft_queue: deque[tuple[OpenRun, Task]] = deque()
     arm_queue: deque[tuple[OpenRun, Task]] = deque()
+    #: runs trained together by each ensemble task (by the task's id)
+    together: dict[int, list[OpenRun]] = {}
+    groups: dict[str, list[OpenRun]] = {}
     for run in runs:
         data, options = run.data, run.options
         run.assemblies = {seed: _SeedAssembly(arm_names(data)) for seed in run.pending}
         if options.engine == "ensemble":
-            # One task trains every pending seed; it is fast enough that results kept from
-            # an interrupted invocation are not worth mixing in.
+            from postlab.engines.ensemble.task import batch_key
+
+            # One task trains every pending seed of every run that can share its batch; it
+            # is fast enough that results kept from an interrupted invocation are not worth
+            # mixing in.
             for seed in run.pending:
                 _drop_kept(run, seed)
             if run.pending:
-                sft_queue.append((run, EnsembleTask(data, tuple(run.pending), options.out_dir,
-                                                    options.device)))
+                groups.setdefault(batch_key(data) + options.device, []).append(run)
             continue
         for seed in run.pending:
             assembly = run.assemblies[seed]
@@ -648,6 +656,13 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                     assembly.arm_results[arm] = result
             if assembly.complete():
                 _finish_seed(assembly, run)
+    for group in groups.values():
+        from postlab.engines.ensemble.task import Part
+
+        task = EnsembleTask(tuple(Part(r.data, tuple(r.pending), r.options.out_dir)
+                                  for r in group), group[0].options.device)
+        together[id(task)] = group
+        sft_queue.append((group[0], task))
     running: dict[cf.Future, tuple[OpenRun, Task]] = {}
     order = {id(run): index for index, run in enumerate(runs)}
 
@@ -671,9 +686,12 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                 if error is not None:
                     if isinstance(error, cf.BrokenExecutor) or not keep_going:
                         raise error
-                    for seed in (task.seeds if isinstance(task, EnsembleTask) else
-                                 (task.seed,)):
-                        run.failed[seed] = _first_line(error)
+                    if isinstance(task, EnsembleTask):
+                        for member in together[id(task)]:
+                            for seed in member.pending:
+                                member.failed[seed] = _first_line(error)
+                    else:
+                        run.failed[task.seed] = _first_line(error)
                     if watch is not None:
                         watch("failed", run, task, error)
                     for item in [i for i in arm_queue if i[0] is run and i[1].seed == task.seed]:
@@ -683,7 +701,8 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                     continue
                 result = future.result()
                 if isinstance(task, EnsembleTask):
-                    _finish_ensemble(run, task, result["results"])
+                    for member in together[id(task)]:
+                        _finish_ensemble(member, result["results"])
                     if watch is not None:
                         watch("finished", run, task, None)
                     continue
@@ -709,15 +728,17 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
         raise RunFailed("a worker process died; completed seeds are kept") from None
 
 
-def _finish_ensemble(run: OpenRun, task: EnsembleTask,
-                     results: dict[tuple[int, str], dict[str, Any]]) -> None:
-    """Record every seed an ensemble task trained, in plan order, as exact tasks would."""
-    for seed in task.seeds:
+def _finish_ensemble(run: OpenRun,
+                     results: dict[tuple[str, int, str], dict[str, Any]]) -> None:
+    """Record every seed of ``run`` an ensemble task trained, in plan order, as exact tasks
+    would."""
+    folder = str(run.options.out_dir)
+    for seed in run.pending:
         assembly = run.assemblies[seed]
-        assembly.sft = results[(seed, "initial")]
+        assembly.sft = results[(folder, seed, "initial")]
         _check_capability(run, assembly.sft)
         for arm in assembly.arms:
-            assembly.arm_results[arm] = results[(seed, arm)]
+            assembly.arm_results[arm] = results[(folder, seed, arm)]
         _finish_seed(assembly, run)
 
 

@@ -27,6 +27,7 @@ from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, load_plan, parse_plan, teaching_plan_loaded
 from postlab.runs.orchestration import (
     PLAN_FILE,
+    EnsembleTask,
     OpenRun,
     RunOptions,
     SftTask,
@@ -124,14 +125,16 @@ class SweepProgress(Quiet):
             self.skipped += 1
             return
         self.running -= 1
+        # an ensemble task stands for every (seed, stage) it trains
+        count = task.stages if isinstance(task, EnsembleTask) else 1
         if event == "failed":
-            self.failed += 1
+            self.failed += count
             if isinstance(task, SftTask):  # its arms were never queued
                 self.skipped += len(arm_names(run.data))
             self.message(f"failed: {run.options.out_dir.name} seed {task.seed}: "
                          f"{run.failed.get(task.seed, error)}")
         else:
-            self.done += 1
+            self.done += count
         self.message(self.line())
 
     def line(self) -> str:

@@ -49,12 +49,6 @@ def evaluate_alone(state: dict[str, torch.Tensor], plan: dict[str, Any], seed: i
     return engine.evaluate(params, allowed, tables, [plan], seeds)[0]
 
 
-@dataclass(frozen=True)
-class _Stage:
-    seed: int
-    name: str
-
-
 def _compute_of(history: list[dict[str, Any]], plan: dict[str, Any]) -> dict[str, int]:
     rows = [row for step in history for row in step["rows"]]
     steps = len(history) * plan["updates_per_rollout"]
@@ -80,27 +74,116 @@ def _save(plan: dict[str, Any], params: dict[str, torch.Tensor], allowed: torch.
     return {"file": path.name, "sha256": digest, "reload_equal": equal}
 
 
-def train_seeds(plan: dict[str, Any], seeds: list[int], out_dir: Path, device: str,
-                emit: Emit) -> dict[tuple[int, str], dict[str, Any]]:
-    """Every stage of ``seeds``: (seed, stage) -> the result the exact engine's task for that
-    stage would return."""
-    from postlab.engines.train import sft_compute
-    from postlab.runs.orchestration import _capability
+@dataclass(frozen=True)
+class Part:
+    """Seeds of one run folder (a plan version) for the ensemble to train."""
 
+    plan: dict[str, Any]
+    seeds: tuple[int, ...]
+    out_dir: Path
+
+
+#: Plan keys that may differ between members of one batch: numbers the computation reads,
+#: not shapes, plus what only names or schedules a plan.
+NUMERIC_KEYS = frozenset({"sft_lr", "rl_lr", "kl_beta", "clip", "clip_high", "temperature",
+                          "gradient_clip", "version", "date", "parent", "seeds", "hypotheses",
+                          "hacking_monitor"})
+
+
+def batch_key(plan: dict[str, Any]) -> str:
+    """Plans with equal keys can train as members of one batch."""
+    import json
+
+    return json.dumps({k: v for k, v in plan.items() if k not in NUMERIC_KEYS},
+                      sort_keys=True)
+
+
+def member_bytes(plan: dict[str, Any]) -> int:
+    """A generous estimate of one RL member's peak memory in bytes: its weights, gradients,
+    Adam state, reference and starting copies, and the activations of one update (kept for
+    the backward pass) or of evaluation, whichever is larger."""
+    from postlab.policies.gru import gru_size
+
+    parameters, _ = gru_size(plan)
+    hidden, vocab = plan["hidden"], len(plan["vocab"])
+    time_steps = 2 * len(str(10 ** (plan.get("operand_digits") or 1))) + 1 + plan[
+        "max_new_tokens"]
+    per_token = 12 * hidden + 8 * vocab
+    rollout = plan["prompts_per_step"] * plan["group_size"] * time_steps * per_token * 3
+    questions = max(len(pairs) for pairs in plan["split"].values())
+    evaluation = questions * plan["eval_samples"] * time_steps * (5 * hidden + 4 * vocab)
+    return 4 * (8 * parameters + max(rollout, evaluation))
+
+
+def free_bytes(device: str) -> int:
+    """Memory free for the ensemble on ``device`` now."""
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    import os
+
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30  # where the system does not say: assume 4 GiB
+
+
+def chunk_seeds(plan: dict[str, Any], device: str, members_per_seed: int) -> int:
+    """How many seeds train at once: as many as half the free memory holds."""
+    budget = free_bytes(device) // 2
+    return max(1, budget // (member_bytes(plan) * max(1, members_per_seed)))
+
+
+def train_parts(parts: list[Part], device: str, emit: Emit, chunk: int | None = None
+                ) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """Every stage of every part's seeds: (out_dir, seed, stage) -> the result the exact
+    engine's task for that stage would return. Parts must share a :func:`batch_key`; members
+    are trained ``chunk`` seeds at a time (None: as many as memory holds), which changes the
+    work, not a bit of any member."""
+    keys = {batch_key(part.plan) for part in parts}
+    if len(keys) != 1:
+        raise ValueError("parts of one ensemble batch must differ only in numeric settings")
+    plan = parts[0].plan
     found = problems(plan)
     if found:
         raise UserError(f"the ensemble engine cannot train {found[0]}")
+    members = [(part, seed) for part in parts for seed in part.seeds]
+    rl_arms = sum(arm.is_rl for arm in arm_specs(plan))
+    size = chunk or chunk_seeds(plan, device, 1 + rl_arms)
+    results: dict[tuple[str, int, str], dict[str, Any]] = {}
+    started = time.monotonic()
+    for first in range(0, len(members), size):
+        part_results = _train_members(members[first:first + size], device)
+        results.update(part_results)
+        done = min(first + size, len(members))
+        emit({"kind": "message", "text": f"ensemble: {done} of {len(members)} seeds trained "
+                                         f"({time.monotonic() - started:.1f} s)"})
+    return results
+
+
+def train_seeds(plan: dict[str, Any], seeds: list[int], out_dir: Path, device: str,
+                emit: Emit, chunk: int | None = None) -> dict[tuple[int, str], dict[str, Any]]:
+    """Every stage of ``seeds`` of one run: (seed, stage) -> its result."""
+    found = train_parts([Part(plan, tuple(seeds), out_dir)], device, emit, chunk)
+    return {(seed, stage): result for (_, seed, stage), result in found.items()}
+
+
+def _train_members(members: list[tuple[Part, int]], device: str
+                   ) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """SFT of every member's seed, then every arm of each, as stacked members."""
+    from postlab.engines.train import sft_compute
+    from postlab.runs.orchestration import _capability
+
+    plan = members[0][0].plan
+    plans = [part.plan for part, _ in members]
+    seeds = [seed for _, seed in members]
     where = torch.device(device)
     tables = engine.Tables(plan, where)
-    members = len(seeds)
-    started = time.monotonic()
     untrained = []
     for seed in seeds:
         torch.manual_seed(seed)  # the exact engine's initial weights, seed by seed
         untrained.append(build_policy(plan).state_dict())
     parameters = sum(v.numel() for k, v in untrained[0].items() if k != "allowed")
     seed_tensor = torch.tensor(seeds, device=where)
-    plans = [plan] * members
     params, allowed = stacked.stack(untrained, where)
     losses = engine.supervised(params, allowed, tables, plan, seed_tensor,
                                engine.per_member(plans, "sft_lr", where),
@@ -108,39 +191,37 @@ def train_seeds(plan: dict[str, Any], seeds: list[int], out_dir: Path, device: s
                                plan["sft_steps"])
     sft_params = {k: v.detach().clone() for k, v in params.items()}
     evaluations = engine.evaluate(sft_params, allowed, tables, plans, seed_tensor)
-    results: dict[tuple[int, str], dict[str, Any]] = {}
-    for m, seed in enumerate(seeds):
-        results[(seed, "initial")] = {
+    results: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for m, (part, seed) in enumerate(members):
+        results[(str(part.out_dir), seed, "initial")] = {
             "seed": seed, "sft_loss": losses[m], "evaluation": evaluations[m],
-            "checkpoint": _save(plan, sft_params, allowed, m, seed, "initial", out_dir,
-                                evaluations[m], device),
+            "checkpoint": _save(part.plan, sft_params, allowed, m, seed, "initial",
+                                part.out_dir, evaluations[m], device),
             "parameters": parameters, "capability": _capability(),
-            "compute": sft_compute(plan, plan["sft_steps"])}
-    emit({"kind": "message", "text": f"ensemble: SFT of {members} seeds done "
-                                     f"({time.monotonic() - started:.1f} s)"})
+            "compute": sft_compute(part.plan, part.plan["sft_steps"])}
     untrained_params, _ = stacked.stack(untrained, where)
     arms = arm_specs(plan)
-    rl = [(arm, m) for arm in arms if arm.is_rl for m in range(members)]
+    rl = [(arm, m) for arm in arms if arm.is_rl for m in range(len(members))]
     if rl:
         index = torch.tensor([m for _, m in rl], device=where)
         from_untrained = torch.tensor([arm.pipeline == "rl-only" for arm, _ in rl],
                                       device=where)
-        shape = {k: (-1, *[1] * (v.dim() - 1)) for k, v in sft_params.items()}
-        start = {k: torch.where(from_untrained.reshape(shape[k]), untrained_params[k][index],
-                                sft_params[k][index]) for k in sft_params}
+        start = {k: torch.where(from_untrained.reshape(-1, *[1] * (v.dim() - 1)),
+                                untrained_params[k][index], v[index])
+                 for k, v in sft_params.items()}
         reference = {k: v.clone() for k, v in start.items()}
         rl_seeds = seed_tensor[index]
-        rl_plans = [plan] * len(rl)
+        rl_plans = [plans[m] for _, m in rl]
         histories = engine.reinforce(start, reference, allowed, tables, rl_plans, rl_seeds,
                                      [arm.contract for arm, _ in rl])
         rows = engine.evaluate(start, allowed, tables, rl_plans, rl_seeds)
         for j, (arm, m) in enumerate(rl):
-            seed = seeds[m]
-            results[(seed, arm.name)] = {
+            part, seed = members[m]
+            results[(str(part.out_dir), seed, arm.name)] = {
                 "seed": seed, "arm": arm.name, "history": histories[j],
-                "compute": _compute_of(histories[j], plan), "evaluation": rows[j],
-                "checkpoint": _save(plan, start, allowed, j, seed, arm.name, out_dir, rows[j],
-                                    device),
+                "compute": _compute_of(histories[j], part.plan), "evaluation": rows[j],
+                "checkpoint": _save(part.plan, start, allowed, j, seed, arm.name,
+                                    part.out_dir, rows[j], device),
                 "capability": _capability()}
     for arm in (a for a in arms if not a.is_rl):
         more = {k: v.clone() for k, v in sft_params.items()}
@@ -149,14 +230,11 @@ def train_seeds(plan: dict[str, Any], seeds: list[int], out_dir: Path, device: s
                                   engine.per_member(plans, "gradient_clip", where),
                                   arm.sft_steps, stream=counter.SFT_ONLY_BATCH)
         rows = engine.evaluate(more, allowed, tables, plans, seed_tensor)
-        for m, seed in enumerate(seeds):
-            results[(seed, arm.name)] = {
+        for m, (part, seed) in enumerate(members):
+            results[(str(part.out_dir), seed, arm.name)] = {
                 "seed": seed, "arm": arm.name, "sft_loss": extra[m],
-                "compute": sft_compute(plan, arm.sft_steps), "evaluation": rows[m],
-                "checkpoint": _save(plan, more, allowed, m, seed, arm.name, out_dir, rows[m],
-                                    device),
+                "compute": sft_compute(part.plan, arm.sft_steps), "evaluation": rows[m],
+                "checkpoint": _save(part.plan, more, allowed, m, seed, arm.name,
+                                    part.out_dir, rows[m], device),
                 "capability": _capability()}
-    emit({"kind": "message", "text": f"ensemble: {len(rl)} RL and "
-                                     f"{sum(not a.is_rl for a in arms) * members} SFT-only "
-                                     f"members done ({time.monotonic() - started:.1f} s)"})
     return results
