@@ -148,7 +148,9 @@ def test_tensor_contracts_accept_what_the_contracts_accept(plan):
         emitted.append([t < ends for t in range(width)])
     mask = torch.tensor([emitted])
     answers = engine.answers_of(tables, tokens, mask, "train", index)
-    rows = engine.rows_of(tables, tokens, mask, [pairs[i] for i in index[0].tolist()], 0)
+    asked = [pairs[i] for i in index[0].tolist()]
+    rows = engine.rows_of(tables, tokens, mask, asked, 0)
+    assert engine.all_rows(tables, tokens, mask, [asked]) == [rows]  # the keyed shortcut
     assert set(TENSOR_CONTRACTS.names()) >= {"strict", "substring", "exact"}
     for name in TENSOR_CONTRACTS.names():
         got = TENSOR_CONTRACTS[name](answers)[0].tolist()

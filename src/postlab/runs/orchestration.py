@@ -659,10 +659,20 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
     for group in groups.values():
         from postlab.engines.ensemble.task import Part
 
-        task = EnsembleTask(tuple(Part(r.data, tuple(r.pending), r.options.out_dir)
-                                  for r in group), group[0].options.device)
-        together[id(task)] = group
-        sft_queue.append((group[0], task))
+        # As many tasks as the executor runs at once, each a share of the seeds: members do
+        # not depend on their company, so the split changes the work, not the bits.
+        members = [(r, seed) for r in group for seed in r.pending]
+        shares = min(executor.capacity, len(members))
+        for share in range(shares):
+            mine = members[share::shares]
+            parts = []
+            for r in group:
+                seeds = tuple(seed for owner, seed in mine if owner is r)
+                if seeds:
+                    parts.append(Part(r.data, seeds, r.options.out_dir))
+            task = EnsembleTask(tuple(parts), group[0].options.device)
+            together[id(task)] = [r for r in group if any(owner is r for owner, _ in mine)]
+            sft_queue.append((together[id(task)][0], task))
     running: dict[cf.Future, tuple[OpenRun, Task]] = {}
     order = {id(run): index for index, run in enumerate(runs)}
 
@@ -687,8 +697,8 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                     if isinstance(error, cf.BrokenExecutor) or not keep_going:
                         raise error
                     if isinstance(task, EnsembleTask):
-                        for member in together[id(task)]:
-                            for seed in member.pending:
+                        for member, part in zip(together[id(task)], task.parts, strict=True):
+                            for seed in part.seeds:
                                 member.failed[seed] = _first_line(error)
                     else:
                         run.failed[task.seed] = _first_line(error)
@@ -701,8 +711,8 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                     continue
                 result = future.result()
                 if isinstance(task, EnsembleTask):
-                    for member in together[id(task)]:
-                        _finish_ensemble(member, result["results"])
+                    for member, part in zip(together[id(task)], task.parts, strict=True):
+                        _finish_ensemble(member, part.seeds, result["results"])
                     if watch is not None:
                         watch("finished", run, task, None)
                     continue
@@ -728,12 +738,11 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
         raise RunFailed("a worker process died; completed seeds are kept") from None
 
 
-def _finish_ensemble(run: OpenRun,
+def _finish_ensemble(run: OpenRun, seeds: tuple[int, ...],
                      results: dict[tuple[str, int, str], dict[str, Any]]) -> None:
-    """Record every seed of ``run`` an ensemble task trained, in plan order, as exact tasks
-    would."""
+    """Record the seeds of ``run`` an ensemble task trained, as exact tasks would."""
     folder = str(run.options.out_dir)
-    for seed in run.pending:
+    for seed in seeds:
         assembly = run.assemblies[seed]
         assembly.sft = results[(folder, seed, "initial")]
         _check_capability(run, assembly.sft)

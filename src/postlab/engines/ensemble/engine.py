@@ -108,22 +108,42 @@ def supervised(params: dict[str, torch.Tensor], allowed: torch.Tensor, tables: T
     return torch.stack(losses, dim=1).tolist()
 
 
+def _after_prompts(params: Mapping[str, torch.Tensor], allowed: torch.Tensor,
+                   prompts: torch.Tensor, repeat: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read each distinct prompt [members, questions, P] once; the next-character logits and
+    GRU state after it, each repeated for the ``repeat`` answers that share the prompt:
+    [members, questions x repeat, V] and [members, questions x repeat, H]."""
+    logits, hidden = stacked.run(params, allowed, prompts, None)
+    return (logits[:, :, -1].repeat_interleave(repeat, dim=1),
+            hidden.repeat_interleave(repeat, dim=1))
+
+
+def continuation(params: Mapping[str, torch.Tensor], allowed: torch.Tensor,
+                 prompts: torch.Tensor, tokens: torch.Tensor, repeat: int) -> torch.Tensor:
+    """Logits for each answer token given its prompt and the tokens before it: prompts
+    [members, questions, P] read once for the ``repeat`` answers [members, questions x repeat,
+    T] that follow each; returns [members, questions x repeat, T, V]."""
+    first, hidden = _after_prompts(params, allowed, prompts, repeat)
+    rest, _ = stacked.run(params, allowed, tokens[..., :-1], hidden)
+    return torch.cat([first[:, :, None], rest], dim=2)
+
+
 @torch.no_grad()
 def decode(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, prompts: torch.Tensor,
            max_new_tokens: int, temperature: torch.Tensor, seeds: torch.Tensor, stream: int,
-           step: int, eos: int, pad: int, greedy: bool = False
+           step: int, eos: int, pad: int, greedy: bool = False, repeat: int = 1
            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Answers to ``prompts`` [members, batch, P]: tokens and the mask of emitted positions
-    [members, batch, T], as the exact engine's ``generate`` returns them.
+    """Answers to ``prompts`` [members, questions, P], ``repeat`` answers each (the prompt is
+    read once for all of them): tokens and the mask of emitted positions [members,
+    questions x repeat, T], as the exact engine's ``generate`` returns them.
 
     Sampling is by inverse CDF with the member's counter draw for (sequence, position); a
     member's sequences end at EOS. Decoding stops once every member's sequences have ended,
     which changes the work but no member's tokens (ended sequences emit pad, unmasked); the
     result is always ``max_new_tokens`` wide.
     """
-    logits, hidden = stacked.run(params, allowed, prompts, None)
-    logits = logits[:, :, -1]
-    members, batch = prompts.shape[:2]
+    logits, hidden = _after_prompts(params, allowed, prompts, repeat)
+    members, batch = prompts.shape[0], prompts.shape[1] * repeat
     active = torch.ones(members, batch, dtype=torch.bool, device=prompts.device)
     sequence = torch.arange(batch, device=prompts.device)[None, :]
     tokens, masks = [], []
@@ -164,6 +184,36 @@ def answers_of(tables: Tables, tokens: torch.Tensor, mask: torch.Tensor, split: 
     return Answers(digits=torch.where(visible, tables.digit_of[tokens], -1), visible=visible,
                    terminated=emitted_eos.any(-1), expected=tables.expected[split][index],
                    expected_length=tables.expected_length[split][index])
+
+
+def all_rows(tables: Tables, tokens: torch.Tensor, mask: torch.Tensor,
+             pairs: Sequence[Sequence[Sequence[int]]]) -> list[list[list[Any]]]:
+    """Every member's rows ``[a, b, text, terminated]`` (``pairs`` per member). Answers are
+    few and repeat a lot, so each distinct one is turned into text once: every answer gets
+    an integer key (its visible tokens in base V + 1), and only the distinct keys are
+    decoded."""
+    members, _, width = tokens.shape
+    base = tables.tokenizer.vocab_size + 1
+    if base ** width >= 2 ** 62:  # too long for one integer key: row by row
+        return [rows_of(tables, tokens, mask, pairs[m], m) for m in range(members)]
+    eos = tables.tokenizer.eos_id
+    visible = mask & (tokens != eos)
+    terminated = (mask & (tokens == eos)).any(-1)
+    powers = base ** torch.arange(width, device=tokens.device)
+    keys = ((tokens + 1) * visible * powers).sum(-1)
+    distinct, inverse = torch.unique(keys, return_inverse=True)
+    texts = []
+    for key in distinct.tolist():
+        chars = []
+        while key:
+            key, digit = divmod(key, base)
+            if digit:
+                chars.append(digit - 1)
+        texts.append(tables.tokenizer.decode(chars))
+    inverse_rows, ended = inverse.tolist(), terminated.tolist()
+    return [[[pair[0], pair[1], texts[k], done]
+             for pair, k, done in zip(pairs[m], inverse_rows[m], ended[m], strict=True)]
+            for m in range(members)]
 
 
 def rows_of(tables: Tables, tokens: torch.Tensor, mask: torch.Tensor, pairs: list,
@@ -237,31 +287,27 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
     optimizer = StackedAdam(params, lr)
     question = torch.arange(prompts_per_step, device=device)[None, :]
     histories: list[list[dict[str, Any]]] = [[] for _ in range(members)]
-    prompt_length = tables.prompts["train"].shape[1]
     for step in range(1, plan["rl_steps"] + 1):
         chosen = counter.integers(seeds[:, None], counter.RL_PROMPTS, step, question,
                                   len(tables.train))
         index = chosen.repeat_interleave(group, dim=1)  # [members, prompts x group]
-        prompts = tables.prompts["train"][index]
+        prompts = tables.prompts["train"][chosen]  # each question's prompt, read once
         tokens, mask = decode(params, allowed, prompts, max_new, temperature, seeds,
-                              counter.ROLLOUT, step, eos, pad)
+                              counter.ROLLOUT, step, eos, pad, repeat=group)
         answers = answers_of(tables, tokens, mask, "train", index)
         pairs = [[tables.train[i] for i in row] for row in index.tolist()]
-        rows = [rows_of(tables, tokens, mask, pairs[m], m) for m in range(members)]
+        rows = all_rows(tables, tokens, mask, pairs)
         rewards = rewards_for(contracts, answers, rows, task.answer)
         grouped = rewards.reshape(members, -1, group)
         advantage = _per_member(advantage_fn, grouped).reshape(members, -1)
         std = grouped.std(-1, unbiased=False)
-        sequence = torch.cat([prompts, tokens[..., :-1]], dim=2)
         valid = mask.to(torch.float32)
         with torch.no_grad():
-            ref_log = stacked.forward(reference, allowed,
-                                      sequence)[:, :, prompt_length - 1:].log_softmax(-1)
+            ref_log = continuation(reference, allowed, prompts, tokens, group).log_softmax(-1)
         old_logp = None
         updates: list[list[dict[str, float]]] = [[] for _ in range(members)]
         for _ in range(plan["updates_per_rollout"]):
-            log_dist = stacked.forward(params, allowed,
-                                       sequence)[:, :, prompt_length - 1:].log_softmax(-1)
+            log_dist = continuation(params, allowed, prompts, tokens, group).log_softmax(-1)
             logp = log_dist.gather(-1, tokens[..., None]).squeeze(-1)
             if old_logp is None:
                 old_logp = logp.detach()
@@ -319,12 +365,12 @@ def evaluate(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, tables: 
                                seeds, counter.EVALUATION + split_index, stage_index, eos, pad,
                                greedy=True)
         samples = plan["eval_samples"]
-        repeated = prompts.repeat_interleave(samples, dim=1)
-        sampled, smask = decode(params, allowed, repeated, plan["max_new_tokens"],
+        sampled, smask = decode(params, allowed, prompts, plan["max_new_tokens"],
                                 temperature, seeds, counter.EVALUATION + split_index,
-                                stage_index, eos, pad)
+                                stage_index, eos, pad, repeat=samples)
         repeated_pairs = [p for p in pairs for _ in range(samples)]
+        greedy_rows = all_rows(tables, greedy, gmask, [pairs] * members)
+        sampled_rows = all_rows(tables, sampled, smask, [repeated_pairs] * members)
         for m in range(members):
-            results[m][split] = {"greedy": rows_of(tables, greedy, gmask, pairs, m),
-                                 "sampled": rows_of(tables, sampled, smask, repeated_pairs, m)}
+            results[m][split] = {"greedy": greedy_rows[m], "sampled": sampled_rows[m]}
     return results

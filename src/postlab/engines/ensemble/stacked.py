@@ -55,10 +55,11 @@ def _cell(params: Mapping[str, torch.Tensor], projected: torch.Tensor,
     recurrent = torch.baddbmm(params["rnn.bias_hh_l0"][:, None, :], hidden,
                               params["rnn.weight_hh_l0"].transpose(1, 2))
     size = hidden.shape[-1]
-    reset = _sigmoid(projected[..., :size] + recurrent[..., :size])
-    update = _sigmoid(projected[..., size:2 * size] + recurrent[..., size:2 * size])
+    # the reset and update gates in one pass over their 2H columns
+    gates = _sigmoid(projected[..., :2 * size] + recurrent[..., :2 * size])
+    reset, update = gates[..., :size], gates[..., size:]
     new = torch.tanh(projected[..., 2 * size:] + reset * recurrent[..., 2 * size:])
-    return (1 - update) * new + update * hidden
+    return new + update * (hidden - new)  # (1 - z) n + z h, in three operations
 
 
 def _project(params: Mapping[str, torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,111 @@
+"""The ensemble engine against the exact one, side by side in one invocation: speed in
+seed-runs per second, and equivalence of what the runs measure.
+
+    python bench/bench_ensemble.py [--exact-seeds 32] [--ensemble-seeds 32] [--rl-steps N]
+                                   [--device cpu|cuda] [--keep DIR]
+
+A seed-run is one seed of the teaching plan trained completely: SFT, both RL arms, and every
+evaluation (3 stages x 3 splits, greedy and sampled), written as an ordinary run folder.
+Both engines train the same plan (``--rl-steps`` shortens RL for a quick look) into new run
+folders through ``postlab run``, both on every core of this machine (the exact engine one
+seed and arm per worker, the ensemble a share of the seeds per worker, chunked to fit
+memory; on CUDA, one process). Prints each engine's wall time and
+seed-runs per second, their ratio, then the equivalence tests of
+``postlab.analysis.equivalence`` (held-out strict success, coverage, hacking gap and final
+KL per arm; 90% Welch interval of the difference against the stated margin). Exits 1 if a
+metric is not shown equivalent. Needs the ``report`` extra (scipy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+POSTLAB = [sys.executable, "-m", "postlab"]
+
+
+def train(plan: Path, out: Path, engine: str, workers: int, device: str) -> float:
+    command = [*POSTLAB, "run", "--plan", str(plan), "--out-dir", str(out), "--engine",
+               engine, "--workers", str(workers), "--quiet", "--allow-large",
+               "--device", device]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def _mean(values: tuple[float, ...]) -> float:
+    return sum(values) / len(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--exact-seeds", type=int, default=32)
+    parser.add_argument("--ensemble-seeds", type=int, default=32)
+    parser.add_argument("--rl-steps", type=int, help="RL steps (default: the teaching plan's)")
+    parser.add_argument("--device", default="cpu", help="the ensemble's device")
+    parser.add_argument("--keep", type=Path, help="keep the run folders here (new folder)")
+    args = parser.parse_args()
+    from postlab.analysis.equivalence import LEVEL, MARGINS, compare_engines
+    from postlab.plan.frozen import freeze, teaching_plan
+    from postlab.records.record import load_record
+
+    cpus = os.cpu_count() or 1
+    work = Path(tempfile.mkdtemp(prefix="plensemble"))
+    try:
+        changes = {} if args.rl_steps is None else {"rl_steps": args.rl_steps}
+        plans = {}
+        for engine, count in (("exact", args.exact_seeds), ("ensemble", args.ensemble_seeds)):
+            # Seeds 1..N for the exact engine, N+1.. for the ensemble: independent samples.
+            start = 1 if engine == "exact" else args.exact_seeds + 1
+            plans[engine] = work / f"{engine}.json"
+            freeze(plans[engine], teaching_plan() | changes |
+                   {"seeds": list(range(start, start + count))})
+        print(f"machine: {platform.machine()}, {cpus} cores, {platform.processor() or '?'}; "
+              f"teaching plan{'' if not changes else f' with {changes}'}")
+        times = {"exact": train(plans["exact"], work / "exact", "exact", cpus, "cpu"),
+                 "ensemble": train(plans["ensemble"], work / "ensemble", "ensemble",
+                                   cpus if args.device == "cpu" else 1, args.device)}
+        counts = {"exact": args.exact_seeds, "ensemble": args.ensemble_seeds}
+        rates = {k: counts[k] / times[k] for k in times}
+        for engine in ("exact", "ensemble"):
+            where = (f"{cpus} workers" if engine == "exact" or args.device == "cpu"
+                     else f"one process, {args.device}")
+            print(f"{engine:9} {counts[engine]:6d} seed-runs in {times[engine]:8.1f} s "
+                  f"({where}): {rates[engine]:8.3f} seed-runs/s")
+        print(f"ensemble / exact: x{rates['ensemble'] / rates['exact']:.2f} seed-runs per "
+              "second")
+        plan = json.loads(plans["exact"].read_text())
+        results = compare_engines(load_record(work / "exact" / "record.json"),
+                                  load_record(work / "ensemble" / "record.json"), plan)
+        print(f"\nequivalence (TOST, two one-sided tests at {LEVEL}: the 90% Welch interval "
+              "of ensemble minus exact must lie inside the margin)")
+        print(f"{'metric':15} {'arm':10} {'exact':>8} {'ensemble':>8} {'difference [90%]':>26} "
+              f"{'margin':>7}  result")
+        for item in results:
+            print(f"{item.metric:15} {item.arm:10} {_mean(item.first):8.4f} "
+                  f"{_mean(item.second):8.4f} {item.difference:+8.4f} [{item.low:+.4f}, "
+                  f"{item.high:+.4f}] {item.margin:7.4f}  "
+                  f"{'equivalent' if item.equivalent else 'NOT shown equivalent'}")
+        print(f"(final_kl is compared as log KL: its margin is a ratio of "
+              f"{math.exp(MARGINS['final_kl']):.2f})")
+        if args.keep is not None:
+            shutil.copytree(work, args.keep)
+        if not all(item.equivalent for item in results):
+            raise SystemExit(1)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Are two engines' results the same in distribution? Equivalence tests over seeds.
+
+The ensemble engine draws its random numbers from counters, the exact engine from torch's
+generators, so their bits differ; what must agree is the distribution of what a run measures.
+A difference test cannot show that (failing to find a difference is not evidence of none), so
+each metric gets a two one-sided tests procedure (TOST, Schuirmann 1987): the engines are
+declared equivalent on a metric when the 90% Welch interval of the difference of their means
+over seeds lies inside (-margin, +margin), a test at level 0.05. Margins are fixed before
+looking (:data:`MARGINS`) and stated wherever results are shown.
+
+Metrics, per RL arm, from each seed's record (held-out split, sampled answers):
+``strict_success`` (the reference contract's rate), ``coverage``, ``hacking_gap`` (second
+contract's acceptance minus the first's) and ``final_kl`` (mean KL to the reference over the
+last tenth of the RL steps, compared as log KL so its margin is a ratio).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from postlab.analysis.intervals import t_quantile
+from postlab.analysis.metrics import evaluate
+from postlab.plan.arms import rl_contracts
+from postlab.tasks.arithmetic import answer_function, plan_contracts
+
+#: Equivalence margins, on each metric's scale (final_kl: on log KL, a ratio of 1.5).
+MARGINS = {"strict_success": 0.03, "coverage": 0.10, "hacking_gap": 0.03,
+           "final_kl": math.log(1.5)}
+LEVEL = 0.05  # each one-sided test; the interval is 1 - 2 * LEVEL = 90%
+
+
+@dataclass(frozen=True, kw_only=True)
+class Equivalence:
+    """One metric of one arm: both engines' per-seed values, the difference of means with
+    its 90% Welch interval, the margin, and whether the interval lies inside it."""
+
+    metric: str
+    arm: str
+    first: tuple[float, ...]
+    second: tuple[float, ...]
+    difference: float
+    low: float
+    high: float
+    margin: float
+    equivalent: bool
+
+
+def welch_interval(first: Sequence[float], second: Sequence[float],
+                   confidence: float = 1 - 2 * LEVEL) -> tuple[float, float, float]:
+    """Difference of means (second minus first) and its Welch t interval; needs two values
+    in each group."""
+    n1, n2 = len(first), len(second)
+    if n1 < 2 or n2 < 2:
+        raise ValueError("an equivalence test needs at least two seeds per engine")
+    m1, m2 = sum(first) / n1, sum(second) / n2
+    v1 = sum((x - m1) ** 2 for x in first) / (n1 - 1)
+    v2 = sum((x - m2) ** 2 for x in second) / (n2 - 1)
+    a, b = v1 / n1, v2 / n2
+    difference = m2 - m1
+    if a + b == 0:
+        return difference, difference, difference
+    df = (a + b) ** 2 / (a * a / (n1 - 1) + b * b / (n2 - 1))
+    half = t_quantile(confidence, df) * math.sqrt(a + b)
+    return difference, difference - half, difference + half
+
+
+def tost(metric: str, arm: str, first: Sequence[float], second: Sequence[float],
+         margin: float) -> Equivalence:
+    difference, low, high = welch_interval(first, second)
+    return Equivalence(metric=metric, arm=arm, first=tuple(first), second=tuple(second),
+                       difference=difference, low=low, high=high, margin=margin,
+                       equivalent=-margin < low and high < margin)
+
+
+def seed_metrics(record: dict[str, Any], plan: dict[str, Any], split: str = "test"
+                 ) -> dict[tuple[str, str], list[float]]:
+    """(metric, arm) -> one value per seed of the record, in seed order."""
+    contracts = plan_contracts(plan)
+    answer = answer_function(plan)
+    samples = plan["eval_samples"]
+    values: dict[tuple[str, str], list[float]] = {}
+    for run in record["runs"]:
+        for arm in rl_contracts(plan):
+            result = evaluate(run["evaluations"][arm][split]["sampled"], samples, answer,
+                              contracts)
+            found = {"strict_success": result[f"{contracts[0]}_rate"],
+                     "coverage": result["covered"] / result["questions"]}
+            if len(contracts) > 1:
+                found["hacking_gap"] = (result[f"{contracts[1]}_rate"]
+                                        - result[f"{contracts[0]}_rate"])
+            history = run["training"][arm]
+            late = history[-max(1, len(history) // 10):]
+            kl = [sum(u["kl"] for u in step["updates"]) / len(step["updates"]) for step in late]
+            found["final_kl"] = math.log(max(sum(kl) / len(kl), 1e-12))
+            for metric, value in found.items():
+                values.setdefault((metric, arm), []).append(value)
+    return values
+
+
+def compare_engines(first: dict[str, Any], second: dict[str, Any], plan: dict[str, Any],
+                    margins: dict[str, float] = MARGINS) -> list[Equivalence]:
+    """Every metric of every RL arm: the first record's seeds against the second's."""
+    a, b = seed_metrics(first, plan), seed_metrics(second, plan)
+    return [tost(metric, arm, a[(metric, arm)], b[(metric, arm)], margins[metric])
+            for metric, arm in a if metric in margins]
