@@ -6,7 +6,8 @@ A difference test cannot show that (failing to find a difference is not evidence
 each metric gets a two one-sided tests procedure (TOST, Schuirmann 1987): the engines are
 declared equivalent on a metric when the 90% Welch interval of the difference of their means
 over seeds lies inside (-margin, +margin), a test at level 0.05. Margins are fixed before
-looking (:data:`MARGINS`) and stated wherever results are shown.
+looking (:data:`MARGINS` for the benchmark's 32 or more seeds per engine, wider
+:data:`CI_MARGINS` for the test suite's 16) and stated wherever results are shown.
 
 Metrics, per RL arm, from each seed's record (held-out split, sampled answers):
 ``strict_success`` (the reference contract's rate), ``coverage``, ``hacking_gap`` (second
@@ -29,6 +30,10 @@ from postlab.tasks.arithmetic import answer_function, plan_contracts
 #: Equivalence margins, on each metric's scale (final_kl: on log KL, a ratio of 1.5).
 MARGINS = {"strict_success": 0.03, "coverage": 0.10, "hacking_gap": 0.03,
            "final_kl": math.log(1.5)}
+#: Wider margins for the CI-sized check (16 seeds per engine instead of 32 or more): the
+#: same test, with the power two minutes of a CI run can buy.
+CI_MARGINS = {"strict_success": 0.04, "coverage": 0.12, "hacking_gap": 0.03,
+              "final_kl": math.log(2.0)}
 LEVEL = 0.05  # each one-sided test; the interval is 1 - 2 * LEVEL = 90%
 
 
