@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from plans import SMALL, write_plan
 
 from postlab.analysis.aggregate import Analysis, Band, Interval, Outcome
+from postlab.analysis.intervals import interval
 from postlab.analysis.versions import (
     VersionInput,
     compare,
-    empirical_logit,
     rate_interval,
 )
 from postlab.cli import main
@@ -30,38 +30,45 @@ T_975_DF2 = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom
 
 
 def test_rate_interval_by_hand():
-    """Three seeds at 2/10, 4/10, 6/10: logits of (x+.5)/(n-x+.5), t with 2 df, mapped back
-    through the exact inverse."""
-    z = [math.log(2.5 / 8.5), math.log(4.5 / 6.5), math.log(6.5 / 4.5)]
-    centre = sum(z) / 3
-    sd = math.sqrt(sum((v - centre) ** 2 for v in z) / 2)
-    half = T_975_DF2 * sd / math.sqrt(3)
-
-    def back(value: float) -> float:
-        share = 1 / (1 + math.exp(-value))
-        return min(1.0, max(0.0, (share * 11 - 0.5) / 10))
-
+    """Three seeds at 2/10, 4/10, 6/10: mean 0.4, sd 0.2 (above one seed's binomial sd,
+    sqrt(p(1-p)/10) at p = 4.5/11), t with 2 df: 0.4 - 0.497 is cut to 0. Four seeds at
+    3/10, 4/10, 5/10, 6/10 stay inside, their spread raised to the binomial floor."""
+    half = T_975_DF2 * 0.2 / math.sqrt(3)
     got = rate_interval([0.2, 0.4, 0.6], 10)
     assert got.mean == pytest.approx(0.4)
-    assert got.low == pytest.approx(back(centre - half))
-    assert got.high == pytest.approx(back(centre + half))
-    assert 0.0 <= got.low < 0.4 < got.high <= 1.0
+    assert got.low == 0.0 and got.high == pytest.approx(0.4 + half)
+    sd = math.sqrt((0.15 ** 2 + 0.05 ** 2) * 2 / 3)  # 0.129: below one seed's binomial sd
+    floor = math.sqrt(5 / 11 * 6 / 11 / 10)  # p = (4.5 + 0.5) / 11: 0.157
+    assert sd < floor
+    half = 3.182446305284263 * floor / 2  # t 97.5% with 3 df
+    got = rate_interval([0.3, 0.4, 0.5, 0.6], 10)
+    assert got.low == pytest.approx(0.45 - half) and got.high == pytest.approx(0.45 + half)
 
 
 def test_seeds_that_agree_by_chance_keep_the_sampling_uncertainty():
-    """Three seeds at 0 of 12: the spread over seeds is 0, the floor is one seed's binomial
-    variance of the empirical logit, 1/0.5 + 1/12.5."""
+    """Three seeds at 0 of 12: the spread over seeds is 0; the floor is one seed's binomial
+    sd at p = 0.5 / 13; the interval is cut at 0."""
     got = rate_interval([0.0, 0.0, 0.0], 12)
-    z = math.log(0.5 / 12.5)
-    half = T_975_DF2 * math.sqrt((1 / 0.5 + 1 / 12.5) / 3)
-    share = 1 / (1 + math.exp(-(z + half)))
+    p = 0.5 / 13
     assert got.low == 0.0 and got.mean == 0.0
-    assert got.high == pytest.approx((share * 13 - 0.5) / 12)
-    assert 0.3 < got.high < 1.0
+    assert got.high == pytest.approx(T_975_DF2 * math.sqrt(p * (1 - p) / 12) / math.sqrt(3))
+    assert 0.05 < got.high < 0.2
     for rate in (0.5, 1.0):
         got = rate_interval([rate] * 4, 20)
-        assert 0.0 <= got.low < rate or rate == 0.0
+        assert got.low < rate or rate == 0.0
         assert got.low <= rate <= got.high <= 1.0
+
+
+def test_an_interval_is_the_t_interval_cut_to_the_unit_interval():
+    """Two seeds at coverage 0.105 and 0.474: the t interval [-1.38, 1.96], cut to [0, 1];
+    with 64 seeds the interval is the plain t one, symmetric around the mean it covers."""
+    got = rate_interval([0.105, 0.474], 19)
+    plain = interval([0.105, 0.474])
+    assert plain.low < 0 < 1 < plain.high and (got.low, got.high) == (0.0, 1.0)
+    many = [0.0] * 32 + [5 / 19] * 32  # spread 0.13, above the binomial floor 0.08
+    got = rate_interval(many, 19)
+    plain = interval(many)
+    assert got.low == pytest.approx(plain.low) and got.high == pytest.approx(plain.high)
 
 
 def test_one_seed_has_no_interval():
@@ -74,12 +81,8 @@ def test_rate_intervals_stay_in_the_unit_interval_and_hold_the_mean(counts):
     rates = [c / 30 for c in counts]
     got = rate_interval(rates, 30)
     assert 0.0 <= got.low <= got.mean <= got.high <= 1.0
-    # a t interval on the raw rates would leave [0, 1] for some of these; this one never does
-
-
-def test_the_empirical_logit_is_finite_at_zero_and_one():
-    assert empirical_logit(0.0, 10) == pytest.approx(math.log(0.5 / 10.5))
-    assert empirical_logit(1.0, 10) == pytest.approx(math.log(10.5 / 0.5))
+    plain = interval(rates)  # never narrower than the t interval, except where it is cut
+    assert got.low <= max(0.0, plain.low) + 1e-12 and got.high >= min(1.0, plain.high) - 1e-12
 
 
 def _analysis(seeds: tuple[int, ...], rates: dict[str, tuple[float, ...]]) -> Analysis:

@@ -3,7 +3,7 @@
 Renderers (terminal, JSON, Markdown, HTML, figures) take the :class:`Analysis` this module
 returns and lay it out; none of them computes a number. Intervals are over seeds, the
 independent repetitions of the experiment (:mod:`postlab.analysis.intervals`): rates and
-pass@k on the empirical-logit scale so they stay inside [0, 1], changes and gaps Student t
+pass@k Student t with a binomial floor, cut to [0, 1], changes and gaps Student t
 over the per-seed differences.
 """
 

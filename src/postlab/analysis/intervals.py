@@ -4,16 +4,16 @@ Seeds are the unit: each is an independent repetition of the experiment, while q
 within a seed share one model and are not independent draws of it. All intervals are 95%
 two-sided, with no interval from a single seed.
 
-* A **rate** (a share of outputs or questions, pass@k): Student t over seeds on the empirical
-  logit of each seed's rate, ``log((x + 1/2) / (n - x + 1/2))`` for x accepted of n, mapped
-  back through that transform's exact inverse. The spread over seeds is never taken below the
-  binomial sampling variance of one seed's logit, ``1/(x + 1/2) + 1/(n - x + 1/2)``, so seeds
-  that agree by chance (three seeds at 0 of 12 questions) do not make a zero-width interval.
-  It stays inside [0, 1] at any number of seeds, is asymmetric near the bounds as a rate's
-  uncertainty is, and is defined when a seed scores 0 or 1. A t interval on the rates
-  themselves crosses 0 or 1 exactly where rates sit near them (two seeds at 0.105 and 0.474
-  give [-1.38, 1.96]); a percentile bootstrap stays inside but covers far less than 95% with
-  the handful of seeds a run has.
+* A **rate** (a share of outputs or questions, pass@k, a training reward): Student t over the
+  seeds' rates, with two guards. The spread over seeds is never taken below one seed's
+  binomial sampling sd, ``sqrt(p~(1 - p~) / n)`` with ``p~ = (x + 1/2) / (n + 1)`` at the
+  mean's count x of n, so seeds that agree by chance (three seeds at 0 of 12 questions) keep
+  the uncertainty each one's sample has. And the interval is cut to [0, 1], where the mean it
+  covers lies: cutting removes only impossible values, so it covers the mean exactly as often
+  as the t interval does. (Two seeds with coverage 0.105 and 0.474 had [-1.38, 1.96], which
+  is [0, 1] here: two such seeds cannot tell.) An interval on the empirical-logit scale also
+  stays in [0, 1], but it is an interval for another centre: with many seeds at 0 it sits
+  below the mean it is printed next to.
 * A **difference** (a change from SFT, a hacking gap, a paired difference between versions):
   Student t over the per-seed differences, which live in [-1, 1].
 """
@@ -25,10 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 CONFIDENCE = 0.95
-RATE_METHOD = ("Student t over seeds on the empirical logit log((x+1/2)/(n-x+1/2)) of each "
-               "seed's rate (spread at least one seed's binomial sampling variance), 95% "
-               "two-sided, mapped back to [0, 1] by its exact inverse; no interval with one "
-               "seed")
+RATE_METHOD = ("Student t over the seeds' rates, 95% two-sided, the spread at least one "
+               "seed's binomial sampling sd (sqrt(p(1-p)/n), p = (x+1/2)/(n+1)), cut to "
+               "[0, 1]; no interval with one seed")
 DIFFERENCE_METHOD = ("Student t over the per-seed differences, 95% two-sided, seeds - 1 "
                      "degrees of freedom; no interval with one seed")
 
@@ -60,36 +59,19 @@ def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interva
     return Interval(per_seed=tuple(values), mean=mean, low=mean - half, high=mean + half)
 
 
-def empirical_logit(rate: float, trials: int) -> float:
-    accepted = rate * trials
-    return math.log((accepted + 0.5) / (trials - accepted + 0.5))
-
-
 def rate_interval(rates: Sequence[float], trials: int,
                   confidence: float = CONFIDENCE) -> Interval:
-    """Mean of per-seed rates (each of ``trials`` outputs or questions), with a t interval on
-    the empirical-logit scale mapped back into [0, 1]."""
+    """Mean of per-seed rates (each of ``trials`` outputs or questions), with a t interval
+    whose spread is at least one seed's binomial sampling sd, cut to [0, 1]."""
     n = len(rates)
     mean = sum(rates) / n
     if n < 2:
         return Interval(per_seed=tuple(rates), mean=mean, low=None, high=None)
-    logits = [empirical_logit(r, trials) for r in rates]
-    centre = sum(logits) / n
-    spread = sum((z - centre) ** 2 for z in logits) / (n - 1)
+    spread = math.sqrt(sum((r - mean) ** 2 for r in rates) / (n - 1))
     # Seeds that agree by chance (all at 0 of a few questions, say) must not claim certainty:
-    # the spread is never taken below the sampling variance of one seed's empirical logit,
-    # 1/(x+1/2) + 1/(n-x+1/2), averaged over seeds.
-    sampling = sum(1 / (r * trials + 0.5) + 1 / (trials - r * trials + 0.5)
-                   for r in rates) / n
-    half = t_quantile(confidence, n - 1) * math.sqrt(max(spread, sampling) / n)
-    low, high = _rate_of(centre - half, trials), _rate_of(centre + half, trials)
-    # The plain mean is the point reported; the logit scale's centre can sit a little apart
-    # from it when seeds differ a lot, and an interval should never exclude its own point.
-    return Interval(per_seed=tuple(rates), mean=mean, low=min(low, mean), high=max(high, mean))
-
-
-def _rate_of(z: float, trials: int) -> float:
-    """The exact inverse of :func:`empirical_logit`, held to [0, 1] (the half-count
-    correction alone can reach half a count outside)."""
-    share = 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
-    return min(1.0, max(0.0, (share * (trials + 1) - 0.5) / trials))
+    # one seed's rate varies at least as its binomial sample does.
+    share = (mean * trials + 0.5) / (trials + 1)
+    sampling = math.sqrt(share * (1 - share) / trials)
+    half = t_quantile(confidence, n - 1) * max(spread, sampling) / math.sqrt(n)
+    return Interval(per_seed=tuple(rates), mean=mean, low=max(0.0, mean - half),
+                    high=min(1.0, mean + half))

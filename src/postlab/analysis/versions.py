@@ -7,8 +7,8 @@ seed-to-seed noise that two independent means would carry. Only seeds both versi
 are paired; a version sharing none with the base gets no difference.
 
 Intervals, 95%, with the seed as the unit, as every report computes them
-(:mod:`postlab.analysis.intervals`): a version's rate on the empirical-logit scale, kept inside
-[0, 1]; a paired difference (and the hacking gap, a difference itself) Student t over the
+(:mod:`postlab.analysis.intervals`): a version's rate Student t over seeds with a binomial floor,
+cut to [0, 1]; a paired difference (and the hacking gap, a difference itself) Student t over the
 per-seed differences. With one seed (or one pair) no interval is given.
 """
 
@@ -20,13 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from postlab.analysis.aggregate import Analysis
-from postlab.analysis.intervals import (  # noqa: F401 (empirical_logit re-exported)
-    RATE_METHOD,
-    Interval,
-    empirical_logit,
-    interval,
-    rate_interval,
-)
+from postlab.analysis.intervals import RATE_METHOD, Interval, interval, rate_interval
 
 SCHEMA = "postlab.analysis.versions/1"
 DIFFERENCE_METHOD = ("paired by seed: Student t over the per-seed differences from the base "

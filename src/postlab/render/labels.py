@@ -47,7 +47,7 @@ LABELS: dict[str, dict[str, str]] = {
         "answers_note": "The commonest answers of each kind, pooled over seeds; 'times' "
                         "counts them. 'postlab samples RUN' lists every answer.",
         "details": "Details", "findings": "Findings",
-        "rate_method_short": "Student t over seeds on the empirical logit, mapped back into "
+        "rate_method_short": "Student t over seeds, at least one seed's binomial sd, cut to "
                              "[0, 1]",
         "hypotheses": "Preregistered hypotheses (decided by the plan's rule; Holm across them)",
         "hypothesis": "id", "statement": "hypothesis", "claim": "claim",
@@ -99,7 +99,8 @@ LABELS: dict[str, dict[str, str]] = {
         "answers_note": "每类中最常见的回答（合并各种子），“次数”为出现次数。"
                         "“postlab samples RUN” 列出全部回答。",
         "details": "详细表格", "findings": "结论",
-        "rate_method_short": "种子间经验 logit 上的 Student t 区间，映射回 [0, 1]",
+        "rate_method_short": "种子间 Student t 区间，散布不小于单个种子的二项抽样标准差，"
+                             "截到 [0, 1]",
         "hypotheses": "预注册假设（按计划中的规则判定；多重比较用 Holm 校正）",
         "hypothesis": "编号", "statement": "假设", "claim": "主张",
         "difference_bounds": "平均差 [单侧界]", "level": "水平",

@@ -255,7 +255,8 @@ def _per_member(fn, *args):
 
 def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Tensor],
               allowed: torch.Tensor, tables: Tables, plans: Sequence[Mapping[str, Any]],
-              seeds: torch.Tensor, contracts: Sequence[str], on_step=None
+              seeds: torch.Tensor, contracts: Sequence[str], on_step=None,
+              keep_rows: bool = True
               ) -> list[list[dict[str, Any]]]:
     """GRPO-style RL of every member from ``params`` under its own contract, KL-anchored to
     ``reference``; returns each member's per-step history in the exact engine's form.
@@ -295,8 +296,12 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
         tokens, mask = decode(params, allowed, prompts, max_new, temperature, seeds,
                               counter.ROLLOUT, step, eos, pad, repeat=group)
         answers = answers_of(tables, tokens, mask, "train", index)
-        pairs = [[tables.train[i] for i in row] for row in index.tolist()]
-        rows = all_rows(tables, tokens, mask, pairs)
+        # Rows are the record's; without them (a benchmark of the computation alone) only a
+        # contract without a tensor form still needs them, to be scored.
+        rows: list[list[list[Any]]] = [[] for _ in range(members)]
+        if keep_rows or any(c not in TENSOR_CONTRACTS for c in contracts):
+            pairs = [[tables.train[i] for i in row] for row in index.tolist()]
+            rows = all_rows(tables, tokens, mask, pairs)
         rewards = rewards_for(contracts, answers, rows, task.answer)
         grouped = rewards.reshape(members, -1, group)
         advantage = _per_member(advantage_fn, grouped).reshape(members, -1)
@@ -348,8 +353,8 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
 
 @torch.no_grad()
 def evaluate(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, tables: Tables,
-             plans: Sequence[Mapping[str, Any]], seeds: torch.Tensor, stage_index: int = 0
-             ) -> list[dict[str, Any]]:
+             plans: Sequence[Mapping[str, Any]], seeds: torch.Tensor, stage_index: int = 0,
+             keep_rows: bool = True) -> list[dict[str, Any]]:
     """Greedy and sampled answers of every member on every split, in the exact engine's
     record form; the sampled draws come from stream EVALUATION + split index, step
     ``stage_index`` (each stage of a seed evaluates with its own draws)."""
@@ -369,6 +374,8 @@ def evaluate(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, tables: 
                                 temperature, seeds, counter.EVALUATION + split_index,
                                 stage_index, eos, pad, repeat=samples)
         repeated_pairs = [p for p in pairs for _ in range(samples)]
+        if not keep_rows:  # a benchmark of the computation alone
+            continue
         greedy_rows = all_rows(tables, greedy, gmask, [pairs] * members)
         sampled_rows = all_rows(tables, sampled, smask, [repeated_pairs] * members)
         for m in range(members):

@@ -1,0 +1,109 @@
+"""How the ensemble engine scales with members on one device: the teaching plan's whole
+computation (SFT, both RL arms, every evaluation) for 1,000 and 10,000 seeds.
+
+    python bench/bench_ensemble_scale.py --device cuda [--members 1000,10000] [--rl-steps N]
+
+For each size, members are chunked to fit the device's memory (as ``postlab run --engine
+ensemble`` does) and the phases are timed: SFT of every seed, its evaluation, RL of every
+(seed, arm) and their evaluation. What is timed is the computation a seed-run consists of;
+building the record's rows as Python objects and writing run folders are left out and said
+so (``postlab run`` adds them; for 10,000 seeds the records alone are gigabytes). Prints
+seconds per phase, seed-runs per second, the chunk size and the device's peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import torch
+
+
+def run_size(members: int, plan: dict, device: str, chunk: int | None) -> dict[str, float]:
+    from postlab.engines.ensemble import engine, stacked
+    from postlab.engines.ensemble.task import chunk_seeds
+    from postlab.policies.base import build_policy
+
+    where = torch.device(device)
+    tables = engine.Tables(plan, where)
+    size = chunk or chunk_seeds(plan, device, 3)
+    times = {"init": 0.0, "sft": 0.0, "sft_eval": 0.0, "rl": 0.0, "rl_eval": 0.0}
+
+    def timed(name: str, fn):
+        if where.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = fn()
+        if where.type == "cuda":
+            torch.cuda.synchronize()
+        times[name] += time.perf_counter() - start
+        return out
+
+    for first in range(0, members, size):
+        seeds = list(range(first + 1, min(first + size, members) + 1))
+        count = len(seeds)
+
+        def init(seeds=seeds):
+            states = []
+            for seed in seeds:
+                torch.manual_seed(seed)
+                states.append(build_policy(plan).state_dict())
+            return stacked.stack(states, where)
+
+        params, allowed = timed("init", init)
+        seed_tensor = torch.tensor(seeds, device=where)
+        plans = [plan] * count
+        timed("sft", lambda params=params, allowed=allowed, seed_tensor=seed_tensor,
+              plans=plans: engine.supervised(
+                  params, allowed, tables, plan, seed_tensor,
+                  engine.per_member(plans, "sft_lr", where),
+                  engine.per_member(plans, "gradient_clip", where), plan["sft_steps"]))
+        timed("sft_eval", lambda params=params, allowed=allowed, seed_tensor=seed_tensor,
+              plans=plans: engine.evaluate(params, allowed, tables, plans, seed_tensor,
+                                           keep_rows=False))
+        start = {k: torch.cat([v, v]) for k, v in params.items()}
+        reference = {k: v.clone() for k, v in start.items()}
+        rl_seeds = torch.cat([seed_tensor, seed_tensor])
+        contracts = ["strict"] * count + ["substring"] * count
+        timed("rl", lambda start=start, reference=reference, allowed=allowed,
+              rl_seeds=rl_seeds, contracts=contracts, plans=plans: engine.reinforce(
+                  start, reference, allowed, tables, plans * 2, rl_seeds, contracts,
+                  keep_rows=False))
+        timed("rl_eval", lambda start=start, allowed=allowed, rl_seeds=rl_seeds,
+              plans=plans: engine.evaluate(start, allowed, tables, plans * 2, rl_seeds,
+                                           keep_rows=False))
+    times["chunk"] = size
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--members", default="1000,10000")
+    parser.add_argument("--rl-steps", type=int)
+    parser.add_argument("--chunk", type=int, help="seeds at a time (default: what memory holds)")
+    args = parser.parse_args()
+    from postlab.plan.frozen import teaching_plan
+    from postlab.runs.orchestration import configure_torch
+
+    plan = teaching_plan() | ({} if args.rl_steps is None else {"rl_steps": args.rl_steps})
+    configure_torch(plan["threads"], args.device)
+    name = (torch.cuda.get_device_name(0) if args.device.startswith("cuda")
+            else platform.processor() or platform.machine())
+    print(f"device: {args.device} ({name}); torch {torch.__version__}; teaching plan"
+          + ("" if args.rl_steps is None else f" with rl_steps={args.rl_steps}"))
+    for members in (int(m) for m in args.members.split(",")):
+        if args.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        times = run_size(members, plan, args.device, args.chunk)
+        total = sum(v for k, v in times.items() if k != "chunk")
+        peak = (f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
+                if args.device.startswith("cuda") else "n/a")
+        phases = " ".join(f"{k} {v:.1f}s" for k, v in times.items() if k != "chunk")
+        print(f"{members:6d} seeds: {total:8.1f} s, {members / total:8.2f} seed-runs/s "
+              f"(chunk {int(times['chunk'])} seeds; peak {peak}; {phases})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
