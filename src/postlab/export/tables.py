@@ -64,6 +64,8 @@ class TableSpec:
 
 VERSION = Column("version", "string", "the sweep version (its folder name); sweep exports only")
 _SEED = Column("seed", "int64", "the run's seed")
+_ARM = Column("arm", "string", "the RL arm")
+_STEP = Column("step", "int64", "the RL step, from 1")
 _A = Column("a", "int64", "the question's first operand")
 _B = Column("b", "int64", "the question's second operand")
 _ANSWER = Column("answer", "int64", "the task's answer to (a, b), which contracts compare with")
@@ -88,8 +90,8 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
     TableSpec("rollout_samples", "one RL rollout answer: the rows a step trained on, then the "
               "groups dynamic sampling dropped", (
                   _SEED,
-                  Column("arm", "string", "the RL arm"),
-                  Column("step", "int64", "the RL step, from 1"),
+                  _ARM,
+                  _STEP,
                   Column("kept", "bool", "true: the step trained on it; false: dynamic "
                                          "sampling dropped its group (rewards all equal)"),
                   Column("group", "int64", "the group's position among the step's kept (or "
@@ -100,8 +102,8 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
     TableSpec("updates", "one optimiser update of an RL step, with every statistic the record "
               "holds for it", (
                   _SEED,
-                  Column("arm", "string", "the RL arm"),
-                  Column("step", "int64", "the RL step, from 1"),
+                  _ARM,
+                  _STEP,
                   Column("update", "int64", "the update's position in the step, from 0"),
                   Column("loss", "float64", "the loss minimised (clipped objective and KL "
                                             "penalty, reduced as the plan's loss_reduction "
@@ -117,8 +119,8 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
                                                           "clip range"))),
     TableSpec("steps", "one RL step: its rows, groups and updates", (
         _SEED,
-        Column("arm", "string", "the RL arm"),
-        Column("step", "int64", "the RL step, from 1"),
+        _ARM,
+        _STEP,
         Column("rows", "int64", "rollout answers the step trained on"),
         Column("zero_variance_groups", "int64", "kept groups whose rewards were all equal "
                                                 "(no learning signal)"),
