@@ -84,6 +84,9 @@ def main() -> None:
     parser.add_argument("--rl-steps", type=int)
     parser.add_argument("--chunk", type=int, help="seeds at a time (default: what memory holds)")
     args = parser.parse_args()
+    from postlab.runs.device import prepare
+
+    prepare(args.device)  # the cuBLAS workspace setting, before torch touches CUDA
     from postlab.plan.frozen import teaching_plan
     from postlab.runs.orchestration import configure_torch
 

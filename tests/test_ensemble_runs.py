@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from plans import SMALL, rows, write_plan
 
 from postlab.cli import main
@@ -138,6 +139,7 @@ def test_a_sweep_through_the_ensemble_engine(tmp_path, capsys):
                  "width": 16, "max_positions": 12}}, "the 'transformer' policy"),
     ({"dynamic_sampling": {"max_extra_groups": 2}}, "dynamic_sampling"),
     ({"precision": "bf16"}, "precision bf16"),
+    ({"threads": 2}, "threads 2"),
 ])
 def test_what_the_ensemble_cannot_train_is_refused_first(tmp_path, capsys, changes, words):
     path = write_plan(tmp_path / "p.json", **(SMALL | changes))
@@ -165,3 +167,56 @@ def test_chunks_change_the_work_not_the_bits(tmp_path):
                       for (_, seed, stage), result in results.items()})
     assert found[0] == found[1] == found[2]
     assert len(found[0]) == 3 * 3
+
+
+def test_live_logs_are_refused_with_the_ensemble(tmp_path, capsys):
+    path = write_plan(tmp_path / "p.json", **SMALL)
+    assert main(["run", "--plan", str(path), "--out-dir", str(tmp_path / "run"), "--engine",
+                 "ensemble", "--log", "tensorboard", "--quiet"]) == 2
+    assert "the ensemble engine writes no live logs" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_member_that_diverges_stops_the_batch_naming_its_seed(tmp_path, capsys,
+                                                                monkeypatch):
+    """A NaN loss in one member (forced here: the second seed's cross-entropy at every step)
+    stops the run before any weight moves or is saved, naming that seed."""
+    from postlab.engines.ensemble import engine
+
+    real = engine._cross_entropy
+
+    def poisoned(logits, target, pad):
+        loss = real(logits, target, pad)
+        return loss + torch.tensor([0.0, float("nan")])[: loss.shape[0]]
+
+    monkeypatch.setattr(engine, "_cross_entropy", poisoned)
+    path = write_plan(tmp_path / "p.json", **SMALL)
+    out = tmp_path / "run"
+    assert main(["run", "--plan", str(path), "--out-dir", str(out), "--engine", "ensemble",
+                 "--workers", "1", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"non-finite loss or gradient norm at seed {SMALL['seeds'][1]}, SFT step 1" in err
+    assert "Traceback" not in err
+    assert not list(out.glob("*.pt"))  # stopped before any weight was saved
+
+
+def test_an_interrupted_ensemble_run_resumes_only_with_its_engine(tmp_path, capsys,
+                                                                 monkeypatch):
+    from postlab.engines.ensemble import task
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    path = write_plan(tmp_path / "p.json", **SMALL)
+    out = tmp_path / "run"
+    monkeypatch.setattr(task, "train_parts", interrupted)
+    assert main(["run", "--plan", str(path), "--out-dir", str(out), "--engine", "ensemble",
+                 "--workers", "1", "--quiet"]) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(["run", "--out-dir", str(out), "--resume", "--workers", "1", "--quiet"]) == 2
+    assert "started with the ensemble engine; resume it with --engine ensemble" in \
+        capsys.readouterr().err
+    assert main(["run", "--out-dir", str(out), "--resume", "--engine", "ensemble",
+                 "--workers", "1", "--quiet"]) == 0
+    assert main(["verify", str(out)]) == 0

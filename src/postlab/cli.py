@@ -994,10 +994,14 @@ def _loggers(args: argparse.Namespace) -> tuple[str, ...]:
     return names
 
 
-def _check_engine(engine: str, plan: dict, what: str) -> None:
+def _check_engine(engine: str, plan: dict, what: str, log: tuple[str, ...] = ()) -> None:
     """A plan the chosen engine cannot train is refused before anything is written."""
     if engine == "exact":
         return
+    if log:
+        raise UserError(f"--log {log[0]}: the ensemble engine writes no live logs yet (its "
+                        "members train as one computation); use --engine exact to watch "
+                        "training, or read the finished run's dynamics in its report")
     from postlab.engines.ensemble.task import problems
 
     found = problems(plan)
@@ -1066,7 +1070,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         path = args.out_dir / "plan.json"
         sized = parse_plan(read_bytes(path, "plan"), str(path), path)
     if sized is not None:
-        _check_engine(args.engine, sized.data, str(args.plan or "the teaching plan"))
+        _check_engine(args.engine, sized.data, str(args.plan or "the teaching plan"), log)
         _check_size(sized, args)
     start = time.monotonic()
     _train(plan, raw, args, workers, resume=args.resume, device=device, log=log,
@@ -1188,7 +1192,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         from postlab.plan.frozen import parse_plan
 
         for version in versions:
-            _check_engine(args.engine, version.plan, f"version {version.name}")
+            _check_engine(args.engine, version.plan, f"version {version.name}", log)
             estimate = _check_size(parse_plan(version.raw, version.name), args, quiet=True)
         if not args.quiet:
             print(f"{len(versions)} versions: {', '.join(v.name for v in versions)}")

@@ -30,8 +30,9 @@ from postlab.tasks.arithmetic import answer_function, plan_contracts
 #: Equivalence margins, on each metric's scale (final_kl: on log KL, a ratio of 1.5).
 MARGINS = {"strict_success": 0.03, "coverage": 0.10, "hacking_gap": 0.03,
            "final_kl": math.log(1.5)}
-#: Wider margins for the CI-sized check (16 seeds per engine instead of 32 or more): the
-#: same test, with the power two minutes of a CI run can buy.
+#: Margins for the CI-sized check (16 seeds per engine instead of 32 or more): wider where
+#: 16 seeds need it (the hacking gap's margin is already loose), the power a minute of CI
+#: can buy.
 CI_MARGINS = {"strict_success": 0.04, "coverage": 0.12, "hacking_gap": 0.03,
               "final_kl": math.log(2.0)}
 LEVEL = 0.05  # each one-sided test; the interval is 1 - 2 * LEVEL = 90%

@@ -27,6 +27,7 @@ import torch
 
 import postlab
 from postlab.analysis.metrics import summary_for
+from postlab.engines.ensemble.task import Part
 from postlab.engines.rollout import evaluate_model
 from postlab.engines.train import reinforce, rollout_rates, sft_compute, supervised
 from postlab.errors import UserError
@@ -261,8 +262,9 @@ class EnsembleTask:
     result maps each (run folder, seed, stage) to what that stage's exact task returns.
     ``seed`` is the first seed, for messages about the task."""
 
-    parts: tuple[Any, ...]  # postlab.engines.ensemble.task.Part, one per run
+    parts: tuple[Part, ...]  # one per run
     device: str = "cpu"
+    shares: int = 1  # ensemble tasks running at once: they share the memory
 
     @property
     def seed(self) -> int:
@@ -276,7 +278,8 @@ class EnsembleTask:
     def __call__(self, emit: Emit) -> dict[str, Any]:
         from postlab.engines.ensemble.task import train_parts
 
-        return {"results": train_parts(list(self.parts), self.device, emit)}
+        return {"results": train_parts(list(self.parts), self.device, emit,
+                                       shares=self.shares)}
 
 
 def _untrained_weights(plan: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -456,6 +459,14 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
     run = OpenRun(plan, options, record, pending, start)
     if options.resume:
         _check_kept_settings(run)
+    if options.engine != "exact" and pending:
+        # The record names its engine only once a seed is recorded; until then the run
+        # folder says it, so a resume with another engine is refused, not half mixed.
+        folder = options.out_dir / KEPT_DIR
+        folder.mkdir(exist_ok=True)
+        if not (folder / KEPT_SETTINGS).exists():
+            publish_bytes(folder / KEPT_SETTINGS, dump_json(_settings(run)))
+    if options.resume:
         run.kept = _kept_results(run)
         if run.kept:
             options.display.message(f"resuming: {len(run.kept)} finished tasks of incomplete "
@@ -504,7 +515,9 @@ def _check_kept_settings(run: OpenRun) -> None:
     if not same_plan:
         raise UserError(f"{path}: kept results of another plan; remove {path.parent}")
     if not same_engine:
-        raise UserError(f"{path}: kept results of another engine; remove {path.parent}")
+        then_engine = then.get("engine", "exact")
+        raise UserError(f"{run.options.out_dir}: the run was started with the {then_engine} "
+                        f"engine; resume it with --engine {then_engine}")
     if deciding:
         raise UserError(f"{run.options.out_dir}: the run was started with other numeric "
                         f"settings ({'; '.join(deciding)}); resume it where they can be the "
@@ -592,11 +605,14 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
     return finish_run(run)
 
 
-def _finish_seed(assembly: _SeedAssembly, run: OpenRun) -> None:
+def _finish_seed(assembly: _SeedAssembly, run: OpenRun, write: bool = True) -> None:
+    """Add a complete seed to the record and write it (``write=False``: the caller writes
+    once after adding several, so many seeds cost one write, not one each)."""
     record, options = run.record, run.options
     record["runs"].append(assembly.entry())
     record.setdefault("parameters", assembly.sft["parameters"] if assembly.sft else None)
-    _write_record(options.out_dir, record, run.data["seeds"])
+    if write:
+        _write_record(options.out_dir, record, run.data["seeds"])
     _drop_kept(run, assembly.sft["seed"])  # the record holds them now
     options.display.handle({"kind": "seed_done", "seed": assembly.sft["seed"]})
 
@@ -657,8 +673,6 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
             if assembly.complete():
                 _finish_seed(assembly, run)
     for group in groups.values():
-        from postlab.engines.ensemble.task import Part
-
         # As many tasks as the executor runs at once, each a share of the seeds: members do
         # not depend on their company, so the split changes the work, not the bits.
         members = [(r, seed) for r in group for seed in r.pending]
@@ -670,7 +684,7 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                 seeds = tuple(seed for owner, seed in mine if owner is r)
                 if seeds:
                     parts.append(Part(r.data, seeds, r.options.out_dir))
-            task = EnsembleTask(tuple(parts), group[0].options.device)
+            task = EnsembleTask(tuple(parts), group[0].options.device, shares)
             together[id(task)] = [r for r in group if any(owner is r for owner, _ in mine)]
             sft_queue.append((together[id(task)][0], task))
     running: dict[cf.Future, tuple[OpenRun, Task]] = {}
@@ -748,7 +762,8 @@ def _finish_ensemble(run: OpenRun, seeds: tuple[int, ...],
         _check_capability(run, assembly.sft)
         for arm in assembly.arms:
             assembly.arm_results[arm] = results[(folder, seed, arm)]
-        _finish_seed(assembly, run)
+        _finish_seed(assembly, run, write=False)
+    _write_record(run.options.out_dir, run.record, run.data["seeds"])
 
 
 def _first_line(error: BaseException) -> str:

@@ -48,27 +48,39 @@ def _absorb(state: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return mix32(state ^ ((value + 0x9E3779B9) & MASK32))
 
 
+#: Starting words of the two lanes of the hash state (digits of pi).
+LANES = (0x243F6A88, 0x85A308D3)
+
+
 def key_words(seed: torch.Tensor, stream: int, step: int | torch.Tensor,
               index: torch.Tensor) -> torch.Tensor:
     """32-bit hashes of (seed, stream, step, index), broadcast over the arguments' shapes.
 
     ``seed`` is int64 in [0, 2**62]; ``step`` and ``index`` are non-negative and below 2**62.
+    The key is folded into two independent 32-bit lanes, a 64-bit state, so two different
+    seeds share their draws only if both lanes collide (a 32-bit state alone lets some pairs
+    of 62-bit seeds coincide on every stream); the output mixes both lanes.
     """
     seed = torch.as_tensor(seed, dtype=torch.int64)
     index = torch.as_tensor(index, dtype=torch.int64, device=seed.device)
     step = torch.as_tensor(step, dtype=torch.int64, device=seed.device)
-    state = torch.full((), 0x243F6A88, dtype=torch.int64, device=seed.device)
-    for value in (seed & MASK32, seed >> 32, torch.as_tensor(stream, device=seed.device),
-                  step & MASK32, step >> 32, index & MASK32, index >> 32):
-        state = _absorb(state, value)
-    return state
+    words = (seed & MASK32, seed >> 32, torch.as_tensor(stream, device=seed.device),
+             step & MASK32, step >> 32, index & MASK32, index >> 32)
+    lanes = []
+    for start in LANES:
+        state = torch.full((), start, dtype=torch.int64, device=seed.device)
+        for value in words:
+            state = _absorb(state, value)
+        lanes.append(state)
+    return _absorb(lanes[0], mix32(lanes[1]))
 
 
 def uniform(seed: torch.Tensor, stream: int, step: int | torch.Tensor,
             index: torch.Tensor) -> torch.Tensor:
-    """Uniform float32 draws in (0, 1), 24 random bits each (a float32's precision)."""
-    bits = key_words(seed, stream, step, index) >> 8
-    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    """Uniform float32 draws strictly inside (0, 1), 23 random bits each: (k + 1/2) / 2**23
+    is exact in float32 for every k, so no draw rounds to 0 or 1."""
+    bits = key_words(seed, stream, step, index) >> 9
+    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 23))
 
 
 def integers(seed: torch.Tensor, stream: int, step: int | torch.Tensor, index: torch.Tensor,

@@ -22,6 +22,7 @@ import torch
 from postlab.engines.ensemble import counter, stacked
 from postlab.engines.ensemble.optim import StackedAdam, clip_per_member
 from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS, Answers
+from postlab.engines.train import NonFiniteError
 from postlab.policies.base import CharTokenizer
 from postlab.records.rows import Row
 from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
@@ -71,6 +72,17 @@ class Tables:
         return torch.tensor(rows, device=self.device)
 
 
+def check_finite(seeds: torch.Tensor, loss: torch.Tensor, norms: torch.Tensor,
+                 where: str) -> None:
+    """A member whose loss or gradient norm is NaN or infinite stops the batch before any
+    weight moves or is saved, naming the seed: as the exact engine stops that seed."""
+    bad = ~(torch.isfinite(loss) & torch.isfinite(norms))
+    if bool(bad.any()):
+        seed = int(seeds[bad.nonzero()[0, 0]])
+        raise NonFiniteError(f"non-finite loss or gradient norm at seed {seed}, {where} "
+                             f"({int(bad.sum())} of {len(seeds)} members)")
+
+
 def _cross_entropy(logits: torch.Tensor, target: torch.Tensor, pad: int) -> torch.Tensor:
     """Mean cross-entropy over a member's non-pad target tokens: [members]."""
     log_p = logits.log_softmax(-1).gather(-1, target[..., None]).squeeze(-1)
@@ -80,8 +92,8 @@ def _cross_entropy(logits: torch.Tensor, target: torch.Tensor, pad: int) -> torc
 
 def supervised(params: dict[str, torch.Tensor], allowed: torch.Tensor, tables: Tables,
                plan: Mapping[str, Any], seeds: torch.Tensor, lr: torch.Tensor,
-               gradient_clip: torch.Tensor, steps: int, stream: int = counter.SFT_BATCH
-               ) -> list[list[float]]:
+               gradient_clip: torch.Tensor, steps: int, stream: int = counter.SFT_BATCH,
+               stage: str = "SFT") -> list[list[float]]:
     """Teacher-forced SFT of every member on train pairs drawn by its own counter stream;
     returns each member's loss per step."""
     for tensor in params.values():
@@ -100,7 +112,8 @@ def supervised(params: dict[str, torch.Tensor], allowed: torch.Tensor, tables: T
         loss = _cross_entropy(logits, target, tables.tokenizer.pad_id)
         optimizer.zero_grad()
         loss.sum().backward()  # members share no parameter: each gets its own gradient
-        clip_per_member(params, gradient_clip)
+        norms = clip_per_member(params, gradient_clip)
+        check_finite(seeds, loss.detach(), norms, f"{stage} step {step + 1}")
         optimizer.step()
         losses.append(loss.detach())
     for tensor in params.values():
@@ -146,13 +159,17 @@ def decode(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, prompts: t
     members, batch = prompts.shape[0], prompts.shape[1] * repeat
     active = torch.ones(members, batch, dtype=torch.bool, device=prompts.device)
     sequence = torch.arange(batch, device=prompts.device)[None, :]
+    vocab = logits.shape[-1]
+    upper = torch.ones(vocab, vocab, device=prompts.device).triu()  # column j sums 0..j
     tokens, masks = [], []
     for position in range(max_new_tokens):
         if greedy:
             chosen = logits.argmax(-1)
         else:
             scaled = logits / temperature[:, None, None]
-            cdf = scaled.softmax(-1).cumsum(-1)
+            # the CDF as a product with a triangular matrix: a deterministic kernel on every
+            # device (CUDA's cumsum is not, under deterministic algorithms)
+            cdf = scaled.softmax(-1) @ upper
             draw = counter.uniform(seeds[:, None], stream, step,
                                    sequence * max_new_tokens + position)
             # the draw scaled to the total mass, so rounding in the sum never picks a
@@ -248,6 +265,12 @@ def rewards_for(contracts: Sequence[str], answers: Answers, rows: list[list[list
     return result
 
 
+def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Each member's mean over its valid answer tokens, summed in float32 and divided in
+    float64, as the exact engine's recorded statistic is."""
+    return (values.detach() * valid).sum((1, 2)).double() / valid.sum((1, 2)).double()
+
+
 def _per_member(fn, *args):
     """A registered option (written for one model's batch) applied to every member's slice."""
     return torch.vmap(fn)(*args)
@@ -329,13 +352,15 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
             optimizer.zero_grad()
             loss.sum().backward()
             norms = clip_per_member(params, gradient_clip)
+            check_finite(seeds, loss.detach(), norms, f"RL step {step}")
             optimizer.step()
-            outside = ((ratio < low) | (ratio > high)).to(torch.float32)
-            count = valid.sum((1, 2))
+            # as rl.objective.outside_clip: |r - 1| > clip for a symmetric clip
+            outside = torch.where((clip_low == clip_high)[:, None, None],
+                                  (ratio - 1).abs() > clip_low[:, None, None],
+                                  (ratio < low) | (ratio > high)).to(torch.float32)
             stats = {"loss": loss.detach(), "gradient_norm_before_clip": norms,
-                     "kl": (kl.detach() * valid).sum((1, 2)) / count,
-                     "entropy": (entropy.detach() * valid).sum((1, 2)) / count,
-                     "ratio_outside_clip": (outside * valid).sum((1, 2)) / count}
+                     "kl": _masked_mean(kl, valid), "entropy": _masked_mean(entropy, valid),
+                     "ratio_outside_clip": _masked_mean(outside, valid)}
             listed = {key: value.tolist() for key, value in stats.items()}
             for m in range(members):
                 updates[m].append({key: listed[key][m] for key in listed})
@@ -353,11 +378,12 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
 
 @torch.no_grad()
 def evaluate(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, tables: Tables,
-             plans: Sequence[Mapping[str, Any]], seeds: torch.Tensor, stage_index: int = 0,
+             plans: Sequence[Mapping[str, Any]], seeds: torch.Tensor,
              keep_rows: bool = True) -> list[dict[str, Any]]:
     """Greedy and sampled answers of every member on every split, in the exact engine's
-    record form; the sampled draws come from stream EVALUATION + split index, step
-    ``stage_index`` (each stage of a seed evaluates with its own draws)."""
+    record form; the sampled draws come from stream EVALUATION + split index, step 0: every
+    stage of a seed answers with the same draws, as in the exact engine, so stages are
+    compared on common random numbers."""
     plan = plans[0]
     device = seeds.device
     temperature = per_member(plans, "temperature", device)
@@ -367,12 +393,12 @@ def evaluate(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, tables: 
     for split_index, (split, pairs) in enumerate(tables.splits.items()):
         prompts = tables.prompts[split][None].expand(members, -1, -1)
         greedy, gmask = decode(params, allowed, prompts, plan["max_new_tokens"], temperature,
-                               seeds, counter.EVALUATION + split_index, stage_index, eos, pad,
+                               seeds, counter.EVALUATION + split_index, 0, eos, pad,
                                greedy=True)
         samples = plan["eval_samples"]
         sampled, smask = decode(params, allowed, prompts, plan["max_new_tokens"],
                                 temperature, seeds, counter.EVALUATION + split_index,
-                                stage_index, eos, pad, repeat=samples)
+                                0, eos, pad, repeat=samples)
         repeated_pairs = [p for p in pairs for _ in range(samples)]
         if not keep_rows:  # a benchmark of the computation alone
             continue

@@ -41,11 +41,26 @@ def unstack(params: Mapping[str, torch.Tensor], allowed: torch.Tensor,
     return state
 
 
-def _sigmoid(x: torch.Tensor) -> torch.Tensor:
+class _Sigmoid(torch.autograd.Function):
     """1 / (1 + exp(-x)) from exp and exactly rounded arithmetic: torch's fused sigmoid takes
     another code path for the last elements of a tensor, so a member's bits would depend on
-    how many others share the tensor."""
-    return 1 / (1 + torch.exp(-x))
+    how many others share the tensor. The gradient is y (1 - y) from the output, as torch's
+    own: differentiating the formula would give 0 * inf = NaN below x = -88."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        y = 1 / (1 + torch.exp(-x))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return grad * (y * (1 - y))
+
+
+def _sigmoid(x: torch.Tensor) -> torch.Tensor:
+    return _Sigmoid.apply(x)
 
 
 def _cell(params: Mapping[str, torch.Tensor], projected: torch.Tensor,

@@ -22,6 +22,7 @@ from postlab.errors import UserError
 from postlab.plan.arms import arm_specs
 from postlab.policies.base import build_policy, policy_kind
 from postlab.runs.checkpoint import checkpoint_bytes, load_checkpoint, publish_checkpoint
+from postlab.tasks.arithmetic import task_for
 
 Emit = Callable[[dict[str, Any]], None]
 NAME = "ensemble"
@@ -37,6 +38,10 @@ def problems(plan: dict[str, Any]) -> list[str]:
         found.append("dynamic_sampling (its resampling loop is per model; use --engine exact)")
     if plan.get("precision") == "bf16":
         found.append("precision bf16 (the ensemble engine computes in float32)")
+    if plan["threads"] > 1:
+        found.append(f"threads {plan['threads']} (with more than one thread torch splits "
+                     "large sums by size, so a member's bits would depend on its company; "
+                     "the ensemble runs one thread per worker)")
     return found
 
 
@@ -58,20 +63,47 @@ def _compute_of(history: list[dict[str, Any]], plan: dict[str, Any]) -> dict[str
             "examples_seen": steps * (len(rows) // max(1, len(history)))}
 
 
-def _save(plan: dict[str, Any], params: dict[str, torch.Tensor], allowed: torch.Tensor,
-          member: int, seed: int, stage: str, out_dir: Path, rows: dict[str, Any],
-          device: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Saved:
+    """One member's checkpoint to publish: where it goes and the rows it gave in company."""
+
+    plan: dict[str, Any]
+    seed: int
+    stage: str
+    out_dir: Path
+    member: int
+    rows: dict[str, Any]
+
+
+def _save_all(params: dict[str, torch.Tensor], allowed: torch.Tensor, items: list[_Saved],
+              device: str) -> list[dict[str, Any]]:
+    """Publish each member's checkpoint, reload them all from disk by hash, and re-evaluate:
+    all together in reversed order (another company, another position for every member)
+    and the first one alone. Each must give the rows it gave in the ensemble: the run checks
+    that its members did not depend on each other."""
     from postlab.runs.orchestration import RunFailed, checkpoint_name
 
-    state = stacked.unstack(params, allowed, member)
-    path = out_dir / checkpoint_name(seed, stage)
-    digest = publish_checkpoint(path, checkpoint_bytes(plan, state, "gru"))
-    restored = load_checkpoint(path, digest, kind="gru")["state_dict"]
-    equal = evaluate_alone(restored, plan, seed, device) == rows
-    if not equal:
-        raise RunFailed(f"seed {seed}, stage {stage}: the reloaded checkpoint {path.name} "
-                        "re-evaluates differently alone than in the ensemble")
-    return {"file": path.name, "sha256": digest, "reload_equal": equal}
+    published, restored = [], []
+    for item in items:
+        state = stacked.unstack(params, allowed, item.member)
+        path = item.out_dir / checkpoint_name(item.seed, item.stage)
+        digest = publish_checkpoint(path, checkpoint_bytes(item.plan, state, "gru"))
+        published.append({"file": path.name, "sha256": digest, "reload_equal": True})
+        restored.append(load_checkpoint(path, digest, kind="gru")["state_dict"])
+    order = list(reversed(range(len(items))))
+    where = torch.device(device)
+    again, again_allowed = stacked.stack([restored[i] for i in order], where)
+    seeds = torch.tensor([items[i].seed for i in order], device=where)
+    fresh = engine.evaluate(again, again_allowed, engine.Tables(items[0].plan, where),
+                            [items[i].plan for i in order], seeds)
+    alone = evaluate_alone(restored[0], items[0].plan, items[0].seed, device)
+    for position, i in enumerate(order):
+        if fresh[position] != items[i].rows or (i == 0 and alone != items[0].rows):
+            item = items[i]
+            raise RunFailed(f"seed {item.seed}, stage {item.stage}: the reloaded checkpoint "
+                            f"{published[i]['file']} re-evaluates differently in another "
+                            "company or alone than in the ensemble")
+    return published
 
 
 @dataclass(frozen=True)
@@ -84,8 +116,8 @@ class Part:
 
 
 #: Plan keys that may differ between members of one batch: numbers the computation reads,
-#: not shapes, plus what only names or schedules a plan.
-NUMERIC_KEYS = frozenset({"sft_lr", "rl_lr", "kl_beta", "clip", "clip_high", "temperature",
+#: not shapes, plus what only names or describes a plan.
+BATCHABLE_KEYS = frozenset({"sft_lr", "rl_lr", "kl_beta", "clip", "clip_high", "temperature",
                           "gradient_clip", "version", "date", "parent", "seeds", "hypotheses",
                           "hacking_monitor"})
 
@@ -94,7 +126,7 @@ def batch_key(plan: dict[str, Any]) -> str:
     """Plans with equal keys can train as members of one batch."""
     import json
 
-    return json.dumps({k: v for k, v in plan.items() if k not in NUMERIC_KEYS},
+    return json.dumps({k: v for k, v in plan.items() if k not in BATCHABLE_KEYS},
                       sort_keys=True)
 
 
@@ -106,8 +138,8 @@ def member_bytes(plan: dict[str, Any]) -> int:
 
     parameters, _ = gru_size(plan)
     hidden, vocab = plan["hidden"], len(plan["vocab"])
-    time_steps = 2 * len(str(10 ** (plan.get("operand_digits") or 1))) + 1 + plan[
-        "max_new_tokens"]
+    prompt = len(task_for(plan).prompt((0, 0)))
+    time_steps = prompt + plan["max_new_tokens"]
     per_token = 12 * hidden + 8 * vocab
     rollout = plan["prompts_per_step"] * plan["group_size"] * time_steps * per_token * 3
     questions = max(len(pairs) for pairs in plan["split"].values())
@@ -127,14 +159,16 @@ def free_bytes(device: str) -> int:
         return 4 << 30  # where the system does not say: assume 4 GiB
 
 
-def chunk_seeds(plan: dict[str, Any], device: str, members_per_seed: int) -> int:
-    """How many seeds train at once: as many as half the free memory holds."""
-    budget = free_bytes(device) // 2
+def chunk_seeds(plan: dict[str, Any], device: str, members_per_seed: int,
+                shares: int = 1) -> int:
+    """How many seeds train at once: as many as half the free memory holds, shared by the
+    ``shares`` ensemble tasks that run at the same time."""
+    budget = free_bytes(device) // (2 * max(1, shares))
     return max(1, budget // (member_bytes(plan) * max(1, members_per_seed)))
 
 
-def train_parts(parts: list[Part], device: str, emit: Emit, chunk: int | None = None
-                ) -> dict[tuple[str, int, str], dict[str, Any]]:
+def train_parts(parts: list[Part], device: str, emit: Emit, chunk: int | None = None,
+                shares: int = 1) -> dict[tuple[str, int, str], dict[str, Any]]:
     """Every stage of every part's seeds: (out_dir, seed, stage) -> the result the exact
     engine's task for that stage would return. Parts must share a :func:`batch_key`; members
     are trained ``chunk`` seeds at a time (None: as many as memory holds), which changes the
@@ -148,7 +182,7 @@ def train_parts(parts: list[Part], device: str, emit: Emit, chunk: int | None = 
         raise UserError(f"the ensemble engine cannot train {found[0]}")
     members = [(part, seed) for part in parts for seed in part.seeds]
     rl_arms = sum(arm.is_rl for arm in arm_specs(plan))
-    size = chunk or chunk_seeds(plan, device, 1 + rl_arms)
+    size = chunk or chunk_seeds(plan, device, 1 + rl_arms, shares)
     results: dict[tuple[str, int, str], dict[str, Any]] = {}
     started = time.monotonic()
     for first in range(0, len(members), size):
@@ -192,12 +226,13 @@ def _train_members(members: list[tuple[Part, int]], device: str
     sft_params = {k: v.detach().clone() for k, v in params.items()}
     evaluations = engine.evaluate(sft_params, allowed, tables, plans, seed_tensor)
     results: dict[tuple[str, int, str], dict[str, Any]] = {}
+    saved = _save_all(sft_params, allowed, [
+        _Saved(plan=part.plan, seed=seed, stage="initial", out_dir=part.out_dir, member=m,
+               rows=evaluations[m]) for m, (part, seed) in enumerate(members)], device)
     for m, (part, seed) in enumerate(members):
         results[(str(part.out_dir), seed, "initial")] = {
             "seed": seed, "sft_loss": losses[m], "evaluation": evaluations[m],
-            "checkpoint": _save(part.plan, sft_params, allowed, m, seed, "initial",
-                                part.out_dir, evaluations[m], device),
-            "parameters": parameters, "capability": _capability(),
+            "checkpoint": saved[m], "parameters": parameters, "capability": _capability(),
             "compute": sft_compute(part.plan, part.plan["sft_steps"])}
     untrained_params, _ = stacked.stack(untrained, where)
     arms = arm_specs(plan)
@@ -215,26 +250,30 @@ def _train_members(members: list[tuple[Part, int]], device: str
         histories = engine.reinforce(start, reference, allowed, tables, rl_plans, rl_seeds,
                                      [arm.contract for arm, _ in rl])
         rows = engine.evaluate(start, allowed, tables, rl_plans, rl_seeds)
+        saved = _save_all(start, allowed, [
+            _Saved(plan=members[m][0].plan, seed=members[m][1], stage=arm.name,
+                   out_dir=members[m][0].out_dir, member=j, rows=rows[j])
+            for j, (arm, m) in enumerate(rl)], device)
         for j, (arm, m) in enumerate(rl):
             part, seed = members[m]
             results[(str(part.out_dir), seed, arm.name)] = {
                 "seed": seed, "arm": arm.name, "history": histories[j],
                 "compute": _compute_of(histories[j], part.plan), "evaluation": rows[j],
-                "checkpoint": _save(part.plan, start, allowed, j, seed, arm.name,
-                                    part.out_dir, rows[j], device),
-                "capability": _capability()}
+                "checkpoint": saved[j], "capability": _capability()}
     for arm in (a for a in arms if not a.is_rl):
         more = {k: v.clone() for k, v in sft_params.items()}
         extra = engine.supervised(more, allowed, tables, plan, seed_tensor,
                                   engine.per_member(plans, "sft_lr", where),
                                   engine.per_member(plans, "gradient_clip", where),
-                                  arm.sft_steps, stream=counter.SFT_ONLY_BATCH)
+                                  arm.sft_steps, stream=counter.SFT_ONLY_BATCH,
+                                  stage=f"arm {arm.name}, SFT")
         rows = engine.evaluate(more, allowed, tables, plans, seed_tensor)
+        saved = _save_all(more, allowed, [
+            _Saved(plan=part.plan, seed=seed, stage=arm.name, out_dir=part.out_dir, member=m,
+                   rows=rows[m]) for m, (part, seed) in enumerate(members)], device)
         for m, (part, seed) in enumerate(members):
             results[(str(part.out_dir), seed, arm.name)] = {
                 "seed": seed, "arm": arm.name, "sft_loss": extra[m],
                 "compute": sft_compute(part.plan, arm.sft_steps), "evaluation": rows[m],
-                "checkpoint": _save(part.plan, more, allowed, m, seed, arm.name,
-                                    part.out_dir, rows[m], device),
-                "capability": _capability()}
+                "checkpoint": saved[m], "capability": _capability()}
     return results
