@@ -160,7 +160,8 @@ class TensorBoardLogger:
         # Its event writer is imported (it loads no torch, and the command line checks before
         # torch may load), so a broken install is found before any task starts.
         try:
-            importlib.import_module("tensorboard.summary.writer.event_file_writer")
+            for name in ("tensorboard", "tensorboard.summary.writer.event_file_writer"):
+                importlib.import_module(name)
         except Exception:
             raise UserError("--log tensorboard needs the tensorboard extra: "
                             "pip install 'postlab[tensorboard]'") from None
