@@ -2,10 +2,13 @@
 seed-runs per second, and equivalence of what the runs measure.
 
     python bench/bench_ensemble.py [--exact-seeds 32] [--ensemble-seeds 32] [--rl-steps N]
+                                   [--policy gru|gpt2|llama] [--first-seed 1]
                                    [--device cpu|cuda] [--keep DIR]
 
 A seed-run is one seed of the teaching plan trained completely: SFT, both RL arms, and every
 evaluation (3 stages x 3 splits, greedy and sampled), written as an ordinary run folder.
+``--policy gpt2`` or ``llama`` swaps the GRU for a small ``transformers`` model of that family
+(:data:`TRANSFORMERS`), everything else the teaching plan's.
 Both engines train the same plan (``--rl-steps`` shortens RL for a quick look) into new run
 folders through ``postlab run``, both on every core of this machine (the exact engine one
 seed and arm per worker, the ensemble a share of the seeds per worker, chunked to fit
@@ -32,6 +35,14 @@ from pathlib import Path
 
 POSTLAB = [sys.executable, "-m", "postlab"]
 
+#: The transformer policies ``--policy`` offers: two layers, width 32, of each family.
+TRANSFORMERS = {
+    "gpt2": {"kind": "transformer", "architecture": "gpt2", "layers": 2, "heads": 2,
+             "width": 32, "max_positions": 16},
+    "llama": {"kind": "transformer", "architecture": "llama", "layers": 2, "heads": 2,
+              "width": 32, "intermediate": 64, "max_positions": 16},
+}
+
 
 def train(plan: Path, out: Path, engine: str, workers: int, device: str) -> float:
     command = [*POSTLAB, "run", "--plan", str(plan), "--out-dir", str(out), "--engine",
@@ -53,6 +64,10 @@ def main() -> None:
     parser.add_argument("--exact-seeds", type=int, default=32)
     parser.add_argument("--ensemble-seeds", type=int, default=32)
     parser.add_argument("--rl-steps", type=int, help="RL steps (default: the teaching plan's)")
+    parser.add_argument("--policy", choices=["gru", *TRANSFORMERS], default="gru",
+                        help="the teaching plan's GRU (default) or a small transformer")
+    parser.add_argument("--first-seed", type=int, default=1,
+                        help="the exact engine's first seed; the ensemble's follow its last")
     parser.add_argument("--device", default="cpu", help="the ensemble's device")
     parser.add_argument("--keep", type=Path, help="keep the run folders here (new folder)")
     args = parser.parse_args()
@@ -64,10 +79,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="plensemble"))
     try:
         changes = {} if args.rl_steps is None else {"rl_steps": args.rl_steps}
+        if args.policy != "gru":
+            changes["policy"] = TRANSFORMERS[args.policy]
         plans = {}
         for engine, count in (("exact", args.exact_seeds), ("ensemble", args.ensemble_seeds)):
-            # Seeds 1..N for the exact engine, N+1.. for the ensemble: independent samples.
-            start = 1 if engine == "exact" else args.exact_seeds + 1
+            # Seeds F..F+N-1 for the exact engine, the next ones for the ensemble: independent
+            # samples.
+            start = args.first_seed + (0 if engine == "exact" else args.exact_seeds)
             plans[engine] = work / f"{engine}.json"
             freeze(plans[engine], teaching_plan() | changes |
                    {"seeds": list(range(start, start + count))})

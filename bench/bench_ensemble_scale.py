@@ -2,6 +2,7 @@
 computation (SFT, both RL arms, every evaluation) for 1,000 and 10,000 seeds.
 
     python bench/bench_ensemble_scale.py --device cuda [--members 1000,10000] [--rl-steps N]
+                                         [--policy gru|gpt2|llama]
 
 For each size, members are chunked to fit the device's memory (as ``postlab run --engine
 ensemble`` does) and the phases are timed: SFT of every seed, its evaluation, RL of every
@@ -9,6 +10,7 @@ ensemble`` does) and the phases are timed: SFT of every seed, its evaluation, RL
 building the record's rows as Python objects and writing run folders are left out and said
 so (``postlab run`` adds them; for 10,000 seeds the records alone are gigabytes). Prints
 seconds per phase, seed-runs per second, the chunk size and the device's peak memory.
+``--policy`` swaps the GRU for the small transformers of ``bench_ensemble.py``.
 """
 
 from __future__ import annotations
@@ -18,15 +20,18 @@ import platform
 import time
 
 import torch
+from bench_ensemble import TRANSFORMERS  # this folder is on the path of its scripts
 
 
 def run_size(members: int, plan: dict, device: str, chunk: int | None) -> dict[str, float]:
-    from postlab.engines.ensemble import engine, stacked
+    from postlab.engines.ensemble import engine
+    from postlab.engines.ensemble.nets import net_for
     from postlab.engines.ensemble.task import chunk_seeds
     from postlab.policies.base import build_policy
 
     where = torch.device(device)
-    tables = engine.Tables(plan, where)
+    net = net_for(plan, where)
+    tables = engine.Tables(plan, where, net.tokenizer)
     size = chunk or chunk_seeds(plan, device, 3)
     times = {"init": 0.0, "sft": 0.0, "sft_eval": 0.0, "rl": 0.0, "rl_eval": 0.0}
 
@@ -49,29 +54,29 @@ def run_size(members: int, plan: dict, device: str, chunk: int | None) -> dict[s
             for seed in seeds:
                 torch.manual_seed(seed)
                 states.append(build_policy(plan).state_dict())
-            return stacked.stack(states, where)
+            return net.stack(states)
 
-        params, allowed = timed("init", init)
+        params = timed("init", init)
         seed_tensor = torch.tensor(seeds, device=where)
         plans = [plan] * count
-        timed("sft", lambda params=params, allowed=allowed, seed_tensor=seed_tensor,
+        timed("sft", lambda params=params, seed_tensor=seed_tensor,
               plans=plans: engine.supervised(
-                  params, allowed, tables, plan, seed_tensor,
+                  params, net, tables, plan, seed_tensor,
                   engine.per_member(plans, "sft_lr", where),
                   engine.per_member(plans, "gradient_clip", where), plan["sft_steps"]))
-        timed("sft_eval", lambda params=params, allowed=allowed, seed_tensor=seed_tensor,
-              plans=plans: engine.evaluate(params, allowed, tables, plans, seed_tensor,
+        timed("sft_eval", lambda params=params, seed_tensor=seed_tensor,
+              plans=plans: engine.evaluate(params, net, tables, plans, seed_tensor,
                                            keep_rows=False))
         start = {k: torch.cat([v, v]) for k, v in params.items()}
         reference = {k: v.clone() for k, v in start.items()}
         rl_seeds = torch.cat([seed_tensor, seed_tensor])
         contracts = ["strict"] * count + ["substring"] * count
-        timed("rl", lambda start=start, reference=reference, allowed=allowed,
+        timed("rl", lambda start=start, reference=reference,
               rl_seeds=rl_seeds, contracts=contracts, plans=plans: engine.reinforce(
-                  start, reference, allowed, tables, plans * 2, rl_seeds, contracts,
+                  start, reference, net, tables, plans * 2, rl_seeds, contracts,
                   keep_rows=False))
-        timed("rl_eval", lambda start=start, allowed=allowed, rl_seeds=rl_seeds,
-              plans=plans: engine.evaluate(start, allowed, tables, plans * 2, rl_seeds,
+        timed("rl_eval", lambda start=start, rl_seeds=rl_seeds,
+              plans=plans: engine.evaluate(start, net, tables, plans * 2, rl_seeds,
                                            keep_rows=False))
     times["chunk"] = size
     return times
@@ -83,6 +88,7 @@ def main() -> None:
     parser.add_argument("--members", default="1000,10000")
     parser.add_argument("--rl-steps", type=int)
     parser.add_argument("--chunk", type=int, help="seeds at a time (default: what memory holds)")
+    parser.add_argument("--policy", choices=["gru", *TRANSFORMERS], default="gru")
     args = parser.parse_args()
     from postlab.runs.device import prepare
 
@@ -91,11 +97,14 @@ def main() -> None:
     from postlab.runs.orchestration import configure_torch
 
     plan = teaching_plan() | ({} if args.rl_steps is None else {"rl_steps": args.rl_steps})
+    if args.policy != "gru":
+        plan["policy"] = TRANSFORMERS[args.policy]
     configure_torch(plan["threads"], args.device)
     name = (torch.cuda.get_device_name(0) if args.device.startswith("cuda")
             else platform.processor() or platform.machine())
     print(f"device: {args.device} ({name}); torch {torch.__version__}; teaching plan"
-          + ("" if args.rl_steps is None else f" with rl_steps={args.rl_steps}"))
+          + ("" if args.rl_steps is None else f" with rl_steps={args.rl_steps}")
+          + ("" if args.policy == "gru" else f", policy {plan['policy']}"))
     for members in (int(m) for m in args.members.split(",")):
         if args.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The ensemble engine on a GPU, in under ten minutes: the teaching plan with 64 seeds through
 # 'postlab run --engine ensemble' (verified, reproduced on the same device byte for byte,
-# reported with intervals), then bench/bench_ensemble_scale.py for 1,000 and 10,000 members.
+# reported with intervals), then bench/bench_ensemble_scale.py for 1,000 and 10,000 members,
+# then (at most two minutes) 1,000 members of a small GPT-2.
 # Everything it prints also lands in OUT, with the GPU's name.
 #
 # Usage: scripts/ensemble-gpu.sh OUT [DEVICE]   (from the repository root; DEVICE defaults to
@@ -51,4 +52,7 @@ cmp "$run/summary.json" "$out/again/summary.json" && echo "reproduced byte for b
 
 echo "== scale: $members members on $device (computation only)"
 "$python" bench/bench_ensemble_scale.py --device "$device" --members "$members"
+echo "== transformers: ${members%%,*} GPT-2 members on $device (computation only, at most 120 s)"
+timeout 120 "$python" bench/bench_ensemble_scale.py --device "$device" --members "${members%%,*}" \
+  --policy gpt2 || echo "(stopped after 120 s)"
 echo "== done; log in $log"

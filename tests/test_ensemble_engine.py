@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from postlab.engines.ensemble import counter, engine, stacked
+from postlab.engines.ensemble.nets import net_for
 from postlab.engines.ensemble.optim import StackedAdam, clip_per_member
 from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS
 from postlab.plan.frozen import teaching_plan_loaded
@@ -163,14 +164,15 @@ def test_tensor_contracts_accept_what_the_contracts_accept(plan):
 
 def _sft(plan, seeds_list, steps):
     states = _states(plan, seeds_list)
-    params, allowed = stacked.stack(states)
+    net = net_for(plan, "cpu")
+    params = net.stack(states)
     tables = engine.Tables(plan, torch.device("cpu"))
     seeds = torch.tensor(seeds_list)
     plans = [plan] * len(seeds_list)
-    losses = engine.supervised(params, allowed, tables, plan, seeds,
+    losses = engine.supervised(params, net, tables, plan, seeds,
                                engine.per_member(plans, "sft_lr", "cpu"),
                                engine.per_member(plans, "gradient_clip", "cpu"), steps)
-    return params, allowed, tables, seeds, losses
+    return params, net, tables, seeds, losses
 
 
 def test_a_member_trains_the_same_bits_alone_and_in_company(plan):
@@ -179,21 +181,21 @@ def test_a_member_trains_the_same_bits_alone_and_in_company(plan):
     weight is equal."""
     plan = dict(plan, sft_steps=12, rl_steps=4)
     company_seeds = [5, 22, 9, 22, 22, 7, 1]
-    params, allowed, tables, seeds, losses = _sft(plan, company_seeds, 12)
+    params, net, tables, seeds, losses = _sft(plan, company_seeds, 12)
     alone, _, _, one_seed, one_losses = _sft(plan, [22], 12)
     assert one_losses[0] == losses[1] == losses[4]
     assert all(torch.equal(alone[k][0], params[k][1]) for k in alone)
     plans = [plan] * 7
-    evaluated = engine.evaluate(params, allowed, tables, plans, seeds)
-    assert engine.evaluate(alone, allowed, tables, [plan], one_seed)[0] == evaluated[1]
+    evaluated = engine.evaluate(params, net, tables, plans, seeds)
+    assert engine.evaluate(alone, net, tables, [plan], one_seed)[0] == evaluated[1]
 
     varied = list(plans)
     varied[3] = dict(plan, rl_lr=0.002, kl_beta=0.1, clip=0.3, temperature=0.8)
     contracts = ["strict", "strict", "substring", "strict", "substring", "exact", "substring"]
     reference = {k: v.clone() for k, v in params.items()}
-    history = engine.reinforce(params, reference, allowed, tables, varied, seeds, contracts)
+    history = engine.reinforce(params, reference, net, tables, varied, seeds, contracts)
     lone_reference = {k: v.clone() for k, v in alone.items()}
-    lone = engine.reinforce(alone, lone_reference, allowed, tables, [plan], one_seed,
+    lone = engine.reinforce(alone, lone_reference, net, tables, [plan], one_seed,
                             ["strict"])
     assert lone[0] == history[1]
     assert all(torch.equal(alone[k][0], params[k][1]) for k in alone)
@@ -202,14 +204,16 @@ def test_a_member_trains_the_same_bits_alone_and_in_company(plan):
 
 
 def test_the_gate_sigmoid_has_torch_s_gradient_where_exp_overflows():
-    from postlab.engines.ensemble.stacked import _sigmoid
-
     x = torch.tensor([-120.0, -89.0, -3.0, 0.0, 5.0, 100.0], requires_grad=True)
-    _sigmoid(x).sum().backward()
+    stacked.sigmoid(x).sum().backward()
     reference = x.detach().clone().requires_grad_(True)
     torch.sigmoid(reference).sum().backward()
     assert torch.isfinite(x.grad).all()
     assert torch.allclose(x.grad, reference.grad, atol=1e-7)
+    # and under torch.vmap (the transformer members' SiLU), with the same gradient
+    rows = x.detach().reshape(2, 3).clone().requires_grad_(True)
+    torch.vmap(stacked.sigmoid)(rows).sum().backward()
+    assert torch.equal(rows.grad.flatten(), x.grad)
 
 
 def test_seeds_that_share_low_words_draw_differently():
@@ -222,16 +226,28 @@ def test_seeds_that_share_low_words_draw_differently():
         assert not torch.equal(a, b)
 
 
+#: Small transformers of both families, for the tests that check each policy kind.
+TRANSFORMER_POLICIES = {
+    "gpt2": {"kind": "transformer", "architecture": "gpt2", "layers": 1, "heads": 2,
+             "width": 16, "max_positions": 16},
+    "llama": {"kind": "transformer", "architecture": "llama", "layers": 2, "heads": 2,
+              "width": 16, "intermediate": 24, "max_positions": 16},
+}
+
+
+@pytest.mark.parametrize("policy", ["gru", "gpt2", "llama"])
 @pytest.mark.parametrize(("reduction", "kl", "advantage"), [
     ("token-mean", "exact", "group-std"),
     ("seq-mean-token-mean", "k3", "group-mean-batch-std"),
     ("constant-normaliser", "k1", "leave-one-out"),
 ])
-def test_one_rl_step_is_the_exact_engine_s_math(plan, monkeypatch, reduction, kl, advantage):
+def test_one_rl_step_is_the_exact_engine_s_math(plan, monkeypatch, reduction, kl, advantage,
+                                                policy):
     """The ensemble's rollouts of one step, fed through the exact engine's own update (its
     sequence log-probabilities, rl.objective and the registered options, torch's Adam and
-    clipping, on a CharGRU with the same weights): losses, gradient norms and statistics
-    agree to float32 rounding, with clip_high and a temperature."""
+    clipping, on the policy itself with the same weights): losses, gradient norms and
+    statistics agree to float32 rounding, with clip_high and a temperature, for the GRU and
+    both transformer families."""
     import copy
 
     from torch import nn
@@ -244,6 +260,9 @@ def test_one_rl_step_is_the_exact_engine_s_math(plan, monkeypatch, reduction, kl
 
     plan = dict(plan, rl_steps=1, updates_per_rollout=2, clip_high=0.28, temperature=0.9,
                 kl_beta=0.5, loss_reduction=reduction, kl=kl, advantage=advantage)
+    if policy != "gru":
+        pytest.importorskip("transformers")
+        plan["policy"] = TRANSFORMER_POLICIES[policy]
     torch.manual_seed(7)
     model = build_policy(plan)
     with torch.no_grad():
@@ -253,9 +272,10 @@ def test_one_rl_step_is_the_exact_engine_s_math(plan, monkeypatch, reduction, kl
     with torch.no_grad():
         for p in reference.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    params, allowed = stacked.stack([model.state_dict()])
-    ref_params, _ = stacked.stack([reference.state_dict()])
-    tables = engine.Tables(plan, torch.device("cpu"))
+    net = net_for(plan, "cpu")
+    params = net.stack([model.state_dict()])
+    ref_params = net.stack([reference.state_dict()])
+    tables = engine.Tables(plan, torch.device("cpu"), net.tokenizer)
     seen = {}
     decode = engine.decode
 
@@ -264,7 +284,7 @@ def test_one_rl_step_is_the_exact_engine_s_math(plan, monkeypatch, reduction, kl
         return seen["out"]
 
     monkeypatch.setattr(engine, "decode", spy)
-    history = engine.reinforce(params, ref_params, allowed, tables, [plan],
+    history = engine.reinforce(params, ref_params, net, tables, [plan],
                                torch.tensor([5]), ["substring"])[0][0]
     tokens, mask = seen["out"][0][0], seen["out"][1][0]
     rows = history["rows"]

@@ -135,8 +135,6 @@ def test_a_sweep_through_the_ensemble_engine(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("changes", "words"), [
-    ({"policy": {"kind": "transformer", "architecture": "gpt2", "layers": 1, "heads": 2,
-                 "width": 16, "max_positions": 12}}, "the 'transformer' policy"),
     ({"dynamic_sampling": {"max_extra_groups": 2}}, "dynamic_sampling"),
     ({"precision": "bf16"}, "precision bf16"),
     ({"threads": 2}, "threads 2"),

@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="exact (default): one model per task, the reference's bits; "
                           "ensemble: every seed and arm as one batched computation with "
                           "counter-based randomness (same distribution, other bits; gru "
-                          "policies); recorded, and --resume must use the same")
+                          "and transformer policies); recorded, and --resume must use the "
+                          "same")
     run.add_argument("--log", action="append", choices=_logger_names(), metavar="LOGGER",
                      help="also write per-step training scalars while training, under "
                           "OUT_DIR/logs/LOGGER: tensorboard (needs the tensorboard extra); "

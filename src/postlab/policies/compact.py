@@ -38,13 +38,35 @@ KeyValues = list[tuple[torch.Tensor, torch.Tensor]]
 class CompactForward:
     """A forward pass for one architecture family.
 
-    ``run(model, ids, past)`` reads ``ids`` (batch, time) after the cached ``past`` (or from
-    position 0) and returns logits (batch, time, vocab) and the keys/values of past and ids.
-    ``supports(config)`` says whether it computes exactly what the library would.
+    ``run(model, ids, past, ops=LIBRARY_OPS)`` reads ``ids`` (batch, time) after the cached
+    ``past`` (or from position 0) and returns logits (batch, time, vocab) and the keys/values
+    of past and ids. ``supports(config)`` says whether it computes exactly what the library
+    would.
     """
 
     supports: Callable[[Any], bool]
-    run: Callable[[Any, torch.Tensor, KeyValues | None], tuple[torch.Tensor, KeyValues]]
+    run: Callable[..., tuple[torch.Tensor, KeyValues]]
+
+
+@dataclass(frozen=True)
+class Ops:
+    """The operations a forward takes from outside plain arithmetic: the library's by default.
+
+    The ensemble engine swaps in its own (:mod:`postlab.engines.ensemble.nets`): on CPU,
+    torch's fused SiLU and tanh-GELU take a scalar path for the last elements of a tensor, and
+    the embedding's ``padding_idx`` under ``torch.vmap`` spares only the first member's row,
+    so with the library's operations one member's numbers would depend on its company.
+    """
+
+    silu: Callable[[torch.Tensor], torch.Tensor]
+    gelu_tanh: Callable[[torch.Tensor], torch.Tensor]
+    #: (ids, weight, padding_idx or None): rows of ``weight``; no gradient reaches the
+    #: padding row
+    embedding: Callable[[torch.Tensor, torch.Tensor, int | None], torch.Tensor]
+
+
+LIBRARY_OPS = Ops(silu=F.silu, gelu_tanh=lambda x: F.gelu(x, approximate="tanh"),
+                  embedding=lambda ids, weight, pad: F.embedding(ids, weight, padding_idx=pad))
 
 
 COMPACT_FORWARDS: Registry[CompactForward] = Registry("compact forward")
@@ -106,9 +128,9 @@ def _gelu_new(x: torch.Tensor) -> torch.Tensor:
 
 
 #: GPT-2 activations by configuration name: the tanh approximation of GELU, two ways.
-GPT2_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu_new": _gelu_new,
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+GPT2_ACTIVATIONS: dict[str, Callable[[torch.Tensor, Ops], torch.Tensor]] = {
+    "gelu_new": lambda x, ops: _gelu_new(x),
+    "gelu_pytorch_tanh": lambda x, ops: ops.gelu_tanh(x),
 }
 
 
@@ -118,8 +140,8 @@ def _conv1d(layer: Any, x: torch.Tensor) -> torch.Tensor:
     return flat.view(*x.shape[:-1], -1)
 
 
-def _gpt2_run(model: Any, ids: torch.Tensor,
-              past: KeyValues | None) -> tuple[torch.Tensor, KeyValues]:
+def _gpt2_run(model: Any, ids: torch.Tensor, past: KeyValues | None,
+              ops: Ops = LIBRARY_OPS) -> tuple[torch.Tensor, KeyValues]:
     body, config = model.transformer, model.config
     batch, time = ids.shape
     start = _past_length(past)
@@ -131,7 +153,7 @@ def _gpt2_run(model: Any, ids: torch.Tensor,
                          f"n_positions ({config.n_positions})")
     activation = GPT2_ACTIVATIONS[config.activation_function]
     visible = _visible(time, start, ids.device)
-    x = F.embedding(ids, body.wte.weight) + body.wpe.weight[start:start + time]
+    x = ops.embedding(ids, body.wte.weight, None) + body.wpe.weight[start:start + time]
     cache: KeyValues = []
     for index, block in enumerate(body.h):
         h = F.layer_norm(x, x.shape[-1:], block.ln_1.weight, block.ln_1.bias, block.ln_1.eps)
@@ -141,7 +163,7 @@ def _gpt2_run(model: Any, ids: torch.Tensor,
         cache.append((k, v))
         x = x + _conv1d(block.attn.c_proj, _attend(q, k, v, visible, scale))
         h = F.layer_norm(x, x.shape[-1:], block.ln_2.weight, block.ln_2.bias, block.ln_2.eps)
-        x = x + _conv1d(block.mlp.c_proj, activation(_conv1d(block.mlp.c_fc, h)))
+        x = x + _conv1d(block.mlp.c_proj, activation(_conv1d(block.mlp.c_fc, h), ops))
     x = F.layer_norm(x, x.shape[-1:], body.ln_f.weight, body.ln_f.bias, body.ln_f.eps)
     return F.linear(x, model.lm_head.weight), cache
 
@@ -175,8 +197,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-second, first], dim=-1)
 
 
-def _llama_run(model: Any, ids: torch.Tensor,
-               past: KeyValues | None) -> tuple[torch.Tensor, KeyValues]:
+def _llama_run(model: Any, ids: torch.Tensor, past: KeyValues | None,
+               ops: Ops = LIBRARY_OPS) -> tuple[torch.Tensor, KeyValues]:
     body, config = model.model, model.config
     batch, time = ids.shape
     start = _past_length(past)
@@ -184,7 +206,7 @@ def _llama_run(model: Any, ids: torch.Tensor,
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     visible = _visible(time, start, ids.device)
     # The padding row gets no gradient, as in the library's embedding module.
-    x = F.embedding(ids, body.embed_tokens.weight, padding_idx=body.embed_tokens.padding_idx)
+    x = ops.embedding(ids, body.embed_tokens.weight, body.embed_tokens.padding_idx)
     positions = torch.arange(start, start + time, device=ids.device)[None]
     # The model's own rotary module, so every RoPE variant it supports comes out the same.
     cos, sin = body.rotary_emb(x, positions)
@@ -206,7 +228,7 @@ def _llama_run(model: Any, ids: torch.Tensor,
         x = x + attention.o_proj(_attend(q, keys, values, visible, attention.scaling))
         h = _rms_norm(layer.post_attention_layernorm, x)
         mlp = layer.mlp
-        x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+        x = x + mlp.down_proj(ops.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
     return model.lm_head(_rms_norm(body.norm, x)), cache
 
 

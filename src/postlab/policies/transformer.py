@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 ATTENTION = "eager"
 
 
-def _require_transformers() -> None:
+def require_transformers() -> None:
     """One line telling how to install the extra, instead of an ImportError traceback."""
     try:
         import transformers  # noqa: F401
@@ -164,9 +164,9 @@ def _section(plan: dict[str, Any]) -> TransformerFields:
         {k: v for k, v in plan["policy"].items() if k != "kind"})
 
 
-def _config(plan: dict[str, Any]) -> Any:
+def config_for(plan: dict[str, Any]) -> Any:
     """The ``transformers`` configuration the plan describes, dropout off."""
-    _require_transformers()
+    require_transformers()
     from transformers import GPT2Config, LlamaConfig
 
     fields, vocab = _section(plan), plan["vocab"]
@@ -193,7 +193,7 @@ def build_transformer(plan: dict[str, Any]) -> TransformerPolicy:
 
     from postlab.tasks.arithmetic import task_for
 
-    model = AutoModelForCausalLM.from_config(_config(plan))
+    model = AutoModelForCausalLM.from_config(config_for(plan))
     tokenizer = CharTokenizer(plan["vocab"], plan["eos"], plan["pad"])
     return TransformerPolicy(model, tokenizer, plan["vocab"], plan["eos"], task_for(plan).prompt)
 
@@ -291,7 +291,7 @@ class HFTokenizer:
         return "".join(self.inner.convert_ids_to_tokens(list(ids)))
 
 
-def _checked_folder(plan: dict[str, Any]) -> Path:
+def checked_folder(plan: dict[str, Any]) -> Path:
     """The plan's folder, refused in one line unless its hash is the plan's."""
     fields = PretrainedFields.model_validate(
         {k: v for k, v in plan["policy"].items() if k != "kind"})
@@ -307,12 +307,12 @@ def _checked_folder(plan: dict[str, Any]) -> Path:
 
 def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
     """Refuses a folder whose hash differs from the plan's before loading anything."""
-    _require_transformers()
+    require_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from postlab.tasks.arithmetic import task_for
 
-    folder = _checked_folder(plan)
+    folder = checked_folder(plan)
     inner = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     tokenizer = HFTokenizer(inner, plan["eos"], plan["pad"])
     for character in plan["vocab"]:
@@ -329,10 +329,10 @@ def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
 def pretrained_size(plan: dict[str, Any]) -> tuple[int, int]:
     """Parameters of the folder's configuration, counted on the meta device (no weights read,
     no random numbers drawn); about one multiply-add per parameter and token."""
-    _require_transformers()
+    require_transformers()
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    folder = _checked_folder(plan)
+    folder = checked_folder(plan)
     try:
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as exc:

@@ -311,7 +311,7 @@ def _time_sft(model: Policy, plan: dict[str, Any], shape: dict[str, int]) -> Lin
         inputs, wanted = sequence[:, :-1][:, -positions:], sequence[:, 1:][:, -positions:]
         scored = min(inputs.shape[1], width)
         logits = model(inputs)[:, -scored:]
-        loss = F.cross_entropy(logits.reshape(-1, shape["vocab"]),
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                wanted[:, -scored:].flatten(), ignore_index=tokenizer.pad_id)
         model.zero_grad(set_to_none=True)
         loss.backward()

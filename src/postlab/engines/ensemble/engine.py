@@ -19,11 +19,12 @@ from typing import Any
 
 import torch
 
-from postlab.engines.ensemble import counter, stacked
+from postlab.engines.ensemble import counter
+from postlab.engines.ensemble.nets import Net
 from postlab.engines.ensemble.optim import StackedAdam, clip_per_member
 from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS, Answers
 from postlab.engines.train import NonFiniteError
-from postlab.policies.base import CharTokenizer
+from postlab.policies.base import CharTokenizer, Tokenizer
 from postlab.records.rows import Row
 from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
 from postlab.tasks.arithmetic import task_for
@@ -38,11 +39,13 @@ def per_member(plans: Sequence[Mapping[str, Any]], key: str,
 
 class Tables:
     """The task's questions as token tables, built once: prompts, SFT targets, expected digits
-    and the digit value of every token."""
+    and the digit value of every token, in the ids of the policy's ``tokenizer`` (default:
+    one token per character of the plan's vocab)."""
 
-    def __init__(self, plan: Mapping[str, Any], device: torch.device) -> None:
+    def __init__(self, plan: Mapping[str, Any], device: torch.device,
+                 tokenizer: Tokenizer | None = None) -> None:
         task = task_for(dict(plan))
-        self.tokenizer = CharTokenizer(plan["vocab"], plan["eos"], plan["pad"])
+        self.tokenizer = tokenizer or CharTokenizer(plan["vocab"], plan["eos"], plan["pad"])
         tok = self.tokenizer
         self.splits = {name: [tuple(p) for p in pairs] for name, pairs in plan["split"].items()}
         self.train = self.splits["train"]
@@ -64,7 +67,10 @@ class Tables:
                                 for name, pairs in self.splits.items()}
         self.answers = {name: [task.answer(p) for p in pairs]
                         for name, pairs in self.splits.items()}
-        digit = [int(c) if c.isdigit() else -1 for c in plan["vocab"]]
+        digit = [-1] * tok.vocab_size
+        for character in plan["vocab"]:
+            if character.isdigit():
+                digit[tok.encode(character)[0]] = int(character)
         self.digit_of = torch.tensor(digit, device=device)
 
     def _digits(self, values: list[int], width: int) -> torch.Tensor:
@@ -90,7 +96,7 @@ def _cross_entropy(logits: torch.Tensor, target: torch.Tensor, pad: int) -> torc
     return -(log_p * valid).sum((1, 2)) / valid.sum((1, 2))
 
 
-def supervised(params: dict[str, torch.Tensor], allowed: torch.Tensor, tables: Tables,
+def supervised(params: dict[str, torch.Tensor], net: Net, tables: Tables,
                plan: Mapping[str, Any], seeds: torch.Tensor, lr: torch.Tensor,
                gradient_clip: torch.Tensor, steps: int, stream: int = counter.SFT_BATCH,
                stage: str = "SFT") -> list[list[float]]:
@@ -108,7 +114,7 @@ def supervised(params: dict[str, torch.Tensor], allowed: torch.Tensor, tables: T
         prompts = tables.prompts["train"][index]  # [members, batch, P]
         target = tables.targets[index]
         tokens = torch.cat([prompts, target[..., :-1]], dim=2)
-        logits = stacked.forward(params, allowed, tokens)[:, :, prompt_length - 1:]
+        logits = net.run(params, tokens, None)[0][:, :, prompt_length - 1:]
         loss = _cross_entropy(logits, target, tables.tokenizer.pad_id)
         optimizer.zero_grad()
         loss.sum().backward()  # members share no parameter: each gets its own gradient
@@ -121,28 +127,29 @@ def supervised(params: dict[str, torch.Tensor], allowed: torch.Tensor, tables: T
     return torch.stack(losses, dim=1).tolist()
 
 
-def _after_prompts(params: Mapping[str, torch.Tensor], allowed: torch.Tensor,
-                   prompts: torch.Tensor, repeat: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _after_prompts(params: Mapping[str, torch.Tensor], net: Net, prompts: torch.Tensor,
+                   repeat: int) -> tuple[torch.Tensor, Any]:
     """Read each distinct prompt [members, questions, P] once; the next-character logits and
-    GRU state after it, each repeated for the ``repeat`` answers that share the prompt:
-    [members, questions x repeat, V] and [members, questions x repeat, H]."""
-    logits, hidden = stacked.run(params, allowed, prompts, None)
-    return (logits[:, :, -1].repeat_interleave(repeat, dim=1),
-            hidden.repeat_interleave(repeat, dim=1))
+    the net's cache after it, each repeated for the ``repeat`` answers that share the prompt:
+    [members, questions x repeat, V] and the cache of as many sequences."""
+    logits, cache = net.run(params, prompts, None)
+    return logits[:, :, -1].repeat_interleave(repeat, dim=1), net.repeat(cache, repeat)
 
 
-def continuation(params: Mapping[str, torch.Tensor], allowed: torch.Tensor,
-                 prompts: torch.Tensor, tokens: torch.Tensor, repeat: int) -> torch.Tensor:
+def continuation(params: Mapping[str, torch.Tensor], net: Net, prompts: torch.Tensor,
+                 tokens: torch.Tensor, repeat: int) -> torch.Tensor:
     """Logits for each answer token given its prompt and the tokens before it: prompts
     [members, questions, P] read once for the ``repeat`` answers [members, questions x repeat,
     T] that follow each; returns [members, questions x repeat, T, V]."""
-    first, hidden = _after_prompts(params, allowed, prompts, repeat)
-    rest, _ = stacked.run(params, allowed, tokens[..., :-1], hidden)
+    first, cache = _after_prompts(params, net, prompts, repeat)
+    if tokens.shape[-1] == 1:
+        return first[:, :, None]
+    rest, _ = net.run(params, tokens[..., :-1], cache)
     return torch.cat([first[:, :, None], rest], dim=2)
 
 
 @torch.no_grad()
-def decode(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, prompts: torch.Tensor,
+def decode(params: Mapping[str, torch.Tensor], net: Net, prompts: torch.Tensor,
            max_new_tokens: int, temperature: torch.Tensor, seeds: torch.Tensor, stream: int,
            step: int, eos: int, pad: int, greedy: bool = False, repeat: int = 1
            ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,7 +162,7 @@ def decode(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, prompts: t
     which changes the work but no member's tokens (ended sequences emit pad, unmasked); the
     result is always ``max_new_tokens`` wide.
     """
-    logits, hidden = _after_prompts(params, allowed, prompts, repeat)
+    logits, cache = _after_prompts(params, net, prompts, repeat)
     members, batch = prompts.shape[0], prompts.shape[1] * repeat
     active = torch.ones(members, batch, dtype=torch.bool, device=prompts.device)
     sequence = torch.arange(batch, device=prompts.device)[None, :]
@@ -181,7 +188,7 @@ def decode(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, prompts: t
         active = active & (chosen != eos)
         if not active.any() or position == max_new_tokens - 1:
             break
-        logits, hidden = stacked.run(params, allowed, chosen[..., None], hidden)
+        logits, cache = net.run(params, chosen[..., None], cache)
         logits = logits[:, :, -1]
     # Always max_new_tokens wide (pad, unmasked, after the end): the shape, and so every sum
     # over it, must not depend on when the company's last sequence ended.
@@ -277,7 +284,7 @@ def _per_member(fn, *args):
 
 
 def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Tensor],
-              allowed: torch.Tensor, tables: Tables, plans: Sequence[Mapping[str, Any]],
+              net: Net, tables: Tables, plans: Sequence[Mapping[str, Any]],
               seeds: torch.Tensor, contracts: Sequence[str], on_step=None,
               keep_rows: bool = True
               ) -> list[list[dict[str, Any]]]:
@@ -316,7 +323,7 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
                                   len(tables.train))
         index = chosen.repeat_interleave(group, dim=1)  # [members, prompts x group]
         prompts = tables.prompts["train"][chosen]  # each question's prompt, read once
-        tokens, mask = decode(params, allowed, prompts, max_new, temperature, seeds,
+        tokens, mask = decode(params, net, prompts, max_new, temperature, seeds,
                               counter.ROLLOUT, step, eos, pad, repeat=group)
         answers = answers_of(tables, tokens, mask, "train", index)
         # Rows are the record's; without them (a benchmark of the computation alone) only a
@@ -331,11 +338,11 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
         std = grouped.std(-1, unbiased=False)
         valid = mask.to(torch.float32)
         with torch.no_grad():
-            ref_log = continuation(reference, allowed, prompts, tokens, group).log_softmax(-1)
+            ref_log = continuation(reference, net, prompts, tokens, group).log_softmax(-1)
         old_logp = None
         updates: list[list[dict[str, float]]] = [[] for _ in range(members)]
         for _ in range(plan["updates_per_rollout"]):
-            log_dist = continuation(params, allowed, prompts, tokens, group).log_softmax(-1)
+            log_dist = continuation(params, net, prompts, tokens, group).log_softmax(-1)
             logp = log_dist.gather(-1, tokens[..., None]).squeeze(-1)
             if old_logp is None:
                 old_logp = logp.detach()
@@ -377,7 +384,7 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
 
 
 @torch.no_grad()
-def evaluate(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, tables: Tables,
+def evaluate(params: Mapping[str, torch.Tensor], net: Net, tables: Tables,
              plans: Sequence[Mapping[str, Any]], seeds: torch.Tensor,
              keep_rows: bool = True) -> list[dict[str, Any]]:
     """Greedy and sampled answers of every member on every split, in the exact engine's
@@ -392,11 +399,11 @@ def evaluate(params: Mapping[str, torch.Tensor], allowed: torch.Tensor, tables: 
     results: list[dict[str, Any]] = [{} for _ in range(members)]
     for split_index, (split, pairs) in enumerate(tables.splits.items()):
         prompts = tables.prompts[split][None].expand(members, -1, -1)
-        greedy, gmask = decode(params, allowed, prompts, plan["max_new_tokens"], temperature,
+        greedy, gmask = decode(params, net, prompts, plan["max_new_tokens"], temperature,
                                seeds, counter.EVALUATION + split_index, 0, eos, pad,
                                greedy=True)
         samples = plan["eval_samples"]
-        sampled, smask = decode(params, allowed, prompts, plan["max_new_tokens"],
+        sampled, smask = decode(params, net, prompts, plan["max_new_tokens"],
                                 temperature, seeds, counter.EVALUATION + split_index,
                                 0, eos, pad, repeat=samples)
         repeated_pairs = [p for p in pairs for _ in range(samples)]

@@ -47,11 +47,16 @@ class _Sigmoid(torch.autograd.Function):
     how many others share the tensor. The gradient is y (1 - y) from the output, as torch's
     own: differentiating the formula would give 0 * inf = NaN below x = -88."""
 
+    #: it runs inside ``torch.vmap`` too (the transformer members' activations)
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        y = 1 / (1 + torch.exp(-x))
-        ctx.save_for_backward(y)
-        return y
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return 1 / (1 + torch.exp(-x))
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor], output: torch.Tensor) -> None:
+        ctx.save_for_backward(output)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
@@ -59,7 +64,7 @@ class _Sigmoid(torch.autograd.Function):
         return grad * (y * (1 - y))
 
 
-def _sigmoid(x: torch.Tensor) -> torch.Tensor:
+def sigmoid(x: torch.Tensor) -> torch.Tensor:
     return _Sigmoid.apply(x)
 
 
@@ -71,7 +76,7 @@ def _cell(params: Mapping[str, torch.Tensor], projected: torch.Tensor,
                               params["rnn.weight_hh_l0"].transpose(1, 2))
     size = hidden.shape[-1]
     # the reset and update gates in one pass over their 2H columns
-    gates = _sigmoid(projected[..., :2 * size] + recurrent[..., :2 * size])
+    gates = sigmoid(projected[..., :2 * size] + recurrent[..., :2 * size])
     reset, update = gates[..., :size], gates[..., size:]
     new = torch.tanh(projected[..., 2 * size:] + reset * recurrent[..., 2 * size:])
     return new + update * (hidden - new)  # (1 - z) n + z h, in three operations

@@ -2,13 +2,14 @@
 seed, each stage's members stacked; results in the form the exact engine's tasks return, so
 the run folder, record and every tool downstream are the same.
 
-Checkpoints are ordinary CharGRU checkpoints. Each is reloaded from disk by hash and
-re-evaluated alone (one member), and must give the rows it gave in company: every run checks,
-for every checkpoint, that its members did not depend on each other.
+Checkpoints are ordinary checkpoints of the plan's policy kind. Each is reloaded from disk by
+hash and re-evaluated in another company, and the first alone, and must give the rows it gave:
+every run checks, for every checkpoint, that its members did not depend on each other.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,10 +18,11 @@ from typing import Any
 
 import torch
 
-from postlab.engines.ensemble import counter, engine, stacked
+from postlab.engines.ensemble import counter, engine
+from postlab.engines.ensemble.nets import NETS, Net, configuration_problem, net_for
 from postlab.errors import UserError
 from postlab.plan.arms import arm_specs
-from postlab.policies.base import build_policy, policy_kind
+from postlab.policies.base import POLICIES, build_policy, policy_kind
 from postlab.runs.checkpoint import checkpoint_bytes, load_checkpoint, publish_checkpoint
 from postlab.tasks.arithmetic import task_for
 
@@ -31,9 +33,11 @@ NAME = "ensemble"
 def problems(plan: dict[str, Any]) -> list[str]:
     """What the ensemble engine cannot train in a plan (empty: it can)."""
     found = []
-    if policy_kind(plan) != "gru":
-        found.append(f"the {policy_kind(plan)!r} policy (the ensemble engine trains the gru "
-                     "policy; use --engine exact)")
+    if policy_kind(plan) not in NETS:
+        found.append(f"the {policy_kind(plan)!r} policy (the ensemble engine trains "
+                     f"{', '.join(NETS.names())}; use --engine exact)")
+    elif (problem := configuration_problem(plan)) is not None:
+        found.append(problem)
     if plan.get("dynamic_sampling"):
         found.append("dynamic_sampling (its resampling loop is per model; use --engine exact)")
     if plan.get("precision") == "bf16":
@@ -48,10 +52,10 @@ def problems(plan: dict[str, Any]) -> list[str]:
 def evaluate_alone(state: dict[str, torch.Tensor], plan: dict[str, Any], seed: int,
                    device: str = "cpu") -> dict[str, Any]:
     """One checkpoint's evaluation rows, as the ensemble engine computed them in company."""
-    params, allowed = stacked.stack([state], device)
-    tables = engine.Tables(plan, torch.device(device))
+    net = net_for(plan, device)
+    tables = engine.Tables(plan, torch.device(device), net.tokenizer)
     seeds = torch.tensor([seed], device=device)
-    return engine.evaluate(params, allowed, tables, [plan], seeds)[0]
+    return engine.evaluate(net.stack([state]), net, tables, [plan], seeds)[0]
 
 
 def _compute_of(history: list[dict[str, Any]], plan: dict[str, Any]) -> dict[str, int]:
@@ -75,8 +79,8 @@ class _Saved:
     rows: dict[str, Any]
 
 
-def _save_all(params: dict[str, torch.Tensor], allowed: torch.Tensor, items: list[_Saved],
-              device: str) -> list[dict[str, Any]]:
+def _save_all(params: dict[str, torch.Tensor], net: Net, tables: engine.Tables,
+              items: list[_Saved], device: str) -> list[dict[str, Any]]:
     """Publish each member's checkpoint, reload them all from disk by hash, and re-evaluate:
     all together in reversed order (another company, another position for every member)
     and the first one alone. Each must give the rows it gave in the ensemble: the run checks
@@ -85,17 +89,16 @@ def _save_all(params: dict[str, torch.Tensor], allowed: torch.Tensor, items: lis
 
     published, restored = [], []
     for item in items:
-        state = stacked.unstack(params, allowed, item.member)
+        state = net.unstack(params, item.member)
         path = item.out_dir / checkpoint_name(item.seed, item.stage)
-        digest = publish_checkpoint(path, checkpoint_bytes(item.plan, state, "gru"))
+        digest = publish_checkpoint(path, checkpoint_bytes(item.plan, state, net.kind))
         published.append({"file": path.name, "sha256": digest, "reload_equal": True})
-        restored.append(load_checkpoint(path, digest, kind="gru")["state_dict"])
+        restored.append(load_checkpoint(path, digest, kind=net.kind)["state_dict"])
     order = list(reversed(range(len(items))))
     where = torch.device(device)
-    again, again_allowed = stacked.stack([restored[i] for i in order], where)
+    again = net.stack([restored[i] for i in order])
     seeds = torch.tensor([items[i].seed for i in order], device=where)
-    fresh = engine.evaluate(again, again_allowed, engine.Tables(items[0].plan, where),
-                            [items[i].plan for i in order], seeds)
+    fresh = engine.evaluate(again, net, tables, [items[i].plan for i in order], seeds)
     alone = evaluate_alone(restored[0], items[0].plan, items[0].seed, device)
     for position, i in enumerate(order):
         if fresh[position] != items[i].rows or (i == 0 and alone != items[0].rows):
@@ -136,14 +139,25 @@ def member_bytes(plan: dict[str, Any]) -> int:
     the backward pass) or of evaluation, whichever is larger."""
     from postlab.policies.gru import gru_size
 
-    parameters, _ = gru_size(plan)
-    hidden, vocab = plan["hidden"], len(plan["vocab"])
     prompt = len(task_for(plan).prompt((0, 0)))
     time_steps = prompt + plan["max_new_tokens"]
-    per_token = 12 * hidden + 8 * vocab
+    if policy_kind(plan) == "gru":
+        parameters, _ = gru_size(plan)
+        hidden, vocab = plan["hidden"], len(plan["vocab"])
+        per_token = 12 * hidden + 8 * vocab
+        per_decoded = 5 * hidden + 4 * vocab
+    else:  # a transformer: every layer keeps about 24 widths a token, plus attention rows
+        parameters, _ = POLICIES[policy_kind(plan)].size(plan)
+        section = plan["policy"]
+        # a pretrained folder's plan names no shape: as if one layer held all parameters
+        width = section.get("width") or math.isqrt(parameters)
+        layers = section.get("layers") or max(1, parameters // (12 * width * width))
+        vocab = len(plan["vocab"])
+        per_token = layers * (24 * width + 4 * time_steps) + 8 * vocab
+        per_decoded = per_token // 2
     rollout = plan["prompts_per_step"] * plan["group_size"] * time_steps * per_token * 3
     questions = max(len(pairs) for pairs in plan["split"].values())
-    evaluation = questions * plan["eval_samples"] * time_steps * (5 * hidden + 4 * vocab)
+    evaluation = questions * plan["eval_samples"] * time_steps * per_decoded
     return 4 * (8 * parameters + max(rollout, evaluation))
 
 
@@ -211,22 +225,23 @@ def _train_members(members: list[tuple[Part, int]], device: str
     plans = [part.plan for part, _ in members]
     seeds = [seed for _, seed in members]
     where = torch.device(device)
-    tables = engine.Tables(plan, where)
     untrained = []
     for seed in seeds:
         torch.manual_seed(seed)  # the exact engine's initial weights, seed by seed
         untrained.append(build_policy(plan).state_dict())
-    parameters = sum(v.numel() for k, v in untrained[0].items() if k != "allowed")
+    net = net_for(plan, where)
+    tables = engine.Tables(plan, where, net.tokenizer)
     seed_tensor = torch.tensor(seeds, device=where)
-    params, allowed = stacked.stack(untrained, where)
-    losses = engine.supervised(params, allowed, tables, plan, seed_tensor,
+    params = net.stack(untrained)
+    parameters = sum(v[0].numel() for v in params.values())
+    losses = engine.supervised(params, net, tables, plan, seed_tensor,
                                engine.per_member(plans, "sft_lr", where),
                                engine.per_member(plans, "gradient_clip", where),
                                plan["sft_steps"])
     sft_params = {k: v.detach().clone() for k, v in params.items()}
-    evaluations = engine.evaluate(sft_params, allowed, tables, plans, seed_tensor)
+    evaluations = engine.evaluate(sft_params, net, tables, plans, seed_tensor)
     results: dict[tuple[str, int, str], dict[str, Any]] = {}
-    saved = _save_all(sft_params, allowed, [
+    saved = _save_all(sft_params, net, tables, [
         _Saved(plan=part.plan, seed=seed, stage="initial", out_dir=part.out_dir, member=m,
                rows=evaluations[m]) for m, (part, seed) in enumerate(members)], device)
     for m, (part, seed) in enumerate(members):
@@ -234,7 +249,7 @@ def _train_members(members: list[tuple[Part, int]], device: str
             "seed": seed, "sft_loss": losses[m], "evaluation": evaluations[m],
             "checkpoint": saved[m], "parameters": parameters, "capability": _capability(),
             "compute": sft_compute(part.plan, part.plan["sft_steps"])}
-    untrained_params, _ = stacked.stack(untrained, where)
+    untrained_params = net.stack(untrained)
     arms = arm_specs(plan)
     rl = [(arm, m) for arm in arms if arm.is_rl for m in range(len(members))]
     if rl:
@@ -247,10 +262,10 @@ def _train_members(members: list[tuple[Part, int]], device: str
         reference = {k: v.clone() for k, v in start.items()}
         rl_seeds = seed_tensor[index]
         rl_plans = [plans[m] for _, m in rl]
-        histories = engine.reinforce(start, reference, allowed, tables, rl_plans, rl_seeds,
+        histories = engine.reinforce(start, reference, net, tables, rl_plans, rl_seeds,
                                      [arm.contract for arm, _ in rl])
-        rows = engine.evaluate(start, allowed, tables, rl_plans, rl_seeds)
-        saved = _save_all(start, allowed, [
+        rows = engine.evaluate(start, net, tables, rl_plans, rl_seeds)
+        saved = _save_all(start, net, tables, [
             _Saved(plan=members[m][0].plan, seed=members[m][1], stage=arm.name,
                    out_dir=members[m][0].out_dir, member=j, rows=rows[j])
             for j, (arm, m) in enumerate(rl)], device)
@@ -262,13 +277,13 @@ def _train_members(members: list[tuple[Part, int]], device: str
                 "checkpoint": saved[j], "capability": _capability()}
     for arm in (a for a in arms if not a.is_rl):
         more = {k: v.clone() for k, v in sft_params.items()}
-        extra = engine.supervised(more, allowed, tables, plan, seed_tensor,
+        extra = engine.supervised(more, net, tables, plan, seed_tensor,
                                   engine.per_member(plans, "sft_lr", where),
                                   engine.per_member(plans, "gradient_clip", where),
                                   arm.sft_steps, stream=counter.SFT_ONLY_BATCH,
                                   stage=f"arm {arm.name}, SFT")
-        rows = engine.evaluate(more, allowed, tables, plans, seed_tensor)
-        saved = _save_all(more, allowed, [
+        rows = engine.evaluate(more, net, tables, plans, seed_tensor)
+        saved = _save_all(more, net, tables, [
             _Saved(plan=part.plan, seed=seed, stage=arm.name, out_dir=part.out_dir, member=m,
                    rows=rows[m]) for m, (part, seed) in enumerate(members)], device)
         for m, (part, seed) in enumerate(members):

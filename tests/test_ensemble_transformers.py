@@ -1,0 +1,230 @@
+"""Transformer policies in the ensemble engine: stacked members compute what each policy
+computes, train the same bits alone and in company, and give ordinary runs that verify and
+reproduce, for models built from a configuration and for a pretrained folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from plans import SMALL, rows, write_plan
+
+from postlab.cli import main
+from postlab.engines.ensemble import engine
+from postlab.engines.ensemble.nets import MEMBER_OPS, net_for
+from postlab.plan.frozen import teaching_plan
+from postlab.policies.base import build_policy
+from postlab.policies.transformer import folder_sha256
+from postlab.records.record import load_record
+from postlab.runs.checkpoint import load_checkpoint
+
+pytest.importorskip("transformers")
+
+GPT2 = {"kind": "transformer", "architecture": "gpt2", "layers": 1, "heads": 2, "width": 16,
+        "max_positions": 16}
+LLAMA = {"kind": "transformer", "architecture": "llama", "layers": 2, "heads": 2, "width": 16,
+         "intermediate": 24, "max_positions": 16}
+POLICIES = [pytest.param(GPT2, id="gpt2"), pytest.param(LLAMA, id="llama")]
+TINY = {**SMALL, "seeds": [3, 4], "sft_steps": 8, "rl_steps": 2, "arms": ["strict", "substring"]}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """As the engine runs (it refuses plans with more threads): with more, a kernel may split
+    one member's product by the size of the whole batch."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _plan(policy: dict) -> dict:
+    return teaching_plan() | TINY | {"policy": policy}
+
+
+def _policies(plan: dict, seeds: list[int]) -> list:
+    found = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        found.append(build_policy(plan))
+    return found
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_stacked_members_are_the_policies(policy):
+    """Logits of every position, and of cached decoding, equal each member's own policy to
+    float32 rounding; a member's slices are its policy's state_dict, tied weights included."""
+    plan = _plan(policy)
+    models = _policies(plan, [11, 22, 33])
+    net = net_for(plan, "cpu")
+    params = net.stack([m.state_dict() for m in models])
+    tokens = torch.randint(0, 14, (3, 4, 7), generator=torch.Generator().manual_seed(0))
+    logits, cache = net.run(params, tokens[..., :5], None)
+    more, _ = net.run(params, tokens[..., 5:], cache)
+    for member, model in enumerate(models):
+        with torch.no_grad():
+            own = model(tokens[member])
+        assert torch.allclose(logits[member], own[:, :5], atol=1e-5, rtol=1e-4)
+        assert torch.allclose(more[member], own[:, 5:], atol=1e-5, rtol=1e-4)
+        state = net.unstack(params, member)
+        assert state.keys() == model.state_dict().keys()
+        assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    if policy is GPT2:  # the head is the token embedding: one stacked tensor, two names
+        assert "model.lm_head.weight" not in params
+        state = net.unstack(params, 0)
+        assert torch.equal(state["model.lm_head.weight"], state["model.transformer.wte.weight"])
+
+
+def _sft(plan: dict, seeds: list[int], net):
+    params = net.stack([m.state_dict() for m in _policies(plan, seeds)])
+    tables = engine.Tables(plan, torch.device("cpu"), net.tokenizer)
+    seed_tensor = torch.tensor(seeds)
+    plans = [plan] * len(seeds)
+    losses = engine.supervised(params, net, tables, plan, seed_tensor,
+                               engine.per_member(plans, "sft_lr", "cpu"),
+                               engine.per_member(plans, "gradient_clip", "cpu"),
+                               plan["sft_steps"])
+    return params, tables, seed_tensor, losses
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_transformer_member_trains_the_same_bits_alone_and_in_company(policy):
+    """SFT, evaluation and RL of seed 22 alone and among 5 members (other seeds, another
+    contract, other numeric settings): every loss, row, statistic and weight is equal."""
+    plan = _plan(policy)
+    net = net_for(plan, "cpu")
+    company = [5, 22, 9, 22, 7]
+    params, tables, seeds, losses = _sft(plan, company, net)
+    alone, _, one_seed, one_losses = _sft(plan, [22], net)
+    assert one_losses[0] == losses[1] == losses[3]
+    assert all(torch.equal(alone[k][0], params[k][1]) for k in alone)
+    plans = [plan] * len(company)
+    assert engine.evaluate(alone, net, tables, [plan], one_seed)[0] == \
+        engine.evaluate(params, net, tables, plans, seeds)[1]
+
+    varied = list(plans)
+    varied[3] = dict(plan, rl_lr=0.002, kl_beta=0.1, clip=0.3, temperature=0.8)
+    contracts = ["strict", "strict", "substring", "strict", "exact"]
+    history = engine.reinforce(params, {k: v.clone() for k, v in params.items()}, net, tables,
+                               varied, seeds, contracts)
+    lone = engine.reinforce(alone, {k: v.clone() for k, v in alone.items()}, net, tables,
+                            [plan], one_seed, ["strict"])
+    assert lone[0] == history[1]
+    assert history[3] != history[1]
+    assert all(torch.equal(alone[k][0], params[k][1]) for k in alone)
+    if policy is LLAMA:  # the padding row of every member's embedding never moved
+        pad = tables.tokenizer.pad_id
+        start = net.stack([m.state_dict() for m in _policies(plan, company)])
+        name = "model.model.embed_tokens.weight"
+        assert torch.equal(params[name][:, pad], start[name][:, pad])
+        assert not torch.equal(params[name], start[name])
+
+
+def test_member_operations_do_not_depend_on_the_tensor_around_them():
+    """SiLU and tanh-GELU of a member's slice are the same bits whatever follows it, and agree
+    with torch's fused forms to rounding."""
+    x = torch.randn(4099, generator=torch.Generator().manual_seed(3)) * 4
+    for op, fused in ((MEMBER_OPS.silu, torch.nn.functional.silu),
+                      (MEMBER_OPS.gelu_tanh,
+                       lambda v: torch.nn.functional.gelu(v, approximate="tanh"))):
+        whole = op(x)
+        assert all(torch.equal(op(x[:n]), whole[:n]) for n in range(1, 300))
+        assert torch.allclose(whole, fused(x), atol=1e-6, rtol=1e-5)
+
+
+def test_the_padding_row_gets_no_gradient_in_any_member():
+    weight = torch.randn(3, 5, 4, requires_grad=True)  # three members
+    ids = torch.tensor([[0, 1, 2, 1], [2, 2, 0, 4], [1, 1, 1, 1]])
+    out = torch.vmap(lambda w, i: MEMBER_OPS.embedding(i, w, 2))(weight, ids)
+    assert torch.equal(out, torch.stack([weight[m, ids[m]] for m in range(3)]))
+    out.square().sum().backward()
+    assert torch.equal(weight.grad[:, 2], torch.zeros(3, 4))
+    assert weight.grad[1, 0].abs().sum() > 0
+
+
+# --- end to end ---------------------------------------------------------------------------------
+
+def _verified(capsys, out: Path) -> None:
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0
+    assert "VERIFIED" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_transformer_ensemble_run_verifies_and_reproduces(tmp_path, capsys):
+    path = write_plan(tmp_path / "plan.json", **TINY, policy=GPT2)
+    out = tmp_path / "run"
+    assert main(["run", "--plan", str(path), "--out-dir", str(out), "--engine", "ensemble",
+                 "--quiet"]) == 0
+    record = load_record(out / "record.json")
+    assert record["engine"] == "ensemble"
+    _verified(capsys, out)
+    again = tmp_path / "again"
+    assert main(["reproduce", str(out), "--out-dir", str(again), "--quiet"]) == 0
+    assert rows(load_record(again / "record.json")) == rows(record)
+    # a checkpoint is an ordinary transformer policy's
+    run = record["runs"][0]
+    info = run["checkpoints"]["strict"]
+    payload = load_checkpoint(out / info["file"], info["sha256"], kind="transformer")
+    model = build_policy(json.loads(path.read_text()))
+    model.load_state_dict(payload["state_dict"])
+
+
+def _write_pretrained(folder: Path, **config) -> str:
+    """A GPT-2 with tanh-GELU whose tokenizer numbers the characters in another order than
+    the plan's vocab and holds more tokens than it: the engine must read ids from the
+    tokenizer, never from the vocab's order."""
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
+    from tokenizers.models import WordLevel
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    plan = teaching_plan()
+    characters = [*reversed(plan["vocab"]), "x", "y", "z"]
+    inner = Tokenizer(WordLevel({c: i for i, c in enumerate(characters)}))
+    inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=plan["eos"],
+                                        pad_token=plan["pad"])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(characters), n_layer=1, n_head=2,
+                                           n_embd=16, n_positions=16,
+                                           activation_function="gelu_pytorch_tanh", **config))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder_sha256(folder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine_name", ["ensemble", "exact"])
+def test_a_pretrained_folder_with_its_own_token_ids_trains(tmp_path, capsys, engine_name):
+    """Both engines (the exact one's cost estimate once read the plan's vocab size as the
+    model's output width)."""
+    folder = tmp_path / "model"
+    policy = {"kind": "pretrained", "path": str(folder), "sha256": _write_pretrained(folder)}
+    path = write_plan(tmp_path / "plan.json", **(TINY | {"seeds": [3]}), policy=policy)
+    out = tmp_path / "run"
+    assert main(["run", "--plan", str(path), "--out-dir", str(out), "--engine", engine_name,
+                 "--quiet"]) == 0
+    _verified(capsys, out)
+    record = load_record(out / "record.json")
+    texts = {row[2] for run in record["runs"] for stage in run["evaluations"].values()
+             for split in stage.values() for kind in split.values() for row in kind}
+    assert texts and all(set(text) <= set("0123456789") for text in texts)
+
+
+def test_a_configuration_without_a_member_form_is_refused_first(tmp_path, capsys):
+    """GPT-2 with attention scaled per layer has no compact forward: one line, nothing
+    written."""
+    folder = tmp_path / "model"
+    digest = _write_pretrained(folder, scale_attn_by_inverse_layer_idx=True)
+    policy = {"kind": "pretrained", "path": str(folder), "sha256": digest}
+    path = write_plan(tmp_path / "plan.json", **(TINY | {"seeds": [3]}), policy=policy)
+    out = tmp_path / "run"
+    assert main(["run", "--plan", str(path), "--out-dir", str(out), "--engine", "ensemble",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the ensemble engine cannot train" in err
+    assert "gpt2 configuration" in err and "--engine exact" in err
+    assert not out.exists()
