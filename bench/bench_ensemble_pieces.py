@@ -262,8 +262,11 @@ def sft_then_same_rl(setup: Setup, seeds: list[int]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", choices=["gru", *TRANSFORMERS], default="gpt2")
-    parser.add_argument("--seeds", type=int, default=32)
+    parser.add_argument("--seeds", type=int, default=32,
+                        help="checkpoints and seeds of checks 4 and 5 (at least 2)")
     args = parser.parse_args()
+    if args.seeds < 2:
+        parser.error("--seeds must be at least 2: differences need a standard error")
     from postlab.plan.frozen import teaching_plan
     from postlab.runs.orchestration import configure_torch
 

@@ -218,3 +218,48 @@ def test_an_interrupted_ensemble_run_resumes_only_with_its_engine(tmp_path, caps
     assert main(["run", "--out-dir", str(out), "--resume", "--engine", "ensemble",
                  "--workers", "1", "--quiet"]) == 0
     assert main(["verify", str(out)]) == 0
+
+
+def test_an_interrupted_ensemble_run_keeps_its_finished_chunks(ensemble_run, tmp_path, capsys,
+                                                               monkeypatch):
+    """One seed a chunk, interrupted in the second: the first seed's results are kept, the
+    resumed run trains only the second seed, and the record is the uninterrupted run's."""
+    from postlab.engines.ensemble import task
+
+    real = task._train_members
+    trained: list[list[int]] = []
+
+    def interrupted_after_one(members, device):
+        if trained:
+            raise KeyboardInterrupt
+        trained.append([seed for _, seed in members])
+        return real(members, device)
+
+    monkeypatch.setattr(task, "chunk_seeds", lambda *args, **kwargs: 1)
+    monkeypatch.setattr(task, "_train_members", interrupted_after_one)
+    out = tmp_path / "run"
+    assert main(["run", "--plan", str(ensemble_run / "plan.json"), "--out-dir", str(out),
+                 "--engine", "ensemble", "--workers", "1", "--quiet"]) == 130
+    first, second = SMALL["seeds"]
+    assert trained == [[first]]
+    stages = ["initial", "strict", "substring"]
+    assert sorted(p.name for p in (out / "tasks").glob("seed-*.json")) == sorted(
+        f"seed-{first}-{stage}.json" for stage in stages)
+    assert not (out / "record.json").exists()
+
+    trained.clear()
+
+    def recorded(members, device):
+        trained.append([seed for _, seed in members])
+        return real(members, device)
+
+    monkeypatch.setattr(task, "_train_members", recorded)
+    capsys.readouterr()
+    assert main(["run", "--out-dir", str(out), "--resume", "--engine", "ensemble",
+                 "--workers", "1"]) == 0
+    assert "3 finished tasks of incomplete seeds kept" in capsys.readouterr().out
+    assert trained == [[second]]
+    assert rows(load_record(out / "record.json")) == rows(load_record(ensemble_run /
+                                                                      "record.json"))
+    assert not (out / "tasks").exists()
+    assert main(["verify", str(out)]) == 0

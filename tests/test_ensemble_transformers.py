@@ -122,6 +122,71 @@ def test_a_transformer_member_trains_the_same_bits_alone_and_in_company(policy):
         assert not torch.equal(params[name], start[name])
 
 
+def _odd_policies(family: str, seeds: list[int]) -> list:
+    """Policies of odd sizes (so fused kernels have tail elements), GPT-2 with tanh-GELU and
+    Llama with a padding row, as a pretrained folder could hold them."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    from postlab.policies.base import CharTokenizer
+    from postlab.policies.transformer import TransformerPolicy
+
+    plan = teaching_plan()
+    vocab = plan["vocab"]
+    common = {"vocab_size": len(vocab), "pad_token_id": vocab.index(plan["pad"])}
+    found = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        if family == "gpt2":
+            model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=3, n_embd=21, n_positions=16,
+                                               activation_function="gelu_pytorch_tanh",
+                                               **common))
+        else:
+            model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, num_attention_heads=3,
+                                                 num_key_value_heads=3, hidden_size=18,
+                                                 intermediate_size=23,
+                                                 max_position_embeddings=16, **common))
+        model.config._attn_implementation = "eager"
+        tokenizer = CharTokenizer(vocab, plan["eos"], plan["pad"])
+        found.append(TransformerPolicy(model, tokenizer, vocab, plan["eos"],
+                                       lambda pair: f"{pair[0]}+{pair[1]}="))
+    return found
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_member_s_logits_and_gradients_do_not_depend_on_its_company(family):
+    """Odd sizes, padding tokens among the inputs and a loss over every position (so the
+    padding row would get a gradient): member 2's logits, cached logits and gradients are the
+    same bits alone as among 7."""
+    from postlab.engines.ensemble.nets import TransformerNet
+
+    models = _odd_policies(family, list(range(40, 47)))
+    net = TransformerNet(models[0], torch.device("cpu"))
+    pad = models[0].tokenizer.pad_id
+    tokens = torch.randint(0, 14, (7, 5, 7), generator=torch.Generator().manual_seed(1))
+    tokens[:, :, 3] = pad
+    weights = torch.randn(5, 7, 14, generator=torch.Generator().manual_seed(2))
+
+    def computed(members: list) -> tuple:
+        params = {k: v.requires_grad_(True)
+                  for k, v in net.stack([m.state_dict() for m in members]).items()}
+        picked = [models.index(m) for m in members]
+        logits, cache = net.run(params, tokens[picked, :, :4], None)
+        more, _ = net.run(params, tokens[picked, :, 4:], cache)
+        both = torch.cat([logits, more], dim=2)
+        (both.log_softmax(-1) * weights).sum().backward()
+        return both.detach(), {k: v.grad for k, v in params.items()}
+
+    company, company_grads = computed(models)
+    alone, alone_grads = computed([models[2]])
+    assert torch.equal(alone[0], company[2])
+    for name, grad in alone_grads.items():
+        assert torch.equal(grad[0], company_grads[name][2]), name
+    assert set(company_grads) == set(alone_grads)
+    with torch.no_grad():  # and the logits are the policy's own, to rounding
+        own = models[2](tokens[2])
+    assert torch.allclose(alone[0], own, atol=1e-5, rtol=1e-4)
+
+
 def test_member_operations_do_not_depend_on_the_tensor_around_them():
     """SiLU and tanh-GELU of a member's slice are the same bits whatever follows it, and agree
     with torch's fused forms to rounding."""
@@ -174,8 +239,9 @@ def test_a_transformer_ensemble_run_verifies_and_reproduces(tmp_path, capsys):
 
 def _write_pretrained(folder: Path, **config) -> str:
     """A GPT-2 with tanh-GELU whose tokenizer numbers the characters in another order than
-    the plan's vocab and holds more tokens than it: the engine must read ids from the
-    tokenizer, never from the vocab's order."""
+    the plan's vocab and holds more tokens than it, and whose output is wider still: the
+    engines must read ids from the tokenizer, never from the vocab's order, and widths from
+    the model."""
     from tokenizers import Regex, Tokenizer, pre_tokenizers
     from tokenizers.models import WordLevel
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
@@ -188,7 +254,7 @@ def _write_pretrained(folder: Path, **config) -> str:
                                         pad_token=plan["pad"])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(characters), n_layer=1, n_head=2,
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(characters) + 7, n_layer=1, n_head=2,
                                            n_embd=16, n_positions=16,
                                            activation_function="gelu_pytorch_tanh", **config))
     model.save_pretrained(folder)
@@ -199,8 +265,8 @@ def _write_pretrained(folder: Path, **config) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("engine_name", ["ensemble", "exact"])
 def test_a_pretrained_folder_with_its_own_token_ids_trains(tmp_path, capsys, engine_name):
-    """Both engines (the exact one's cost estimate once read the plan's vocab size as the
-    model's output width)."""
+    """Both engines (the exact one's cost estimate and SFT loss once read the plan's or the
+    tokenizer's vocabulary size as the model's output width)."""
     folder = tmp_path / "model"
     policy = {"kind": "pretrained", "path": str(folder), "sha256": _write_pretrained(folder)}
     path = write_plan(tmp_path / "plan.json", **(TINY | {"seeds": [3]}), policy=policy)
@@ -227,4 +293,18 @@ def test_a_configuration_without_a_member_form_is_refused_first(tmp_path, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the ensemble engine cannot train" in err
     assert "gpt2 configuration" in err and "--engine exact" in err
+    assert not out.exists()
+
+
+def test_a_folder_without_a_configuration_is_refused_in_one_line(tmp_path, capsys):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "README").write_text("no model here")
+    policy = {"kind": "pretrained", "path": str(folder), "sha256": folder_sha256(folder)}
+    path = write_plan(tmp_path / "plan.json", **(TINY | {"seeds": [3]}), policy=policy)
+    out = tmp_path / "run"
+    assert main(["run", "--plan", str(path), "--out-dir", str(out), "--engine", "ensemble",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and str(folder) in err
     assert not out.exists()

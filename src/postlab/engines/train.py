@@ -62,7 +62,7 @@ def supervised(model: Policy, plan: dict[str, Any], seed: int,
     task = task_for(plan)
     train_pairs = plan["split"]["train"]
     tokenizer = model.tokenizer
-    width_vocab, pad = tokenizer.vocab_size, tokenizer.pad_id
+    pad = tokenizer.pad_id
     losses = []
     for step in range(plan["sft_steps"] if steps is None else steps):
         pairs = rng.choices(train_pairs, k=plan["sft_batch"])
@@ -74,7 +74,9 @@ def supervised(model: Policy, plan: dict[str, Any], seed: int,
         with model.autocast():
             logits = model.continuation(prompts, target)
         logits = logits.float()  # the loss in float32 (a no-op for a float32 forward pass)
-        loss = F.cross_entropy(logits.reshape(-1, width_vocab), target.flatten(),
+        # the model's output width, which a pretrained model may have wider than its
+        # tokenizer's vocabulary
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.flatten(),
                                ignore_index=pad)
         optimizer.zero_grad()
         loss.backward()

@@ -189,11 +189,12 @@ def config_for(plan: dict[str, Any]) -> Any:
 def build_transformer(plan: dict[str, Any]) -> TransformerPolicy:
     """Initialised by the model's own init from torch's global generator (seeded by the
     engine), so the same seed gives the same weights."""
+    config = config_for(plan)  # first: one line, not an ImportError, without the extra
     from transformers import AutoModelForCausalLM
 
     from postlab.tasks.arithmetic import task_for
 
-    model = AutoModelForCausalLM.from_config(config_for(plan))
+    model = AutoModelForCausalLM.from_config(config)
     tokenizer = CharTokenizer(plan["vocab"], plan["eos"], plan["pad"])
     return TransformerPolicy(model, tokenizer, plan["vocab"], plan["eos"], task_for(plan).prompt)
 

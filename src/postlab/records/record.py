@@ -494,6 +494,11 @@ KEPT_DIR = "tasks"
 KEPT_SETTINGS = "settings.json"
 
 
+def kept_result_path(out_dir: Path, seed: int, stage: str) -> Path:
+    """Where a finished (seed, stage) result waits for its seed to be recorded."""
+    return out_dir / KEPT_DIR / f"seed-{seed}-{stage}.json"
+
+
 def resume_settings(out_dir: Path) -> dict[str, Any] | None:
     """What a resumed run must be computed under: its record (``numerics``, ``device``) if it
     has one, else the settings its kept task results were computed under, else None. Reads

@@ -49,7 +49,13 @@ from postlab.records.fingerprint import (
     run_fingerprint,
 )
 from postlab.records.integrity import compare_digests, run_digests
-from postlab.records.record import KEPT_DIR, KEPT_SETTINGS, load_record, summary_bytes
+from postlab.records.record import (
+    KEPT_DIR,
+    KEPT_SETTINGS,
+    kept_result_path,
+    load_record,
+    summary_bytes,
+)
 from postlab.runs import numerics
 from postlab.runs.checkpoint import (
     CheckpointError,
@@ -279,7 +285,7 @@ class EnsembleTask:
         from postlab.engines.ensemble.task import train_parts
 
         return {"results": train_parts(list(self.parts), self.device, emit,
-                                       shares=self.shares)}
+                                       shares=self.shares, keep=True)}
 
 
 def _untrained_weights(plan: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -476,10 +482,6 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
 
 # --- finished tasks of seeds not yet complete, kept for resume -------------------------------
 
-def _task_path(out_dir: Path, seed: int, stage: str) -> Path:
-    return out_dir / KEPT_DIR / f"seed-{seed}-{stage}.json"
-
-
 def _settings(run: OpenRun) -> dict[str, Any]:
     record = run.record
     return {"plan_sha256": record["plan_sha256"], "device": record["device"],
@@ -495,7 +497,7 @@ def _keep_result(run: OpenRun, task: Task, result: dict[str, Any]) -> None:
     folder.mkdir(exist_ok=True)
     if not (folder / KEPT_SETTINGS).exists():
         publish_bytes(folder / KEPT_SETTINGS, dump_json(_settings(run)))
-    replace_bytes(_task_path(run.options.out_dir, task.seed, stage), dump_json(result))
+    replace_bytes(kept_result_path(run.options.out_dir, task.seed, stage), dump_json(result))
 
 
 def _check_kept_settings(run: OpenRun) -> None:
@@ -542,7 +544,7 @@ def _kept_results(run: OpenRun) -> dict[tuple[int, str], dict[str, Any]]:
     expected = run.record["numerics"]["cpu_capability"]
     for seed in run.pending:
         for stage in ["initial", *arm_names(run.data)]:
-            path = _task_path(out, seed, stage)
+            path = kept_result_path(out, seed, stage)
             if not path.is_file():
                 continue
             try:
@@ -565,7 +567,7 @@ def _kept_results(run: OpenRun) -> dict[tuple[int, str], dict[str, Any]]:
 
 def _drop_kept(run: OpenRun, seed: int) -> None:
     for stage in ["initial", *arm_names(run.data)]:
-        _task_path(run.options.out_dir, seed, stage).unlink(missing_ok=True)
+        kept_result_path(run.options.out_dir, seed, stage).unlink(missing_ok=True)
 
 
 def finish_run(run: OpenRun) -> dict[str, Any]:
@@ -637,6 +639,8 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
     arm_queue: deque[tuple[OpenRun, Task]] = deque()
     #: runs trained together by each ensemble task (by the task's id)
     together: dict[int, list[OpenRun]] = {}
+    #: the seeds each ensemble run still trains (by the run's id)
+    ensemble_seeds: dict[int, list[int]] = {}
     groups: dict[str, list[OpenRun]] = {}
     for run in runs:
         data, options = run.data, run.options
@@ -644,13 +648,14 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
         if options.engine == "ensemble":
             from postlab.engines.ensemble.task import batch_key
 
-            # One task trains every pending seed of every run that can share its batch; it
-            # is fast enough that results kept from an interrupted invocation are not worth
-            # mixing in.
-            for seed in run.pending:
-                _drop_kept(run, seed)
-            if run.pending:
+            # A seed the ensemble finished whole before an interruption (each chunk keeps
+            # its seeds' results) is recorded from them; a member's bits do not depend on
+            # its company, so the others train without it and nothing changes. A seed kept
+            # in part trains again whole.
+            training = _finish_kept_ensemble_seeds(run)
+            if training:
                 groups.setdefault(batch_key(data) + options.device, []).append(run)
+                ensemble_seeds[id(run)] = training
             continue
         for seed in run.pending:
             assembly = run.assemblies[seed]
@@ -675,7 +680,7 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
     for group in groups.values():
         # As many tasks as the executor runs at once, each a share of the seeds: members do
         # not depend on their company, so the split changes the work, not the bits.
-        members = [(r, seed) for r in group for seed in r.pending]
+        members = [(r, seed) for r in group for seed in ensemble_seeds[id(r)]]
         shares = min(executor.capacity, len(members))
         for share in range(shares):
             mine = members[share::shares]
@@ -750,6 +755,21 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                     _finish_seed(assembly, run)
     except cf.BrokenExecutor:
         raise RunFailed("a worker process died; completed seeds are kept") from None
+
+
+def _finish_kept_ensemble_seeds(run: OpenRun) -> list[int]:
+    """Record the pending seeds whose every stage an interrupted ensemble invocation kept
+    (one write for all); drop what is kept of the others and return them, to train."""
+    stages = ["initial", *arm_names(run.data)]
+    whole = [seed for seed in run.pending if all((seed, s) in run.kept for s in stages)]
+    if whole:
+        _finish_ensemble(run, tuple(whole), {(str(run.options.out_dir), seed, stage):
+                                             run.kept[(seed, stage)]
+                                             for seed in whole for stage in stages})
+    rest = [seed for seed in run.pending if seed not in whole]
+    for seed in rest:
+        _drop_kept(run, seed)
+    return rest
 
 
 def _finish_ensemble(run: OpenRun, seeds: tuple[int, ...],

@@ -157,31 +157,34 @@ def decode(params: Mapping[str, torch.Tensor], net: Net, prompts: torch.Tensor,
     read once for all of them): tokens and the mask of emitted positions [members,
     questions x repeat, T], as the exact engine's ``generate`` returns them.
 
-    Sampling is by inverse CDF with the member's counter draw for (sequence, position); a
-    member's sequences end at EOS. Decoding stops once every member's sequences have ended,
-    which changes the work but no member's tokens (ended sequences emit pad, unmasked); the
-    result is always ``max_new_tokens`` wide.
+    Sampling is by inverse CDF with the member's counter draw for (sequence, position), over
+    the characters the policy may emit (``net.allowed``; the others have no mass), so its cost
+    does not grow with a large tokenizer's vocabulary; a member's sequences end at EOS.
+    Decoding stops once every member's sequences have ended, which changes the work but no
+    member's tokens (ended sequences emit pad, unmasked); the result is always
+    ``max_new_tokens`` wide.
     """
     logits, cache = _after_prompts(params, net, prompts, repeat)
     members, batch = prompts.shape[0], prompts.shape[1] * repeat
     active = torch.ones(members, batch, dtype=torch.bool, device=prompts.device)
     sequence = torch.arange(batch, device=prompts.device)[None, :]
-    vocab = logits.shape[-1]
-    upper = torch.ones(vocab, vocab, device=prompts.device).triu()  # column j sums 0..j
+    columns = net.allowed.nonzero().flatten()
+    # column j sums 0..j
+    upper = torch.ones(len(columns), len(columns), device=prompts.device).triu()
     tokens, masks = [], []
     for position in range(max_new_tokens):
         if greedy:
             chosen = logits.argmax(-1)
         else:
-            scaled = logits / temperature[:, None, None]
+            scaled = logits[..., columns] / temperature[:, None, None]
             # the CDF as a product with a triangular matrix: a deterministic kernel on every
             # device (CUDA's cumsum is not, under deterministic algorithms)
             cdf = scaled.softmax(-1) @ upper
             draw = counter.uniform(seeds[:, None], stream, step,
                                    sequence * max_new_tokens + position)
             # the draw scaled to the total mass, so rounding in the sum never picks a
-            # masked character: the first index where the CDF reaches it has mass
-            chosen = (cdf < (draw * cdf[..., -1])[..., None]).sum(-1)
+            # character without mass: the first index where the CDF reaches it has some
+            chosen = columns[(cdf < (draw * cdf[..., -1])[..., None]).sum(-1)]
         chosen = torch.where(active, chosen, pad)
         tokens.append(chosen)
         masks.append(active)

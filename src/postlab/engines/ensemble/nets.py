@@ -19,6 +19,7 @@ checkpoint of the kind: members are built from, and saved as, the exact engine's
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -40,6 +41,8 @@ class Net(Protocol):
 
     kind: str
     tokenizer: Tokenizer
+    #: the token ids a member may emit (bool [V]); the others get the masked logit
+    allowed: torch.Tensor
 
     def stack(self, states: Sequence[Mapping[str, torch.Tensor]]) -> Params:
         """Members' state_dicts -> stacked trainable parameters on the net's device."""
@@ -125,7 +128,7 @@ class _Forward(nn.Module):
 
 class TransformerNet:
     """``transformers`` causal LMs with a compact forward; the cache is the keys and values
-    of every layer, each [members, batch, heads, time, head_dim]."""
+    of every layer, each [members, batch, key/value heads, time, head_dim]."""
 
     def __init__(self, template: Policy, device: torch.device) -> None:
         compact = getattr(template, "compact", None)
@@ -184,21 +187,38 @@ NETS.register("transformer")(TransformerNet)
 NETS.register("pretrained")(TransformerNet)
 
 
+#: The policy kinds that are ``transformers`` models.
+TRANSFORMER_KINDS = ("transformer", "pretrained")
+
+
+def configuration(plan: Mapping[str, Any], check_folder: bool = True) -> Any:
+    """The ``transformers`` configuration of a transformer plan's model, without its weights.
+    A pretrained folder is refused in one line if its hash differs (unless ``check_folder``
+    is off: the caller checked it already) or it holds no configuration ``transformers``
+    reads."""
+    from postlab.policies.transformer import checked_folder, config_for, require_transformers
+
+    require_transformers()
+    if policy_kind(dict(plan)) == "transformer":
+        return config_for(dict(plan))
+    from transformers import AutoConfig
+
+    folder = checked_folder(dict(plan)) if check_folder else Path(plan["policy"]["path"])
+    try:
+        return AutoConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"policy.path {folder}: no model configuration transformers can "
+                        f"read ({first[:160]})") from None
+
+
 def configuration_problem(plan: Mapping[str, Any]) -> str | None:
     """Why the plan's transformer configuration has no member form, read from the
     configuration alone (no weights); None when it has one, or the policy is no transformer."""
     kind = policy_kind(dict(plan))
-    if kind not in ("transformer", "pretrained"):
+    if kind not in TRANSFORMER_KINDS:
         return None
-    from postlab.policies.transformer import checked_folder, config_for, require_transformers
-
-    require_transformers()
-    if kind == "transformer":
-        config = config_for(dict(plan))
-    else:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(checked_folder(dict(plan)), local_files_only=True)
+    config = configuration(plan)
     name = getattr(config, "model_type", None)
     if name in COMPACT_FORWARDS and COMPACT_FORWARDS[name].supports(config):
         return None

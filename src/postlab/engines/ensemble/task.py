@@ -9,7 +9,6 @@ every run checks, for every checkpoint, that its members did not depend on each 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +18,13 @@ from typing import Any
 import torch
 
 from postlab.engines.ensemble import counter, engine
-from postlab.engines.ensemble.nets import NETS, Net, configuration_problem, net_for
+from postlab.engines.ensemble.nets import (
+    NETS,
+    Net,
+    configuration,
+    configuration_problem,
+    net_for,
+)
 from postlab.errors import UserError
 from postlab.plan.arms import arm_specs
 from postlab.policies.base import POLICIES, build_policy, policy_kind
@@ -50,9 +55,11 @@ def problems(plan: dict[str, Any]) -> list[str]:
 
 
 def evaluate_alone(state: dict[str, torch.Tensor], plan: dict[str, Any], seed: int,
-                   device: str = "cpu") -> dict[str, Any]:
-    """One checkpoint's evaluation rows, as the ensemble engine computed them in company."""
-    net = net_for(plan, device)
+                   device: str = "cpu", net: Net | None = None) -> dict[str, Any]:
+    """One checkpoint's evaluation rows, as the ensemble engine computed them in company
+    (``net``: the plan's, if the caller has it; else built, which reads a pretrained folder
+    again)."""
+    net = net or net_for(plan, device)
     tables = engine.Tables(plan, torch.device(device), net.tokenizer)
     seeds = torch.tensor([seed], device=device)
     return engine.evaluate(net.stack([state]), net, tables, [plan], seeds)[0]
@@ -99,7 +106,7 @@ def _save_all(params: dict[str, torch.Tensor], net: Net, tables: engine.Tables,
     again = net.stack([restored[i] for i in order])
     seeds = torch.tensor([items[i].seed for i in order], device=where)
     fresh = engine.evaluate(again, net, tables, [items[i].plan for i in order], seeds)
-    alone = evaluate_alone(restored[0], items[0].plan, items[0].seed, device)
+    alone = evaluate_alone(restored[0], items[0].plan, items[0].seed, device, net)
     for position, i in enumerate(order):
         if fresh[position] != items[i].rows or (i == 0 and alone != items[0].rows):
             item = items[i]
@@ -146,14 +153,15 @@ def member_bytes(plan: dict[str, Any]) -> int:
         hidden, vocab = plan["hidden"], len(plan["vocab"])
         per_token = 12 * hidden + 8 * vocab
         per_decoded = 5 * hidden + 4 * vocab
-    else:  # a transformer: every layer keeps about 24 widths a token, plus attention rows
+    else:  # a transformer: per layer and token, the residual stream's tensors, the MLP's
+        # and the attention rows of every head; then the logits at the model's output width
         parameters, _ = POLICIES[policy_kind(plan)].size(plan)
-        section = plan["policy"]
-        # a pretrained folder's plan names no shape: as if one layer held all parameters
-        width = section.get("width") or math.isqrt(parameters)
-        layers = section.get("layers") or max(1, parameters // (12 * width * width))
-        vocab = len(plan["vocab"])
-        per_token = layers * (24 * width + 4 * time_steps) + 8 * vocab
+        config = configuration(plan, check_folder=False)
+        hidden, heads = config.hidden_size, config.num_attention_heads
+        inner = (getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None)
+                 or 4 * hidden)
+        per_layer = 12 * hidden + 3 * inner + 2 * heads * time_steps
+        per_token = config.num_hidden_layers * per_layer + 8 * config.vocab_size
         per_decoded = per_token // 2
     rollout = plan["prompts_per_step"] * plan["group_size"] * time_steps * per_token * 3
     questions = max(len(pairs) for pairs in plan["split"].values())
@@ -181,12 +189,24 @@ def chunk_seeds(plan: dict[str, Any], device: str, members_per_seed: int,
     return max(1, budget // (member_bytes(plan) * max(1, members_per_seed)))
 
 
+def keep_chunk(results: dict[tuple[str, int, str], dict[str, Any]]) -> None:
+    """Write a finished chunk's results into their run folders' kept results (as the exact
+    engine keeps each finished task), so an interrupted run resumes without them."""
+    from postlab.jsonio import dump_json, replace_bytes
+    from postlab.records.record import kept_result_path
+
+    for (out_dir, seed, stage), result in results.items():
+        replace_bytes(kept_result_path(Path(out_dir), seed, stage), dump_json(result))
+
+
 def train_parts(parts: list[Part], device: str, emit: Emit, chunk: int | None = None,
-                shares: int = 1) -> dict[tuple[str, int, str], dict[str, Any]]:
+                shares: int = 1, keep: bool = False
+                ) -> dict[tuple[str, int, str], dict[str, Any]]:
     """Every stage of every part's seeds: (out_dir, seed, stage) -> the result the exact
     engine's task for that stage would return. Parts must share a :func:`batch_key`; members
     are trained ``chunk`` seeds at a time (None: as many as memory holds), which changes the
-    work, not a bit of any member."""
+    work, not a bit of any member. With ``keep``, each chunk's results are also written to
+    the run folders' kept results as soon as the chunk is done."""
     keys = {batch_key(part.plan) for part in parts}
     if len(keys) != 1:
         raise ValueError("parts of one ensemble batch must differ only in numeric settings")
@@ -201,6 +221,8 @@ def train_parts(parts: list[Part], device: str, emit: Emit, chunk: int | None = 
     started = time.monotonic()
     for first in range(0, len(members), size):
         part_results = _train_members(members[first:first + size], device)
+        if keep:
+            keep_chunk(part_results)
         results.update(part_results)
         done = min(first + size, len(members))
         emit({"kind": "message", "text": f"ensemble: {done} of {len(members)} seeds trained "
