@@ -220,10 +220,9 @@ def test_an_interrupted_ensemble_run_resumes_only_with_its_engine(tmp_path, caps
     assert main(["verify", str(out)]) == 0
 
 
-def test_an_interrupted_ensemble_run_keeps_its_finished_chunks(ensemble_run, tmp_path, capsys,
-                                                               monkeypatch):
-    """One seed a chunk, interrupted in the second: the first seed's results are kept, the
-    resumed run trains only the second seed, and the record is the uninterrupted run's."""
+def _interrupted_after_first_chunk(ensemble_run: Path, out: Path, monkeypatch) -> list:
+    """Train the run one seed a chunk and interrupt it in the second chunk; returns the list
+    the (patched) chunk trainer appends each chunk's seeds to."""
     from postlab.engines.ensemble import task
 
     real = task._train_members
@@ -237,16 +236,9 @@ def test_an_interrupted_ensemble_run_keeps_its_finished_chunks(ensemble_run, tmp
 
     monkeypatch.setattr(task, "chunk_seeds", lambda *args, **kwargs: 1)
     monkeypatch.setattr(task, "_train_members", interrupted_after_one)
-    out = tmp_path / "run"
     assert main(["run", "--plan", str(ensemble_run / "plan.json"), "--out-dir", str(out),
                  "--engine", "ensemble", "--workers", "1", "--quiet"]) == 130
-    first, second = SMALL["seeds"]
-    assert trained == [[first]]
-    stages = ["initial", "strict", "substring"]
-    assert sorted(p.name for p in (out / "tasks").glob("seed-*.json")) == sorted(
-        f"seed-{first}-{stage}.json" for stage in stages)
-    assert not (out / "record.json").exists()
-
+    trained_then = list(trained)
     trained.clear()
 
     def recorded(members, device):
@@ -254,6 +246,22 @@ def test_an_interrupted_ensemble_run_keeps_its_finished_chunks(ensemble_run, tmp
         return real(members, device)
 
     monkeypatch.setattr(task, "_train_members", recorded)
+    trained.append(trained_then)
+    return trained
+
+
+def test_an_interrupted_ensemble_run_keeps_its_finished_chunks(ensemble_run, tmp_path, capsys,
+                                                               monkeypatch):
+    """One seed a chunk, interrupted in the second: the first seed's results are kept, the
+    resumed run trains only the second seed, and the record is the uninterrupted run's."""
+    out = tmp_path / "run"
+    trained = _interrupted_after_first_chunk(ensemble_run, out, monkeypatch)
+    first, second = SMALL["seeds"]
+    assert trained.pop() == [[first]]
+    stages = ["initial", "strict", "substring"]
+    assert sorted(p.name for p in (out / "tasks").glob("seed-*.json")) == sorted(
+        f"seed-{first}-{stage}.json" for stage in stages)
+    assert not (out / "record.json").exists()
     capsys.readouterr()
     assert main(["run", "--out-dir", str(out), "--resume", "--engine", "ensemble",
                  "--workers", "1"]) == 0
@@ -262,4 +270,27 @@ def test_an_interrupted_ensemble_run_keeps_its_finished_chunks(ensemble_run, tmp
     assert rows(load_record(out / "record.json")) == rows(load_record(ensemble_run /
                                                                       "record.json"))
     assert not (out / "tasks").exists()
+    assert main(["verify", str(out)]) == 0
+
+
+def test_a_seed_kept_in_part_trains_again_whole(ensemble_run, tmp_path, capsys, monkeypatch):
+    """The kept seed's RL checkpoint is damaged after the interruption: its kept result is
+    unusable, so the seed trains again whole, and its old checkpoints, which nothing names
+    any more, are replaced rather than refused."""
+    out = tmp_path / "run"
+    trained = _interrupted_after_first_chunk(ensemble_run, out, monkeypatch)
+    first = SMALL["seeds"][0]
+    trained.pop()
+    damaged = out / f"seed-{first}-strict.pt"
+    data = bytearray(damaged.read_bytes())
+    data[-1] ^= 1
+    damaged.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["run", "--out-dir", str(out), "--resume", "--engine", "ensemble",
+                 "--workers", "1"]) == 0
+    said = capsys.readouterr().out
+    assert "unusable" in said and "checkpoints of seeds not finished whole" in said
+    assert trained == [[seed] for seed in SMALL["seeds"]]  # still one seed a chunk
+    assert rows(load_record(out / "record.json")) == rows(load_record(ensemble_run /
+                                                                      "record.json"))
     assert main(["verify", str(out)]) == 0

@@ -474,6 +474,8 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
             publish_bytes(folder / KEPT_SETTINGS, dump_json(_settings(run)))
     if options.resume:
         run.kept = _kept_results(run)
+        if options.engine == "ensemble":
+            run.kept = _whole_seeds_kept(run)
         if run.kept:
             options.display.message(f"resuming: {len(run.kept)} finished tasks of incomplete "
                                     "seeds kept")
@@ -608,14 +610,15 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
 
 
 def _finish_seed(assembly: _SeedAssembly, run: OpenRun, write: bool = True) -> None:
-    """Add a complete seed to the record and write it (``write=False``: the caller writes
-    once after adding several, so many seeds cost one write, not one each)."""
+    """Add a complete seed to the record, write it and drop the seed's kept results
+    (``write=False``: the caller writes once after adding several, so many seeds cost one
+    write, not one each, and drops their kept results after that write)."""
     record, options = run.record, run.options
     record["runs"].append(assembly.entry())
     record.setdefault("parameters", assembly.sft["parameters"] if assembly.sft else None)
     if write:
         _write_record(options.out_dir, record, run.data["seeds"])
-    _drop_kept(run, assembly.sft["seed"])  # the record holds them now
+        _drop_kept(run, assembly.sft["seed"])  # the record holds them now
     options.display.handle({"kind": "seed_done", "seed": assembly.sft["seed"]})
 
 
@@ -649,9 +652,9 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
             from postlab.engines.ensemble.task import batch_key
 
             # A seed the ensemble finished whole before an interruption (each chunk keeps
-            # its seeds' results) is recorded from them; a member's bits do not depend on
-            # its company, so the others train without it and nothing changes. A seed kept
-            # in part trains again whole.
+            # its seeds' results) is recorded from them, and the others train without it
+            # (on a CPU a member's bits do not depend on its company). Seeds kept in part
+            # were dropped when the run was opened: they train again whole.
             training = _finish_kept_ensemble_seeds(run)
             if training:
                 groups.setdefault(batch_key(data) + options.device, []).append(run)
@@ -757,19 +760,39 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
         raise RunFailed("a worker process died; completed seeds are kept") from None
 
 
+def _whole_seeds_kept(run: OpenRun) -> dict[tuple[int, str], dict[str, Any]]:
+    """An ensemble run's kept results, of the seeds kept whole only. The ensemble trains a
+    seed whole, so what is kept of the others is dropped, and so are their checkpoint files:
+    no record or kept result names them, and they are trained again in another company,
+    which on a GPU may give other bits than the file holds."""
+    stages = ["initial", *arm_names(run.data)]
+    whole = {seed for seed in run.pending if all((seed, s) in run.kept for s in stages)}
+    replaced = 0
+    for seed in run.pending:
+        if seed in whole:
+            continue
+        _drop_kept(run, seed)
+        for stage in stages:
+            path = run.options.out_dir / checkpoint_name(seed, stage)
+            if path.is_file():
+                path.unlink()
+                replaced += 1
+    if replaced:
+        run.options.display.message(f"resuming: {replaced} checkpoints of seeds not finished "
+                                    "whole are trained again")
+    return {key: value for key, value in run.kept.items() if key[0] in whole}
+
+
 def _finish_kept_ensemble_seeds(run: OpenRun) -> list[int]:
-    """Record the pending seeds whose every stage an interrupted ensemble invocation kept
-    (one write for all); drop what is kept of the others and return them, to train."""
+    """Record the pending seeds an interrupted ensemble invocation kept whole (one write for
+    all) and return the others, to train."""
     stages = ["initial", *arm_names(run.data)]
     whole = [seed for seed in run.pending if all((seed, s) in run.kept for s in stages)]
     if whole:
         _finish_ensemble(run, tuple(whole), {(str(run.options.out_dir), seed, stage):
                                              run.kept[(seed, stage)]
                                              for seed in whole for stage in stages})
-    rest = [seed for seed in run.pending if seed not in whole]
-    for seed in rest:
-        _drop_kept(run, seed)
-    return rest
+    return [seed for seed in run.pending if seed not in whole]
 
 
 def _finish_ensemble(run: OpenRun, seeds: tuple[int, ...],
@@ -784,6 +807,8 @@ def _finish_ensemble(run: OpenRun, seeds: tuple[int, ...],
             assembly.arm_results[arm] = results[(folder, seed, arm)]
         _finish_seed(assembly, run, write=False)
     _write_record(run.options.out_dir, run.record, run.data["seeds"])
+    for seed in seeds:  # only now: until the record holds them, the kept results do
+        _drop_kept(run, seed)
 
 
 def _first_line(error: BaseException) -> str:
