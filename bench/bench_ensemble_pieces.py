@@ -104,7 +104,7 @@ def sft_with_exact_batches(setup: Setup, seed: int) -> None:
     counter.integers = exact_batches
     try:
         ours = engine.supervised(params, setup.net, setup.tables, plan, torch.tensor([seed]),
-                                 engine.per_member([plan], "sft_lr", "cpu"),
+                                 engine.shared([plan], "sft_lr"),
                                  engine.per_member([plan], "gradient_clip", "cpu"),
                                  plan["sft_steps"])[0]
     finally:
@@ -238,7 +238,7 @@ def sft_then_same_rl(setup: Setup, seeds: list[int]) -> None:
     started = {name: net.stack(states) for name, states in streams.items()}
     ours = net.stack(initial)
     engine.supervised(ours, net, tables, plan, seed_tensor,
-                      engine.per_member(plans, "sft_lr", "cpu"),
+                      engine.shared(plans, "sft_lr"),
                       engine.per_member(plans, "gradient_clip", "cpu"), plan["sft_steps"])
     started["ensemble"] = {k: v.detach().clone() for k, v in ours.items()}
     success, gaps = {}, {}

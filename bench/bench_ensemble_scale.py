@@ -62,7 +62,7 @@ def run_size(members: int, plan: dict, device: str, chunk: int | None) -> dict[s
         timed("sft", lambda params=params, seed_tensor=seed_tensor,
               plans=plans: engine.supervised(
                   params, net, tables, plan, seed_tensor,
-                  engine.per_member(plans, "sft_lr", where),
+                  engine.shared(plans, "sft_lr"),
                   engine.per_member(plans, "gradient_clip", where), plan["sft_steps"]))
         timed("sft_eval", lambda params=params, seed_tensor=seed_tensor,
               plans=plans: engine.evaluate(params, net, tables, plans, seed_tensor,

@@ -83,7 +83,7 @@ def _sft(plan: dict, seeds: list[int], net):
     seed_tensor = torch.tensor(seeds)
     plans = [plan] * len(seeds)
     losses = engine.supervised(params, net, tables, plan, seed_tensor,
-                               engine.per_member(plans, "sft_lr", "cpu"),
+                               engine.shared(plans, "sft_lr"),
                                engine.per_member(plans, "gradient_clip", "cpu"),
                                plan["sft_steps"])
     return params, tables, seed_tensor, losses
@@ -105,7 +105,7 @@ def test_a_transformer_member_trains_the_same_bits_alone_and_in_company(policy):
         engine.evaluate(params, net, tables, plans, seeds)[1]
 
     varied = list(plans)
-    varied[3] = dict(plan, rl_lr=0.002, kl_beta=0.1, clip=0.3, temperature=0.8)
+    varied[3] = dict(plan, kl_beta=0.1, clip=0.3, clip_high=0.4, temperature=0.8)
     contracts = ["strict", "strict", "substring", "strict", "exact"]
     history = engine.reinforce(params, {k: v.clone() for k, v in params.items()}, net, tables,
                                varied, seeds, contracts)

@@ -67,8 +67,7 @@ def test_local_and_processes_give_the_same_record(local_run, tmp_path):
     assert rows(pooled) == rows(record)
     for key in ("arm_sft_loss", "compute", "checkpoints", "digests"):
         assert [run[key] for run in pooled["runs"]] == [run[key] for run in record["runs"]]
-    assert (tmp_path / "pool" / "summary.json").read_bytes() == \
-        (out / "summary.json").read_bytes()
+    assert (tmp_path / "pool" / "summary.json").read_bytes() == (out / "summary.json").read_bytes()
     for checkpoint in sorted(out.glob("*.pt")):
         assert (tmp_path / "pool" / checkpoint.name).read_bytes() == checkpoint.read_bytes()
     assert _shown(pooled_display) == _shown(display)

@@ -66,8 +66,7 @@ def _resume_and_compare(plan, out, uninterrupted_record, uninterrupted_out):
     assert done.returncode == 0, done.stderr
     record = json.loads((out / "record.json").read_text())
     assert rows(record) == rows(uninterrupted_record)
-    assert (out / "summary.json").read_bytes() == \
-        (uninterrupted_out / "summary.json").read_bytes()
+    assert (out / "summary.json").read_bytes() == (uninterrupted_out / "summary.json").read_bytes()
     checkpoints = sorted(p.name for p in out.glob("*.pt"))
     assert checkpoints == sorted(p.name for p in uninterrupted_out.glob("*.pt"))
     for name in checkpoints:

@@ -44,8 +44,7 @@ def test_cached_decoding_equals_rereading_the_prefix(policy):
         """The same model, decoding by reading the whole prefix at every step."""
 
         def __init__(self) -> None:
-            self.tokenizer, self.device, self.prompts = model.tokenizer, model.device, \
-                model.prompts
+            self.tokenizer, self.device, self.prompts = model.tokenizer, model.device, model.prompts
 
         def start(self, prompt_tokens):
             return model(prompt_tokens)[:, -1], prompt_tokens

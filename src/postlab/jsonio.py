@@ -227,12 +227,6 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
-def read_json(path: Path, what: str) -> tuple[Any, bytes]:
-    """Return the parsed value and the exact bytes it came from (hashes are over the bytes)."""
-    raw = read_bytes(path, what)
-    return parse_json(raw, printable(path)), raw
-
-
 def dump_json(value: Any, *, indent: int | None = None) -> bytes:
     """Serialise the way postlab's files are laid out: UTF-8, non-ASCII kept, final newline."""
     return (json.dumps(value, ensure_ascii=False, indent=indent, allow_nan=False) + "\n").encode()

@@ -258,8 +258,7 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
     def trials(split: str, decoding: str, metric: str) -> int:
         """How many outputs (or questions) one seed's rate counts."""
         questions = len(block(0, stages[0], split, None, "greedy"))
-        return questions * samples if decoding == "sampled" and metric != "coverage" \
-            else questions
+        return questions * samples if decoding == "sampled" and metric != "coverage" else questions
 
     outcomes = []
     for (stage, split, decoding, metric), per_seed in values.items():

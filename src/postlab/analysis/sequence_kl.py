@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from postlab.policies import Policy
+from postlab.rl.algorithms import KL_ESTIMATORS
 
 
 def _next_log_probs(model: Policy, sequences: torch.Tensor) -> torch.Tensor:
@@ -51,8 +52,8 @@ def exact_sequence_kl(policy: Policy, reference: Policy, prompt: torch.Tensor,
             p = _next_log_probs(policy, rows)
             q = _next_log_probs(reference, rows)
             prob = p.exp()
-            # 0 * log 0 counts as 0: masked tokens have probability 0 under both policies
-            terms = torch.where(prob > 0, prob * (p - q), torch.zeros_like(prob)).sum(-1)
+            # the exact KL training uses, at these prefixes (a length-1 response each)
+            terms = KL_ESTIMATORS["exact"].fn(p[:, None], q[:, None], rows[:, -1:])[:, 0]
             total += float((weight[start:start + batch] * terms).sum())
             if depth < max_new_tokens - 1:
                 grown = rows.repeat_interleave(len(continuing), dim=0)
@@ -102,32 +103,19 @@ def sampled_prefix_kl(policy: Policy, reference: Policy, prompt: torch.Tensor,
                       max_new_tokens: int, samples: int, generator: torch.Generator
                       ) -> SampledKL:
     """Sample completions of one prompt from the policy and score each."""
+    from postlab.engines.rollout import generate_after
     from postlab.engines.train import sequence_log_dist
 
     prompts = prompt.repeat(samples, 1)
+    # decoding as the engine's rollouts do, from prompt tokens instead of operand pairs
+    sampled, mask = generate_after(policy, prompts, max_new_tokens, 1.0, generator)
     with torch.no_grad():
-        # decoding as the engine's rollouts do, from prompt tokens instead of operand pairs
-        logits, cache = policy.start(prompts)
-        tokens, masks = [], []
-        active = torch.ones(samples, dtype=torch.bool)
-        eos, pad = policy.tokenizer.eos_id, policy.tokenizer.pad_id
-        for position in range(max_new_tokens):
-            chosen = torch.multinomial(logits.float().softmax(-1), 1, generator=generator)[:, 0]
-            chosen = torch.where(active, chosen, pad)
-            tokens.append(chosen)
-            masks.append(active)
-            active = active & (chosen != eos)
-            if not active.any() or position == max_new_tokens - 1:
-                break
-            logits, cache = policy.advance(chosen[:, None], cache)
-        sampled, mask = torch.stack(tokens, 1), torch.stack(masks, 1)
         p = sequence_log_dist(policy, prompts, sampled).double()
         q = sequence_log_dist(reference, prompts, sampled).double()
-    prob = p.exp()
-    per_prefix = torch.where(prob > 0, prob * (p - q), torch.zeros_like(prob)).sum(-1)
-    chosen_p = p.gather(-1, sampled[..., None])[..., 0]
-    chosen_q = q.gather(-1, sampled[..., None])[..., 0]
+    # masked tokens have probability 0 under both policies and a finite log-probability
+    # (the masked logit), so 0 * log-ratio adds nothing: training's exact KL, in float64
+    per_prefix = KL_ESTIMATORS["exact"].fn(p, q, sampled)
     prefix_sums = (per_prefix * mask).sum(1)
-    log_ratios = ((chosen_p - chosen_q) * mask).sum(1)
+    log_ratios = (KL_ESTIMATORS["k1"].fn(p, q, sampled) * mask).sum(1)
     return SampledKL(prefix_sums=tuple(prefix_sums.tolist()),
                      log_ratios=tuple(log_ratios.tolist()))

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from postlab.policies import Policy
+from postlab.policies.decoding import decode_loop, sampler
 
 
 def _autocast(model: Policy) -> contextlib.AbstractContextManager[Any]:
@@ -27,34 +28,29 @@ def _autocast(model: Policy) -> contextlib.AbstractContextManager[Any]:
 def generate(model: Policy, pairs: Sequence[Sequence[int]], max_new_tokens: int,
              temperature: float, generator: torch.Generator | None,
              greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return tokens (batch, steps) and the mask of positions emitted while still active.
+    """Answers to the task's prompts for ``pairs``: tokens (batch, steps) and the mask of
+    positions emitted while still active (see :func:`~postlab.policies.decoding.decode_loop`)."""
+    return generate_after(model, model.prompts(pairs), max_new_tokens, temperature, generator,
+                          greedy)
 
-    A sequence stops being active after its EOS; later positions hold pad and are masked.
-    Stops early once every sequence has ended, as the random stream depends on it.
-    """
+
+@torch.no_grad()
+def generate_after(model: Policy, prompts: torch.Tensor, max_new_tokens: int,
+                   temperature: float, generator: torch.Generator | None,
+                   greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Answers after prompt token rows (batch, prompt length), incrementally decoded."""
     tokenizer = model.tokenizer
     with _autocast(model):
-        logits, cache = model.start(model.prompts(pairs))
-    logits = logits.float()  # sampling in float32 (a no-op for a float32 forward pass)
-    active = torch.ones(len(pairs), dtype=torch.bool, device=model.device)
-    tokens, masks = [], []
-    for position in range(max_new_tokens):
-        if temperature != 1.0:  # x / 1.0 == x exactly, so skipping it keeps the bits
-            logits = logits / temperature
-        if greedy:
-            chosen = logits.argmax(-1)
-        else:
-            chosen = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
-        chosen = torch.where(active, chosen, tokenizer.pad_id)
-        tokens.append(chosen)
-        masks.append(active)
-        active = active & (chosen != tokenizer.eos_id)
-        if not active.any() or position == max_new_tokens - 1:
-            break
+        logits, cache = model.start(prompts)
+
+    def advance(chosen: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
         with _autocast(model):
             logits, cache = model.advance(chosen[:, None], cache)
-        logits = logits.float()
-    return torch.stack(tokens, dim=1), torch.stack(masks, dim=1)
+        return logits.float(), cache
+
+    # sampling in float32 (a no-op for a float32 forward pass)
+    return decode_loop(logits.float(), cache, advance, sampler(temperature, generator, greedy),
+                       max_new_tokens, tokenizer.eos_id, tokenizer.pad_id)
 
 
 def to_rows(model: Policy, pairs: Sequence[Sequence[int]], tokens: torch.Tensor,

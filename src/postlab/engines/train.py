@@ -20,11 +20,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from postlab.analysis.metrics import metrics
+from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
 from postlab.policies import Policy
 from postlab.records.rows import Row
 from postlab.rl import objective
-from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, task_for
 from postlab.tasks.contracts import CONTRACTS, score
 
@@ -175,16 +175,13 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
     """
     CONTRACTS[contract_name]  # an unknown contract fails here, before any training
     answer = task_for(plan).answer
-    advantage_fn = ADVANTAGES[resolve("advantage", plan["advantage"])].fn
-    reduce = REDUCTIONS[resolve("loss_reduction", plan["loss_reduction"])].fn
-    kl_fn = KL_ESTIMATORS[resolve("kl", plan["kl"])].fn
+    algorithm = algorithm_of(plan)
     model = copy.deepcopy(initial)
     rng = random.Random(seed + 2000)
     generator = torch.Generator(model.device).manual_seed(seed + 3000)
     optimizer = torch.optim.Adam(model.parameters(), lr=plan["rl_lr"])
     group_size, beta = plan["group_size"], plan["kl_beta"]
-    clip_low = plan["clip"]
-    clip_high = plan.get("clip_high") or clip_low
+    clip_low, clip_high = clip_range(plan)
     dynamic = plan.get("dynamic_sampling") is not None
     compute = {"completions": 0, "tokens_generated": 0, "gradient_steps": 0,
                "examples_seen": 0}
@@ -206,7 +203,7 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
                     if dynamic else None)
         tokens, mask = batch.tokens, batch.mask
         grouped = batch.rewards.reshape(-1, group_size)
-        advantage = advantage_fn(grouped).flatten()
+        advantage = algorithm.advantage(grouped).flatten()
         std = objective.group_reward_std(batch.rewards, group_size)
         prompts = model.prompts(batch.pairs)
         with torch.no_grad():
@@ -215,25 +212,23 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
         updates = []
         for _ in range(plan["updates_per_rollout"]):
             log_dist = sequence_log_dist(model, prompts, tokens)
-            logp = objective.token_log_probs(log_dist, tokens)
+            terms = objective.policy_loss(
+                log_dist, ref_log_dist, tokens, mask, advantage, old_logp, algorithm=algorithm,
+                clip_low=clip_low, clip_high=clip_high, kl_beta=beta,
+                max_tokens=plan["max_new_tokens"])
             if old_logp is None:
                 # Before the first update the policy is the one that sampled: its
                 # log-probabilities are this forward pass's, so it is not run twice.
-                old_logp = logp.detach()
-            ratio = (logp - old_logp).exp()
-            gain = objective.clipped_gain(ratio, advantage, clip_low, clip_high)
-            kl = kl_fn(log_dist, ref_log_dist, tokens)
-            loss = reduce(objective.per_token_loss(gain, kl, beta), mask, plan["max_new_tokens"])
-            entropy = objective.entropy(log_dist)
+                old_logp = terms.logp.detach()
             optimizer.zero_grad()
-            loss.backward()
+            terms.loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(model.parameters(), plan["gradient_clip"])
             optimizer.step()
-            outside = objective.outside_clip(ratio, clip_low, clip_high)
-            stats = {"loss": loss.item(), "gradient_norm_before_clip": grad_norm.item(),
-                     "kl": objective.masked_mean(kl, mask),
-                     "entropy": objective.masked_mean(entropy, mask),
-                     "ratio_outside_clip": objective.masked_mean(outside, mask)}
+            values = objective.update_statistics(terms, mask, clip_low, clip_high)
+            stats = {"loss": values["loss"].item(),
+                     "gradient_norm_before_clip": grad_norm.item(),
+                     **{key: values[key].item() for key in ("kl", "entropy",
+                                                             "ratio_outside_clip")}}
             _check_finite(stats["loss"], "RL loss", where)
             _check_finite(stats["gradient_norm_before_clip"], "gradient norm", where)
             updates.append(stats)

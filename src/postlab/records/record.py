@@ -479,8 +479,7 @@ def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[s
                 bad_rows = len(rows) != per_step or _sampling_problem(step, plan)
                 bad_groups = any(len(set(questions[i:i + plan["group_size"]])) != 1
                                  for i in range(0, len(questions), plan["group_size"]))
-                if bad_rows or bad_groups or len(step["updates"]) != \
-                        plan["updates_per_rollout"]:
+                if bad_rows or bad_groups or len(step["updates"]) != plan["updates_per_rollout"]:
                     problems.append(f"seed {seed}, arm {arm}, step {step['step']}: rows, "
                                     "groups or updates do not fit the plan")
                     break

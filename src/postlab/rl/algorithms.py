@@ -6,7 +6,9 @@ plan stays bit-identical. The teaching plan names its choices in words; ``TEACHI
 maps those words to the entries here.
 
 Shapes: ``rewards`` (groups, group_size); ``per_token``, ``mask`` and KL results
-(sequences, response_length); log-distributions (sequences, response_length, vocab).
+(sequences, response_length); log-distributions (sequences, response_length, vocab). Every
+function also takes a leading member dimension (the ensemble engine's stacked models) and then
+computes each member's result from its own slice alone.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from postlab.registry import Registry
 from postlab.rl.groups import STD_EPSILON
+from postlab.rl.objective import Algorithm, token_log_probs
 
 
 @dataclass(frozen=True)
@@ -70,15 +73,15 @@ def leave_one_out(rewards: torch.Tensor) -> torch.Tensor:
          "values + 1e-8", "REINFORCE++-baseline: Hu et al. 2025 (arXiv:2501.03262)")
 def group_mean_batch_std(rewards: torch.Tensor) -> torch.Tensor:
     centred = rewards - rewards.mean(-1, keepdim=True)
-    return centred / (centred.std(unbiased=False) + STD_EPSILON)
+    return centred / (centred.std((-2, -1), unbiased=False, keepdim=True) + STD_EPSILON)
 
 
-# --- loss reductions: per-token loss and mask -> scalar -------------------------------------
+# --- loss reductions: per-token loss and mask -> scalar (per member) ------------------------
 
 @_option(REDUCTIONS, "token-mean", "sum over valid tokens / number of valid tokens in the batch",
          "DAPO: Yu et al. 2025 (arXiv:2503.14476), token-level policy-gradient loss")
 def token_mean(per_token: torch.Tensor, mask: torch.Tensor, max_tokens: int) -> torch.Tensor:
-    return (per_token * mask).sum() / mask.sum()
+    return (per_token * mask).sum((-2, -1)) / mask.sum((-2, -1))
 
 
 @_option(REDUCTIONS, "seq-mean-token-mean",
@@ -87,7 +90,7 @@ def token_mean(per_token: torch.Tensor, mask: torch.Tensor, max_tokens: int) -> 
 def seq_mean_token_mean(per_token: torch.Tensor, mask: torch.Tensor,
                         max_tokens: int) -> torch.Tensor:
     per_sequence = (per_token * mask).sum(-1) / mask.sum(-1)
-    return per_sequence.mean()
+    return per_sequence.mean(-1)
 
 
 @_option(REDUCTIONS, "constant-normaliser",
@@ -95,7 +98,7 @@ def seq_mean_token_mean(per_token: torch.Tensor, mask: torch.Tensor,
          "Dr. GRPO: Liu et al. 2025 (arXiv:2503.20783)")
 def constant_normaliser(per_token: torch.Tensor, mask: torch.Tensor,
                         max_tokens: int) -> torch.Tensor:
-    return (per_token * mask).sum() / (mask.shape[0] * max_tokens)
+    return (per_token * mask).sum((-2, -1)) / (mask.shape[-2] * max_tokens)
 
 
 # --- KL to the reference: per-token estimates (sequences, length) --------------------------
@@ -107,22 +110,18 @@ def exact_kl(log_dist: torch.Tensor, ref_log_dist: torch.Tensor,
     return (log_dist.exp() * (log_dist - ref_log_dist)).sum(-1)
 
 
-def _sampled(log_dist: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    return log_dist.gather(-1, tokens[..., None]).squeeze(-1)
-
-
 @_option(KL_ESTIMATORS, "k1", "log p(x) - log q(x) at the sampled token (unbiased, "
          "high variance)", "Schulman 2020, Approximating KL Divergence (k1)")
 def k1_kl(log_dist: torch.Tensor, ref_log_dist: torch.Tensor,
           tokens: torch.Tensor) -> torch.Tensor:
-    return _sampled(log_dist, tokens) - _sampled(ref_log_dist, tokens)
+    return token_log_probs(log_dist, tokens) - token_log_probs(ref_log_dist, tokens)
 
 
 @_option(KL_ESTIMATORS, "k3", "q/p - 1 - log(q/p) at the sampled token (unbiased, "
          "low variance, never negative)", "Schulman 2020 (k3); used by GRPO, Shao et al. 2024")
 def k3_kl(log_dist: torch.Tensor, ref_log_dist: torch.Tensor,
           tokens: torch.Tensor) -> torch.Tensor:
-    log_ratio = _sampled(ref_log_dist, tokens) - _sampled(log_dist, tokens)
+    log_ratio = token_log_probs(ref_log_dist, tokens) - token_log_probs(log_dist, tokens)
     return log_ratio.exp() - 1 - log_ratio
 
 
@@ -148,3 +147,10 @@ def resolve(field: str, value: str) -> str:
     name = TEACHING_ALIASES[field].get(value, value)
     REGISTRIES[field][name]  # KeyError listing the known names
     return name
+
+
+def algorithm(*, advantage: str, loss_reduction: str, kl: str) -> Algorithm:
+    """The functions a plan's three option fields name (entry names or the teaching words)."""
+    return Algorithm(advantage=ADVANTAGES[resolve("advantage", advantage)].fn,
+                     reduce=REDUCTIONS[resolve("loss_reduction", loss_reduction)].fn,
+                     kl=KL_ESTIMATORS[resolve("kl", kl)].fn)

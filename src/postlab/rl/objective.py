@@ -1,54 +1,144 @@
-"""Tensor math of the RL update shared by every variant: log-probs, clipping, entropy.
+"""The RL update's math, written once for every engine: log-probs, clipping, KL, the loss.
 
-Pure functions on tensors; shapes are (sequences, response_length) unless stated. The order
-of floating-point operations is part of the contract: the teaching plan must reproduce the
-reference's numbers bit for bit, so expressions are written as that contract fixes them.
+Pure functions on tensors. Shapes are ``(sequences, response_length)`` for one model, with an
+optional leading member dimension ``(members, sequences, response_length)`` for the ensemble
+engine; per-sequence values drop the last dimension, per-model results keep only the leading
+ones. Settings (``clip_low``, ``kl_beta``, ...) are Python floats for one model, or tensors
+``[members]`` holding each member's own value.
+
+The order of floating-point operations is part of the contract: the teaching plan must
+reproduce the reference's numbers bit for bit, so expressions are written as that contract
+fixes them (a Python float and a float32 tensor holding the same setting give the same bits).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
+
+#: A plan setting: one number for one model, or a tensor [members] for stacked members.
+Setting = float | torch.Tensor
+
+
+def _lead(value: Setting, like: torch.Tensor) -> Setting:
+    """A per-member setting shaped to broadcast over ``like``'s trailing dimensions."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    return value.reshape(*value.shape, *([1] * (like.dim() - value.dim())))
 
 
 def group_reward_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Per-group population std of the rewards (groups, 1); a group whose std is 0 has zero
-    variance and carries no learning signal (counted as ``zero_variance_groups``)."""
-    return rewards.reshape(-1, group_size).std(-1, unbiased=False, keepdim=True)
+    """Per-group population std of the rewards ``(..., groups, 1)``; a group whose std is 0
+    has zero variance and carries no learning signal (counted as ``zero_variance_groups``)."""
+    grouped = rewards.reshape(*rewards.shape[:-1], -1, group_size)
+    return grouped.std(-1, unbiased=False, keepdim=True)
 
 
 def token_log_probs(log_dist: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """log pi(token) at each position from (seq, len, vocab) log-probabilities."""
+    """log pi(token) at each position from ``(..., len, vocab)`` log-probabilities."""
     return log_dist.gather(-1, tokens[..., None]).squeeze(-1)
 
 
-def clipped_gain(ratio: torch.Tensor, advantage: torch.Tensor, clip_low: float,
-                 clip_high: float) -> torch.Tensor:
+def ratio_bounds(clip_low: Setting, clip_high: Setting,
+                 dtype: torch.dtype = torch.float32) -> tuple[Setting, Setting]:
+    """The ratio's clip range ``(1 - low, 1 + high)``, computed in double precision and then
+    rounded to the ratio's dtype, as torch rounds a Python float bound: per-member tensors
+    then hold exactly the bound a lone model's float gives."""
+    if isinstance(clip_low, torch.Tensor) and isinstance(clip_high, torch.Tensor):
+        return (1 - clip_low.double()).to(dtype), (1 + clip_high.double()).to(dtype)
+    return 1 - clip_low, 1 + clip_high
+
+
+def clipped_gain(ratio: torch.Tensor, advantage: torch.Tensor, clip_low: Setting,
+                 clip_high: Setting) -> torch.Tensor:
     """PPO's per-token min(r*A, clip(r, 1-low, 1+high)*A); ``advantage`` is per sequence.
 
     Separate bounds are DAPO's clip-higher (Yu et al. 2025, arXiv:2503.14476); equal bounds
     are the symmetric PPO clip (Schulman et al. 2017).
     """
-    per_token = advantage[:, None]
-    return torch.minimum(ratio * per_token,
-                         ratio.clamp(1 - clip_low, 1 + clip_high) * per_token)
+    per_token = advantage[..., None]
+    lower, upper = ratio_bounds(clip_low, clip_high, ratio.dtype)
+    clamped = ratio.clamp(_lead(lower, ratio), _lead(upper, ratio))
+    return torch.minimum(ratio * per_token, clamped * per_token)
 
 
-def outside_clip(ratio: torch.Tensor, clip_low: float, clip_high: float) -> torch.Tensor:
+def outside_clip(ratio: torch.Tensor, clip_low: Setting, clip_high: Setting) -> torch.Tensor:
     """Where the ratio lies outside the clip range (a statistic, not a gradient mask)."""
-    if clip_low == clip_high:
-        return (ratio - 1).abs() > clip_low
-    return (ratio < 1 - clip_low) | (ratio > 1 + clip_high)
+    lower, upper = ratio_bounds(clip_low, clip_high, ratio.dtype)
+    if not isinstance(clip_low, torch.Tensor):
+        if clip_low == clip_high:
+            return (ratio - 1).abs() > clip_low
+        return (ratio < lower) | (ratio > upper)
+    symmetric = _lead(clip_low == clip_high, ratio)
+    return torch.where(symmetric, (ratio - 1).abs() > _lead(clip_low.to(ratio.dtype), ratio),
+                       (ratio < _lead(lower, ratio)) | (ratio > _lead(upper, ratio)))
 
 
 def entropy(log_dist: torch.Tensor) -> torch.Tensor:
     return -(log_dist.exp() * log_dist).sum(-1)
 
 
-def per_token_loss(gain: torch.Tensor, kl: torch.Tensor, kl_beta: float) -> torch.Tensor:
+def per_token_loss(gain: torch.Tensor, kl: torch.Tensor, kl_beta: Setting) -> torch.Tensor:
     """-gain + beta * KL at each position; a loss reduction turns it into a scalar."""
-    return -gain + kl_beta * kl
+    return -gain + _lead(kl_beta, kl) * kl
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean over valid positions as a Python float (the statistic recorded per update)."""
-    return (values * mask).sum().item() / mask.sum().item()
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over each model's valid positions, summed in the values' dtype and divided in
+    double precision (the statistic recorded per update): a 0-dim tensor for one model,
+    ``[members]`` for stacked members."""
+    total = (values.detach() * mask).sum((-2, -1)).double()
+    return total / mask.sum((-2, -1)).double()
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """The plan's registered options, resolved to their functions (see :mod:`.algorithms`)."""
+
+    advantage: Callable[[torch.Tensor], torch.Tensor]
+    reduce: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+    kl: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class UpdateTerms:
+    """One update's loss and the per-token tensors its statistics are read from."""
+
+    loss: torch.Tensor  # scalar, or [members]
+    logp: torch.Tensor  # log pi(token) under the policy being updated
+    ratio: torch.Tensor
+    kl: torch.Tensor
+    entropy: torch.Tensor  # detached: a statistic
+
+
+def policy_loss(log_dist: torch.Tensor, ref_log_dist: torch.Tensor, tokens: torch.Tensor,
+                mask: torch.Tensor, advantage: torch.Tensor, old_logp: torch.Tensor | None, *,
+                algorithm: Algorithm, clip_low: Setting, clip_high: Setting, kl_beta: Setting,
+                max_tokens: int) -> UpdateTerms:
+    """The clipped, KL-penalised policy loss of one update (GRPO-style).
+
+    ``old_logp`` None means the policy that sampled is the one being updated (the first
+    update of a rollout): the ratio is then 1 and ``logp.detach()`` is the old value.
+    """
+    logp = token_log_probs(log_dist, tokens)
+    old = logp.detach() if old_logp is None else old_logp
+    ratio = (logp - old).exp()
+    gain = clipped_gain(ratio, advantage, clip_low, clip_high)
+    kl = algorithm.kl(log_dist, ref_log_dist, tokens)
+    loss = algorithm.reduce(per_token_loss(gain, kl, kl_beta), mask, max_tokens)
+    with torch.no_grad():
+        spread = entropy(log_dist)
+    return UpdateTerms(loss=loss, logp=logp, ratio=ratio, kl=kl, entropy=spread)
+
+
+def update_statistics(terms: UpdateTerms, mask: torch.Tensor, clip_low: Setting,
+                      clip_high: Setting) -> dict[str, torch.Tensor]:
+    """The per-update statistics a record keeps, except the gradient norm (the caller's):
+    each a 0-dim tensor for one model or ``[members]``."""
+    return {"loss": terms.loss.detach(),
+            "kl": masked_mean(terms.kl, mask),
+            "entropy": masked_mean(terms.entropy, mask),
+            "ratio_outside_clip": masked_mean(outside_clip(terms.ratio, clip_low, clip_high),
+                                              mask)}

@@ -30,7 +30,9 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.optim.adam import adam
 
+from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
 from postlab.engines.train import sequence_log_dist
 from postlab.errors import UserError
@@ -39,7 +41,6 @@ from postlab.plan.arms import arm_specs
 from postlab.policies import POLICIES, Policy, build_policy, policy_kind
 from postlab.records.rows import Row
 from postlab.rl import objective
-from postlab.rl.algorithms import KL_ESTIMATORS, REDUCTIONS, resolve
 from postlab.tasks.arithmetic import task_for
 from postlab.tasks.contracts import score
 
@@ -101,9 +102,10 @@ DECODE_ROW_CAP = 1024
 REPEAT_SECONDS = 0.03
 #: Adam and gradient clipping are timed on at most this many parameters and scaled.
 OPTIMIZER_PROXY_ELEMENTS = 1 << 20
-#: torch.optim.Adam's own bookkeeping per step, which the timed arithmetic leaves out. Adam
-#: itself is not constructed: its constructor imports torch's compiler stack (about a second,
-#: once per process), which would make calibrating slower than the runs it estimates.
+#: torch.optim.Adam's own bookkeeping per step, which timing its functional form leaves out.
+#: The optimizer itself is not constructed: its constructor imports torch's compiler stack
+#: (about a second, once per process), which would make calibrating slower than the runs it
+#: estimates.
 OPTIMIZER_OVERHEAD_SECONDS = 1.5e-4
 #: Once per run: importing that compiler stack when deterministic algorithms are switched on,
 #: writing the plan and the summary.
@@ -368,10 +370,8 @@ def _time_rl(model: Policy, plan: dict[str, Any], shape: dict[str, int],
     tokens_all = torch.randint(0, shape["vocab"], (rows, length),
                                generator=generator).to(model.device)
     advantage_all = torch.randn(rows, generator=generator).to(model.device)
-    kl_fn = KL_ESTIMATORS[resolve("kl", plan["kl"])].fn
-    reduce = REDUCTIONS[resolve("loss_reduction", plan["loss_reduction"])].fn
-    low = plan["clip"]
-    high = plan.get("clip_high") or low
+    algorithm = algorithm_of(plan)
+    low, high = clip_range(plan)
 
     def measure(count: int) -> tuple[float, float]:
         tokens, advantage = tokens_all[:count], advantage_all[:count]
@@ -384,19 +384,14 @@ def _time_rl(model: Policy, plan: dict[str, Any], shape: dict[str, int],
             reference = sequence_log_dist(model, prompts, tokens)
         middle = time.perf_counter()
         log_dist = sequence_log_dist(model, prompts, tokens)
-        logp = objective.token_log_probs(log_dist, tokens)
-        ratio = (logp - logp.detach()).exp()
-        gain = objective.clipped_gain(ratio, advantage, low, high)
-        kl = kl_fn(log_dist, reference, tokens)
-        loss = reduce(objective.per_token_loss(gain, kl, plan["kl_beta"]), mask,
-                      plan["max_new_tokens"])
-        entropy = objective.entropy(log_dist)
+        terms = objective.policy_loss(log_dist, reference, tokens, mask, advantage, None,
+                                      algorithm=algorithm, clip_low=low, clip_high=high,
+                                      kl_beta=plan["kl_beta"],
+                                      max_tokens=plan["max_new_tokens"])
         model.zero_grad(set_to_none=True)
-        loss.backward()
-        loss.item()
-        objective.masked_mean(kl, mask)
-        objective.masked_mean(entropy, mask)
-        objective.masked_mean(objective.outside_clip(ratio, low, high), mask)
+        terms.loss.backward()
+        for value in objective.update_statistics(terms, mask, low, high).values():
+            value.item()
         end = time.perf_counter()
         read = prompts.shape[1] + tokens.shape[1] - 1
         return (middle - start) / read, (end - middle) / read
@@ -415,22 +410,23 @@ def _time_optimizer(model: Policy, plan: dict[str, Any], parameters: int,
     else:
         shapes = [torch.Size([OPTIMIZER_PROXY_ELEMENTS])]
         scale = parameters / OPTIMIZER_PROXY_ELEMENTS
-    params = [torch.zeros(s, requires_grad=True) for s in shapes]
+    params = [torch.zeros(s) for s in shapes]
     for p in params:
         p.grad = torch.randn(p.shape, generator=generator)
+    grads = [p.grad for p in params]
     first = [torch.zeros(s) for s in shapes]
     second = [torch.zeros(s) for s in shapes]
-    beta1, beta2, lr, eps = 0.9, 0.999, plan["rl_lr"], 1e-8
+    steps = [torch.tensor(0.0) for _ in shapes]
 
     def step() -> float:
         start = time.perf_counter()
         nn.utils.clip_grad_norm_(params, plan["gradient_clip"]).item()
-        with torch.no_grad():
-            for p, m, v in zip(params, first, second, strict=True):
-                m.lerp_(p.grad, 1 - beta1)
-                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-                denom = (v.sqrt() / (1 - beta2) ** 0.5).add_(eps)
-                p.addcdiv_(m, denom, value=-lr / (1 - beta1))
+        # torch's Adam arithmetic through its functional form, the same computation
+        # torch.optim.Adam runs per step, without constructing the optimizer
+        adam(params, grads, first, second, [], steps, foreach=False, capturable=False,
+             differentiable=False, fused=None, grad_scale=None, found_inf=None,
+             has_complex=False, amsgrad=False, beta1=0.9, beta2=0.999, lr=plan["rl_lr"],
+             weight_decay=0.0, eps=1e-8, maximize=False)
         return time.perf_counter() - start
 
     start = time.perf_counter()

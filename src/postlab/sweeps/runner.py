@@ -101,8 +101,7 @@ def create_sweep(spec_path: Path, out_dir: Path, today: str) -> None:
         try:
             os.rename(staging, out_dir)  # refuses a folder that appeared meanwhile, unless empty
         except OSError as exc:
-            raise UserError(f"{out_dir}: cannot create the sweep folder: {exc.strerror}") \
-                from None
+            raise UserError(f"{out_dir}: cannot create the sweep folder: {exc.strerror}") from None
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -21,12 +21,14 @@ import torch
 
 from postlab.engines.ensemble import counter
 from postlab.engines.ensemble.nets import Net
-from postlab.engines.ensemble.optim import StackedAdam, clip_per_member
+from postlab.engines.ensemble.optim import clip_per_member
 from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS, Answers
+from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.train import NonFiniteError
 from postlab.policies.base import CharTokenizer, Tokenizer
+from postlab.policies.decoding import decode_loop
 from postlab.records.rows import Row
-from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
+from postlab.rl import objective
 from postlab.tasks.arithmetic import task_for
 from postlab.tasks.contracts import CONTRACTS, score
 
@@ -96,15 +98,30 @@ def _cross_entropy(logits: torch.Tensor, target: torch.Tensor, pad: int) -> torc
     return -(log_p * valid).sum((1, 2)) / valid.sum((1, 2))
 
 
+def shared(plans: Sequence[Mapping[str, Any]], key: str) -> float:
+    """A setting every member of the batch shares (a learning rate: torch's Adam takes one
+    per parameter group, and a group's tensors are stacked over all members)."""
+    values = {float(p[key]) for p in plans}
+    if len(values) != 1:
+        raise ValueError(f"members of one ensemble batch must share {key}; got {sorted(values)}")
+    return values.pop()
+
+
+def optimizer_for(params: Mapping[str, torch.Tensor], lr: float) -> torch.optim.Adam:
+    """torch's Adam over the stacked tensors. Its update is elementwise, so each member's
+    slices step exactly as a lone model's parameters would under the same gradients."""
+    return torch.optim.Adam(list(params.values()), lr=lr)
+
+
 def supervised(params: dict[str, torch.Tensor], net: Net, tables: Tables,
-               plan: Mapping[str, Any], seeds: torch.Tensor, lr: torch.Tensor,
+               plan: Mapping[str, Any], seeds: torch.Tensor, lr: float,
                gradient_clip: torch.Tensor, steps: int, stream: int = counter.SFT_BATCH,
                stage: str = "SFT") -> list[list[float]]:
     """Teacher-forced SFT of every member on train pairs drawn by its own counter stream;
     returns each member's loss per step."""
     for tensor in params.values():
         tensor.requires_grad_(True)
-    optimizer = StackedAdam(params, lr)
+    optimizer = optimizer_for(params, lr)
     batch = plan["sft_batch"]
     positions = torch.arange(batch, device=seeds.device)[None, :]
     prompt_length = tables.prompts["train"].shape[1]
@@ -116,7 +133,7 @@ def supervised(params: dict[str, torch.Tensor], net: Net, tables: Tables,
         tokens = torch.cat([prompts, target[..., :-1]], dim=2)
         logits = net.run(params, tokens, None)[0][:, :, prompt_length - 1:]
         loss = _cross_entropy(logits, target, tables.tokenizer.pad_id)
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=True)
         loss.sum().backward()  # members share no parameter: each gets its own gradient
         norms = clip_per_member(params, gradient_clip)
         check_finite(seeds, loss.detach(), norms, f"{stage} step {step + 1}")
@@ -165,40 +182,33 @@ def decode(params: Mapping[str, torch.Tensor], net: Net, prompts: torch.Tensor,
     ``max_new_tokens`` wide.
     """
     logits, cache = _after_prompts(params, net, prompts, repeat)
-    members, batch = prompts.shape[0], prompts.shape[1] * repeat
-    active = torch.ones(members, batch, dtype=torch.bool, device=prompts.device)
+    batch = prompts.shape[1] * repeat
     sequence = torch.arange(batch, device=prompts.device)[None, :]
     columns = net.allowed.nonzero().flatten()
     # column j sums 0..j
     upper = torch.ones(len(columns), len(columns), device=prompts.device).triu()
-    tokens, masks = [], []
-    for position in range(max_new_tokens):
+
+    def choose(logits: torch.Tensor, position: int) -> torch.Tensor:
         if greedy:
-            chosen = logits.argmax(-1)
-        else:
-            scaled = logits[..., columns] / temperature[:, None, None]
-            # the CDF as a product with a triangular matrix: a deterministic kernel on every
-            # device (CUDA's cumsum is not, under deterministic algorithms)
-            cdf = scaled.softmax(-1) @ upper
-            draw = counter.uniform(seeds[:, None], stream, step,
-                                   sequence * max_new_tokens + position)
-            # the draw scaled to the total mass, so rounding in the sum never picks a
-            # character without mass: the first index where the CDF reaches it has some
-            chosen = columns[(cdf < (draw * cdf[..., -1])[..., None]).sum(-1)]
-        chosen = torch.where(active, chosen, pad)
-        tokens.append(chosen)
-        masks.append(active)
-        active = active & (chosen != eos)
-        if not active.any() or position == max_new_tokens - 1:
-            break
+            return logits.argmax(-1)
+        scaled = logits[..., columns] / temperature[:, None, None]
+        # the CDF as a product with a triangular matrix: a deterministic kernel on every
+        # device (CUDA's cumsum is not, under deterministic algorithms)
+        cdf = scaled.softmax(-1) @ upper
+        draw = counter.uniform(seeds[:, None], stream, step,
+                               sequence * max_new_tokens + position)
+        # the draw scaled to the total mass, so rounding in the sum never picks a
+        # character without mass: the first index where the CDF reaches it has some
+        return columns[(cdf < (draw * cdf[..., -1])[..., None]).sum(-1)]
+
+    def advance(chosen: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
         logits, cache = net.run(params, chosen[..., None], cache)
-        logits = logits[:, :, -1]
+        return logits[:, :, -1], cache
+
     # Always max_new_tokens wide (pad, unmasked, after the end): the shape, and so every sum
     # over it, must not depend on when the company's last sequence ended.
-    missing = max_new_tokens - len(tokens)
-    tokens += [torch.full_like(tokens[0], pad)] * missing
-    masks += [torch.zeros_like(masks[0])] * missing
-    return torch.stack(tokens, dim=2), torch.stack(masks, dim=2)
+    return decode_loop(logits, cache, advance, choose, max_new_tokens, eos, pad,
+                       full_width=True)
 
 
 def answers_of(tables: Tables, tokens: torch.Tensor, mask: torch.Tensor, split: str,
@@ -275,17 +285,6 @@ def rewards_for(contracts: Sequence[str], answers: Answers, rows: list[list[list
     return result
 
 
-def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Each member's mean over its valid answer tokens, summed in float32 and divided in
-    float64, as the exact engine's recorded statistic is."""
-    return (values.detach() * valid).sum((1, 2)).double() / valid.sum((1, 2)).double()
-
-
-def _per_member(fn, *args):
-    """A registered option (written for one model's batch) applied to every member's slice."""
-    return torch.vmap(fn)(*args)
-
-
 def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Tensor],
               net: Net, tables: Tables, plans: Sequence[Mapping[str, Any]],
               seeds: torch.Tensor, contracts: Sequence[str], on_step=None,
@@ -299,15 +298,14 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
     """
     plan = plans[0]
     device = seeds.device
-    advantage_fn = ADVANTAGES[resolve("advantage", plan["advantage"])].fn
-    reduce = REDUCTIONS[resolve("loss_reduction", plan["loss_reduction"])].fn
-    kl_fn = KL_ESTIMATORS[resolve("kl", plan["kl"])].fn
+    algorithm = algorithm_of(plan)
     for name in contracts:
         CONTRACTS[name]  # an unknown contract fails before any training
-    lr = per_member(plans, "rl_lr", device)
     beta = per_member(plans, "kl_beta", device)
-    clip_low = per_member(plans, "clip", device)
-    clip_high = torch.tensor([float(p.get("clip_high") or p["clip"]) for p in plans],
+    # double precision, as a lone model's Python floats: the core rounds the clip range once
+    clip_low = torch.tensor([clip_range(p)[0] for p in plans], dtype=torch.float64,
+                            device=device)
+    clip_high = torch.tensor([clip_range(p)[1] for p in plans], dtype=torch.float64,
                              device=device)
     temperature = per_member(plans, "temperature", device)
     gradient_clip = per_member(plans, "gradient_clip", device)
@@ -318,7 +316,7 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
     task = task_for(dict(plan))
     for tensor in params.values():
         tensor.requires_grad_(True)
-    optimizer = StackedAdam(params, lr)
+    optimizer = optimizer_for(params, shared(plans, "rl_lr"))
     question = torch.arange(prompts_per_step, device=device)[None, :]
     histories: list[list[dict[str, Any]]] = [[] for _ in range(members)]
     for step in range(1, plan["rl_steps"] + 1):
@@ -336,45 +334,33 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
             pairs = [[tables.train[i] for i in row] for row in index.tolist()]
             rows = all_rows(tables, tokens, mask, pairs)
         rewards = rewards_for(contracts, answers, rows, task.answer)
-        grouped = rewards.reshape(members, -1, group)
-        advantage = _per_member(advantage_fn, grouped).reshape(members, -1)
-        std = grouped.std(-1, unbiased=False)
-        valid = mask.to(torch.float32)
+        advantage = algorithm.advantage(rewards.reshape(members, -1, group))
+        advantage = advantage.reshape(members, -1)
+        std = objective.group_reward_std(rewards, group)
         with torch.no_grad():
             ref_log = continuation(reference, net, prompts, tokens, group).log_softmax(-1)
         old_logp = None
         updates: list[list[dict[str, float]]] = [[] for _ in range(members)]
         for _ in range(plan["updates_per_rollout"]):
             log_dist = continuation(params, net, prompts, tokens, group).log_softmax(-1)
-            logp = log_dist.gather(-1, tokens[..., None]).squeeze(-1)
+            terms = objective.policy_loss(
+                log_dist, ref_log, tokens, mask, advantage, old_logp, algorithm=algorithm,
+                clip_low=clip_low, clip_high=clip_high, kl_beta=beta, max_tokens=max_new)
             if old_logp is None:
-                old_logp = logp.detach()
-            ratio = (logp - old_logp).exp()
-            per_token = advantage[..., None]
-            low = (1 - clip_low)[:, None, None]
-            high = (1 + clip_high)[:, None, None]
-            gain = torch.minimum(ratio * per_token,
-                                 torch.minimum(torch.maximum(ratio, low), high) * per_token)
-            kl = _per_member(kl_fn, log_dist, ref_log, tokens)
-            loss_per_token = -gain + beta[:, None, None] * kl
-            loss = torch.vmap(reduce, in_dims=(0, 0, None))(loss_per_token, mask, max_new)
-            entropy = -(log_dist.exp() * log_dist).sum(-1)
-            optimizer.zero_grad()
-            loss.sum().backward()
+                old_logp = terms.logp.detach()
+            optimizer.zero_grad(set_to_none=True)
+            terms.loss.sum().backward()  # members share no parameter
             norms = clip_per_member(params, gradient_clip)
-            check_finite(seeds, loss.detach(), norms, f"RL step {step}")
+            check_finite(seeds, terms.loss.detach(), norms, f"RL step {step}")
             optimizer.step()
-            # as rl.objective.outside_clip: |r - 1| > clip for a symmetric clip
-            outside = torch.where((clip_low == clip_high)[:, None, None],
-                                  (ratio - 1).abs() > clip_low[:, None, None],
-                                  (ratio < low) | (ratio > high)).to(torch.float32)
-            stats = {"loss": loss.detach(), "gradient_norm_before_clip": norms,
-                     "kl": _masked_mean(kl, valid), "entropy": _masked_mean(entropy, valid),
-                     "ratio_outside_clip": _masked_mean(outside, valid)}
-            listed = {key: value.tolist() for key, value in stats.items()}
+            stats = objective.update_statistics(terms, mask, clip_low, clip_high)
+            listed = {"loss": stats["loss"].tolist(),
+                      "gradient_norm_before_clip": norms.tolist(),
+                      **{key: stats[key].tolist() for key in ("kl", "entropy",
+                                                               "ratio_outside_clip")}}
             for m in range(members):
                 updates[m].append({key: listed[key][m] for key in listed})
-        zero_variance = (std == 0).sum(-1).tolist()
+        zero_variance = (std == 0).sum((-2, -1)).tolist()
         for m in range(members):
             histories[m].append({"step": step, "rows": rows[m],
                                  "zero_variance_groups": int(zero_variance[m]),

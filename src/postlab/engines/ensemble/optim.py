@@ -1,9 +1,10 @@
-"""Per-member gradient clipping and Adam over stacked parameters.
+"""Per-member gradient clipping over stacked parameters.
 
-Each member's gradient norm is taken over its own slices only, and each member steps with
-its own learning rate, so a member's update is what a lone model's would be: what
-``torch.nn.utils.clip_grad_norm_`` then ``torch.optim.Adam`` (default betas, eps, no weight
-decay) compute, written so the member axis is never reduced over.
+``torch.nn.utils.clip_grad_norm_`` takes one norm over every tensor it is given, which over
+stacked members would mix them; here each member's norm is taken over its own slices only and
+each member is scaled by its own factor, as ``clip_grad_norm_`` scales a lone model (the same
+formula: scale = min(1, max_norm / (norm + 1e-6))). The optimizer itself is torch's Adam
+(:func:`postlab.engines.ensemble.engine.optimizer_for`), whose update is elementwise.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from collections.abc import Mapping
 
 import torch
 
-BETAS = (0.9, 0.999)
-EPS = 1e-8
 #: Added to the norm before dividing, as torch's clip_grad_norm_ does.
 CLIP_EPS = 1e-6
 
@@ -39,34 +38,3 @@ def clip_per_member(params: Mapping[str, torch.Tensor], max_norm: torch.Tensor) 
         assert tensor.grad is not None
         tensor.grad.mul_(_expand(scale, tensor.grad))
     return norms
-
-
-class StackedAdam:
-    """Adam over stacked parameters with one learning rate per member."""
-
-    def __init__(self, params: Mapping[str, torch.Tensor], lr: torch.Tensor) -> None:
-        self.params = dict(params)
-        self.lr = lr
-        self.steps = 0
-        self.first = {name: torch.zeros_like(p) for name, p in self.params.items()}
-        self.second = {name: torch.zeros_like(p) for name, p in self.params.items()}
-
-    def zero_grad(self) -> None:
-        for tensor in self.params.values():
-            tensor.grad = None
-
-    @torch.no_grad()
-    def step(self) -> None:
-        self.steps += 1
-        beta1, beta2 = BETAS
-        correction1 = 1 - beta1 ** self.steps
-        correction2 = 1 - beta2 ** self.steps
-        for name, tensor in self.params.items():
-            grad = tensor.grad
-            assert grad is not None
-            first, second = self.first[name], self.second[name]
-            first.mul_(beta1).add_(grad, alpha=1 - beta1)
-            second.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denominator = (second.sqrt() / correction2 ** 0.5).add_(EPS)
-            step_size = _expand(self.lr / correction1, tensor)
-            tensor.sub_(step_size * first / denominator)

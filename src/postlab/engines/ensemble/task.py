@@ -125,11 +125,13 @@ class Part:
     out_dir: Path
 
 
-#: Plan keys that may differ between members of one batch: numbers the computation reads,
-#: not shapes, plus what only names or describes a plan.
-BATCHABLE_KEYS = frozenset({"sft_lr", "rl_lr", "kl_beta", "clip", "clip_high", "temperature",
-                          "gradient_clip", "version", "date", "parent", "seeds", "hypotheses",
-                          "hacking_monitor"})
+#: Plan keys that may differ between members of one batch: numbers the computation reads
+#: per member, not shapes, plus what only names or describes a plan. Learning rates are not
+#: among them: torch's Adam takes one per parameter group, and a batch's members share their
+#: stacked tensors, so versions that differ in a learning rate train as separate batches.
+BATCHABLE_KEYS = frozenset({"kl_beta", "clip", "clip_high", "temperature", "gradient_clip",
+                            "version", "date", "parent", "seeds", "hypotheses",
+                            "hacking_monitor"})
 
 
 def batch_key(plan: dict[str, Any]) -> str:
@@ -230,13 +232,6 @@ def train_parts(parts: list[Part], device: str, emit: Emit, chunk: int | None = 
     return results
 
 
-def train_seeds(plan: dict[str, Any], seeds: list[int], out_dir: Path, device: str,
-                emit: Emit, chunk: int | None = None) -> dict[tuple[int, str], dict[str, Any]]:
-    """Every stage of ``seeds`` of one run: (seed, stage) -> its result."""
-    found = train_parts([Part(plan, tuple(seeds), out_dir)], device, emit, chunk)
-    return {(seed, stage): result for (_, seed, stage), result in found.items()}
-
-
 def _train_members(members: list[tuple[Part, int]], device: str
                    ) -> dict[tuple[str, int, str], dict[str, Any]]:
     """SFT of every member's seed, then every arm of each, as stacked members."""
@@ -257,7 +252,7 @@ def _train_members(members: list[tuple[Part, int]], device: str
     params = net.stack(untrained)
     parameters = sum(v[0].numel() for v in params.values())
     losses = engine.supervised(params, net, tables, plan, seed_tensor,
-                               engine.per_member(plans, "sft_lr", where),
+                               engine.shared(plans, "sft_lr"),
                                engine.per_member(plans, "gradient_clip", where),
                                plan["sft_steps"])
     sft_params = {k: v.detach().clone() for k, v in params.items()}
@@ -300,7 +295,7 @@ def _train_members(members: list[tuple[Part, int]], device: str
     for arm in (a for a in arms if not a.is_rl):
         more = {k: v.clone() for k, v in sft_params.items()}
         extra = engine.supervised(more, net, tables, plan, seed_tensor,
-                                  engine.per_member(plans, "sft_lr", where),
+                                  engine.shared(plans, "sft_lr"),
                                   engine.per_member(plans, "gradient_clip", where),
                                   arm.sft_steps, stream=counter.SFT_ONLY_BATCH,
                                   stage=f"arm {arm.name}, SFT")

@@ -1,0 +1,23 @@
+"""The plan's RL settings in the form the shared core (:mod:`postlab.rl.objective`) takes.
+
+Both engines and the cost estimate read them here, so a new option is wired in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from postlab.rl.algorithms import algorithm
+from postlab.rl.objective import Algorithm
+
+
+def algorithm_of(plan: Mapping[str, Any]) -> Algorithm:
+    """The advantage estimator, loss reduction and KL estimator the plan names."""
+    return algorithm(advantage=plan["advantage"], loss_reduction=plan["loss_reduction"],
+                     kl=plan["kl"])
+
+
+def clip_range(plan: Mapping[str, Any]) -> tuple[float, float]:
+    """(clip_low, clip_high): ``clip_high`` absent or null means the symmetric clip."""
+    return plan["clip"], plan.get("clip_high") or plan["clip"]
