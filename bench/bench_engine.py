@@ -74,11 +74,12 @@ def whole_process(reference: Path, plan: Path | None, repeats: int) -> None:
 
 
 def critical_path() -> None:
+    from postlab.engines import exact as engine
     from postlab.plan.frozen import teaching_plan
-    from postlab.runs import orchestration as engine
+    from postlab.runs.executors import configure_torch
 
     plan = teaching_plan()
-    engine.configure_torch(plan["threads"])
+    configure_torch(plan["threads"])
     seed = plan["seeds"][0]
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()

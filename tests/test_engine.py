@@ -84,7 +84,10 @@ def test_non_finite_loss_stops_with_seed_arm_step(tmp_path, monkeypatch, capsys)
 
     monkeypatch.setattr(objective, "per_token_loss", poisoned)
     # The cost estimate's calibration runs the objective too; count only training's calls.
-    monkeypatch.setattr("postlab.cli._check_size", lambda plan, args: None)
+    from postlab.runs.estimate import estimate
+
+    monkeypatch.setattr("postlab.api.training.check_size",
+                        lambda plan, allow_large: estimate(plan.data, calibrated=False))
     out = tmp_path / "run"
     code = main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
                  "--quiet"])

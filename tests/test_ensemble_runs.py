@@ -171,7 +171,8 @@ def test_live_logs_are_refused_with_the_ensemble(tmp_path, capsys):
     path = write_plan(tmp_path / "p.json", **SMALL)
     assert main(["run", "--plan", str(path), "--out-dir", str(tmp_path / "run"), "--engine",
                  "ensemble", "--log", "tensorboard", "--quiet"]) == 2
-    assert "the ensemble engine writes no live logs" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the ensemble engine cannot train with --log tensorboard: it writes no live logs" in err
     assert not (tmp_path / "run").exists()
 
 

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from plans import SMALL, rows, write_plan
 
+from postlab.engines.exact import ArmTask, CheckpointRef
 from postlab.plan.frozen import load_plan
 from postlab.runs.checkpoint import CheckpointError
 from postlab.runs.executors import EXECUTORS, make_executor
-from postlab.runs.orchestration import ArmTask, CheckpointRef, RunOptions, run_plan
+from postlab.runs.orchestration import RunOptions, run_plan
 from postlab.runs.progress import Quiet
 
 #: Every pipeline, so an arm from the SFT checkpoint and one from rebuilt untrained weights.
@@ -104,7 +105,9 @@ def _alone_in(fresh: Path, record_path: Path, plan: dict, arm: str,
     with make_executor(kind, workers=1, threads=plan["threads"], sink=lambda e: None) as pool:
         task = ArmTask(plan, 4, arm, CheckpointRef(initial["file"], initial["sha256"]),
                        fresh, every=0)
-        return pool.submit(task, pool.sink).result()
+        results = pool.submit(task, pool.sink).result()
+        assert list(results) == [(str(fresh), 4, arm)]
+        return results[(str(fresh), 4, arm)]
 
 
 def test_a_tampered_initial_checkpoint_is_refused_by_hash(local_run, tmp_path):

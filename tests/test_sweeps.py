@@ -209,10 +209,10 @@ def test_a_failing_task_fails_its_seed_and_the_rest_of_the_sweep_goes_on(tmp_pat
                                                                          monkeypatch):
     """One worker runs tasks in this process, so training can be made to fail here: every RL
     arm of the kl_beta=0.1 version stops with a non-finite loss."""
+    from postlab.engines import exact
     from postlab.engines.train import NonFiniteError
-    from postlab.runs import orchestration
 
-    real = orchestration.reinforce
+    real = exact.reinforce
 
     def failing(initial, reference, plan, seed, contract, hook=None, **kwargs):
         if plan["kl_beta"] == 0.1:
@@ -222,7 +222,7 @@ def test_a_failing_task_fails_its_seed_and_the_rest_of_the_sweep_goes_on(tmp_pat
     spec = _sweep_file(tmp_path)
     out = tmp_path / "out"
     with monkeypatch.context() as patch:
-        patch.setattr(orchestration, "reinforce", failing)
+        patch.setattr(exact, "reinforce", failing)
         assert main(["sweep", str(spec), "--out-dir", str(out), "--workers", "1"]) == 1
     captured = capsys.readouterr()
     assert "failed: kl_beta=0.1 seed 3" in captured.out and "0 failed" in captured.out
@@ -239,8 +239,8 @@ def test_a_failing_task_fails_its_seed_and_the_rest_of_the_sweep_goes_on(tmp_pat
     alone = tmp_path / "alone"
     assert main(["run", "--plan", str(out / "kl_beta=0.1" / "plan.json"), "--out-dir",
                  str(alone), "--workers", "1", "--quiet"]) == 0
-    assert (alone / "summary.json").read_bytes() == \
-        (out / "kl_beta=0.1" / "summary.json").read_bytes()
+    want = (out / "kl_beta=0.1" / "summary.json").read_bytes()
+    assert (alone / "summary.json").read_bytes() == want
 
 
 def test_an_unreachable_ray_cluster_is_one_line_and_writes_nothing(tmp_path, capsys):

@@ -1,20 +1,26 @@
-"""postlab: post-training small language models with verifiable rewards, reproducibly."""
+"""postlab: post-training small language models with verifiable rewards, reproducibly.
+
+From Python: ``postlab.run``, ``reproduce`` and ``sweep`` train; ``verify``, ``report``,
+``compare`` and ``load_run`` read (see :mod:`postlab.api`). They are imported on first use,
+so ``import postlab`` stays light.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "load_run"]
+__all__ = ["__version__", "compare", "export", "load_run", "plot", "report", "reproduce",
+           "run", "sweep", "verify"]
 
 if TYPE_CHECKING:
-    from postlab.export.loaded import load_run
+    from postlab.api import compare, export, load_run, plot, report, reproduce, run, sweep, verify
 
 
 def __getattr__(name: str) -> Any:
-    """``postlab.load_run`` is imported on first use, so ``import postlab`` stays light."""
-    if name == "load_run":
-        from postlab.export.loaded import load_run
+    """The API's functions, imported from :mod:`postlab.api` on first use."""
+    if name in __all__ and name != "__version__":
+        from postlab import api
 
-        return load_run
+        return getattr(api, name)
     raise AttributeError(f"module 'postlab' has no attribute {name!r}")

@@ -7,3 +7,8 @@ class UserError(Exception):
     Raised anywhere below the CLI; the CLI prints ``postlab: <message>`` and exits 2 without a
     traceback, because the fix is in the user's hands, not in the code.
     """
+
+
+class RunFailed(Exception):
+    """Training stopped (non-finite values, a dead worker, a checkpoint that re-evaluates
+    differently); completed seeds are kept."""

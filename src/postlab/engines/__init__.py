@@ -1,3 +1,8 @@
-"""The exact engine: decoding and evaluation (``rollout``), SFT and RL loops (``train``), the
-only place that calls ``backward()`` and ``step()``.
+"""Engines: what trains a plan's seeds, each behind one protocol and a registry (``registry``).
+
+``exact`` trains one model per task, the reference's bits, with its loops in ``train`` (SFT
+and RL, the only place that calls ``backward()`` and ``step()``) and ``rollout`` (decoding
+and evaluation); ``ensemble/`` trains many seeds, arms and plan versions as one batched
+computation. Both compute the RL update with :mod:`postlab.rl` and decode with
+:mod:`postlab.policies.decoding`; ``options`` reads the plan's RL settings for them.
 """

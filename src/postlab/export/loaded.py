@@ -9,7 +9,6 @@ DataFrame never shows numbers from a damaged or edited record.
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,54 +114,24 @@ def load_run(path: str | Path | None = None) -> LoadedRun:
     record, a plan other than the one it was trained under, rows that do not fit the plan, or
     a part changed since it was recorded.
     """
-    from postlab.jsonio import read_bytes
     from postlab.plan.arms import rl_contracts
-    from postlab.records.record import (
-        changed_parts,
-        check_plan_link,
-        decode_record_bytes,
-        locate_run,
-        reading_problems,
-    )
+    from postlab.records.opened import open_run
     from postlab.sweeps.folder import is_sweep
 
     target = None if path is None else Path(path)
     if target is not None and is_sweep(target):
         raise UserError(f"{target} is a sweep folder; load one of its versions "
                         f"({target}/VERSION), or export it with 'postlab export'")
-    files = locate_run(target)
-    raw = read_bytes(files.record, "record")
-    record = decode_record_bytes(raw, str(files.record))
-    plan = _plan_beside(files.record)
-    check_plan_link(record, plan, str(files.record))
-    _refuse(reading_problems(record, plan.data), files.record, "record does not fit the plan")
-    changed = changed_parts(record)
-    if changed:
-        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-        raise UserError(f"{files.record}: changed since it was recorded: {changed[0]}{more}; "
-                        "'postlab verify' shows every check")
+    opened = open_run(target)
+    record, plan = opened.record, opened.plan
     runs = record["runs"]
     stages = dict.fromkeys(stage for run in runs for stage in run["evaluations"])
     arms = dict.fromkeys(arm for run in runs for arm in run.get("training", {}))
-    return LoadedRun(record_path=files.record, plan_sha256=plan.sha256,
-                     record_sha256=hashlib.sha256(raw).hexdigest(),
+    return LoadedRun(record_path=opened.source, plan_sha256=plan.sha256,
+                     record_sha256=opened.record_sha256,
                      seeds=tuple(run["seed"] for run in runs), stages=tuple(stages),
                      arms=tuple(arms), rewarded_by=dict(rl_contracts(plan.data)), plan=plan,
                      record=record)
-
-
-def _plan_beside(record_path: Path) -> LoadedPlan:
-    """``plan.json`` beside the record, else the teaching plan (as every command reads it)."""
-    from postlab.plan.frozen import load_plan, teaching_plan_loaded
-
-    beside = record_path.parent / "plan.json"
-    return load_plan(beside) if beside.is_file() else teaching_plan_loaded()
-
-
-def _refuse(problems: list[str], source: Path, what: str) -> None:
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise UserError(f"{source}: {what}: {problems[0]}{more}")
 
 
 def load_sweep(folder: Path) -> tuple[list[tuple[str, LoadedRun]], list[str]]:

@@ -313,7 +313,7 @@ def check_record(record: Any, source: str) -> None:
     plain = _text(limit=200)
     _object(record, source, {
         "plan_sha256": _sha,
-        "engine": _choice(ENGINES_NAMED),
+        "engine": _engine_name,
         "source_sha256": lambda v, w: _object(v, w, dict.fromkeys(v, _sha)
                                               if isinstance(v, dict) and all(
                                                   FILE_PATH.fullmatch(k) for k in v)
@@ -328,8 +328,12 @@ def check_record(record: Any, source: str) -> None:
     }, required=("plan_sha256", "runs"))
 
 
-#: Engines a record names; a record without ``engine`` was made by the exact engine.
-ENGINES_NAMED = ("ensemble",)
+def _engine_name(value: Any, where: str) -> None:
+    """A registered engine other than the default one (a record made by the default engine
+    names none, so records written before engines existed keep their form)."""
+    from postlab.engines.registry import DEFAULT_ENGINE, ENGINES
+
+    _choice(tuple(name for name in ENGINES.names() if name != DEFAULT_ENGINE))(value, where)
 
 #: A source file named in ``source_sha256``: a relative path of plain characters to a .py file.
 FILE_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,251}\.py")

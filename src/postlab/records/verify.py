@@ -18,7 +18,7 @@ from typing import Any, Literal
 import torch
 
 from postlab.analysis.metrics import summary_for
-from postlab.engines.rollout import evaluate_model
+from postlab.engines.registry import engine_for
 from postlab.errors import UserError
 from postlab.jsonio import parse_json, read_bytes
 from postlab.plan.arms import arm_names
@@ -84,6 +84,7 @@ def _device_here(record: dict[str, Any]) -> str:
 def _check_checkpoints(record: dict[str, Any], plan: dict[str, Any] | None,
                        folder: Path, device: str = "cpu") -> tuple[Check, Check]:
     hash_problems, eval_problems, reloaded = [], [], 0
+    engine = engine_for(record)  # its evaluation recomputes the rows as they were made
     for run in record["runs"]:
         for stage, info in run.get("checkpoints", {}).items():
             path = folder / info["file"]
@@ -110,12 +111,7 @@ def _check_checkpoints(record: dict[str, Any], plan: dict[str, Any] | None,
                                      f"the plan's model ({str(exc).splitlines()[0]})")
                 continue
             try:
-                if record.get("engine") == "ensemble":
-                    from postlab.engines.ensemble.task import evaluate_alone
-
-                    fresh = evaluate_alone(model.state_dict(), plan, run["seed"], device)
-                else:
-                    fresh = evaluate_model(model, plan, run["seed"])
+                fresh = engine.evaluate(model, plan, run["seed"], device)
             except RuntimeError as exc:
                 # The weights are the checkpoint's data: ones that cannot be sampled from (an
                 # overflow to inf, say) are a failed check of that checkpoint, not a crash.
@@ -247,7 +243,7 @@ def _made_by_postlab(record: dict[str, Any]) -> bool:
 
 def _check_completeness(record: dict[str, Any], plan: dict[str, Any] | None) -> Check:
     """Everything a postlab record must carry is there; a foreign record is named as such."""
-    from postlab.runs.orchestration import checkpoint_name
+    from postlab.runs.checkpoint import checkpoint_name
 
     if not _made_by_postlab(record):
         return Check(name="record", status="fail",

@@ -22,6 +22,11 @@ from postlab.errors import UserError
 from postlab.jsonio import printable, publish_bytes, read_bytes
 
 
+def checkpoint_name(seed: int, stage: str) -> str:
+    """A stage's checkpoint file in its run folder."""
+    return f"seed-{seed}-{stage}.pt"
+
+
 class CheckpointError(UserError):
     """A checkpoint file does not match its record or cannot be loaded safely."""
 

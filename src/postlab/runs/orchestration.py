@@ -1,18 +1,17 @@
-"""Orchestration of a training run: seeds and arms as tasks, records, checkpoints, resume.
+"""Orchestration of a training run: the run folder, its record, resume, and the tasks an
+engine makes, handed to an executor.
 
-Per seed: SFT and its evaluation (task ``sft``), then one RL run per arm from the SFT weights
-with the SFT model frozen as the KL reference (tasks ``arm``). Each task saves its stage's
-checkpoint, reloads it from disk and re-evaluates it. Tasks are self-contained (plan, seed, arm,
-and their input checkpoint by sha256) and are handed to an executor (``executors``: in-process
-or a pool of single-threaded worker processes), so the record does not depend on where or how
-many ran. The record is replaced atomically after each completed seed; ``resume`` keeps those
-seeds.
+The engine (:data:`postlab.engines.registry.ENGINES`, by the run's ``engine`` name) turns the
+pending seeds into self-contained tasks; each task returns one result per (run folder, seed,
+stage) and may make more tasks ready. Orchestration is the same for every engine and every
+executor (``executors``: in-process, worker processes, Ray): it assembles each seed's stages
+into its record entry, replaces the record atomically after each completed seed, and keeps
+finished stages of seeds not yet complete for ``resume``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import copy
 import hashlib
 import platform
 import shutil
@@ -27,10 +26,15 @@ import torch
 
 import postlab
 from postlab.analysis.metrics import summary_for
-from postlab.engines.ensemble.task import Part
-from postlab.engines.rollout import evaluate_model
-from postlab.engines.train import reinforce, rollout_rates, sft_compute, supervised
-from postlab.errors import UserError
+from postlab.engines.registry import (
+    DEFAULT_ENGINE,
+    ENGINES,
+    Engine,
+    EngineTask,
+    StageKey,
+    Work,
+)
+from postlab.errors import RunFailed, UserError
 from postlab.jsonio import (
     MalformedJSON,
     dump_json,
@@ -39,9 +43,9 @@ from postlab.jsonio import (
     read_bytes,
     replace_bytes,
 )
-from postlab.plan.arms import arm_names, arm_specs
+from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, parse_plan
-from postlab.policies import Policy, build_policy, place_policy, policy_kind, policy_placement
+from postlab.policies import policy_placement
 from postlab.records.fingerprint import (
     FINGERPRINT_FILE,
     fingerprint_file_bytes,
@@ -57,30 +61,18 @@ from postlab.records.record import (
     summary_bytes,
 )
 from postlab.runs import numerics
-from postlab.runs.checkpoint import (
-    CheckpointError,
-    checkpoint_bytes,
-    load_checkpoint,
-    publish_checkpoint,
-)
-from postlab.runs.executors import (
-    Emit,
-    TaskExecutor,
-    configure_torch,
-    default_kind,
-    make_executor,
-)
+from postlab.runs.checkpoint import checkpoint_name, load_checkpoint
+from postlab.runs.executors import TaskExecutor, configure_torch, default_kind, make_executor
 from postlab.runs.progress import Quiet
-from postlab.runs.steplog import SFT_LOSS_TAG, SFT_STAGE, StepLogs, check_loggers, rl_scalars
-from postlab.tasks.arithmetic import answer_function, plan_contracts
+from postlab.runs.steplog import check_loggers
 
 PLAN_FILE = "plan.json"
 RECORD_FILE = "record.json"
 SUMMARY_FILE = "summary.json"
 
 
-class RunFailed(Exception):
-    """Training stopped (non-finite values, a dead worker); completed seeds are kept."""
+__all__ = ["PLAN_FILE", "RECORD_FILE", "SUMMARY_FILE", "OpenRun", "RunFailed", "RunOptions",
+           "checkpoint_name", "finish_run", "open_run", "run_plan", "run_tasks"]
 
 
 @dataclass
@@ -95,14 +87,9 @@ class RunOptions:
     #: step loggers (names in ``steplog.LOGGERS``) each task writes to; they change no bit of
     #: the run, so they are not a setting a resumed run must repeat
     log: tuple[str, ...] = ()
-    #: which engine trains: "exact" (one model per task, the reference's bits) or "ensemble"
-    #: (all pending seeds and arms as one batched computation); recorded, and a resumed run
-    #: must use the same
-    engine: str = "exact"
-
-
-def checkpoint_name(seed: int, stage: str) -> str:
-    return f"seed-{seed}-{stage}.pt"
+    #: which engine trains (a name in ``ENGINES``); recorded, and a resumed run must use the
+    #: same
+    engine: str = DEFAULT_ENGINE
 
 
 def source_hashes() -> dict[str, str]:
@@ -110,188 +97,6 @@ def source_hashes() -> dict[str, str]:
     root = Path(postlab.__file__).parent
     return {str(p.relative_to(root.parent)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*.py"))}
-
-
-def _capability() -> str:
-    """The kernels this process runs; every task reports it so no worker can differ unseen."""
-    return str(torch.backends.cpu.get_cpu_capability())
-
-
-# --- tasks: run wherever the executor puts them ----------------------------------------------
-
-def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
-                    out_dir: Path, rows: dict[str, Any]) -> dict[str, Any]:
-    """Publish the stage's checkpoint, reload it from disk by hash, and re-evaluate it."""
-    path = out_dir / checkpoint_name(seed, stage)
-    digest = publish_checkpoint(path, checkpoint_bytes(plan, model.state_dict(), model.kind))
-    restored = place_policy(build_policy(plan), str(model.device.type))
-    restored.load_state_dict(load_checkpoint(path, digest, kind=policy_kind(plan))["state_dict"])
-    equal = evaluate_model(restored, plan, seed) == rows
-    if not equal:
-        raise RunFailed(f"seed {seed}, stage {stage}: the reloaded checkpoint {path.name} "
-                        "re-evaluates differently")
-    return {"file": path.name, "sha256": digest, "reload_equal": equal}
-
-
-def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
-             emit: Emit, device: str = "cpu", log: tuple[str, ...] = ()) -> dict[str, Any]:
-    torch.manual_seed(seed)
-    model = build_policy(plan)
-    parameters = model.parameter_count()
-    # RL-only arms start from the untrained weights, so keep them before SFT changes them.
-    untrained = copy.deepcopy(model.state_dict()) if any(
-        arm.pipeline == "rl-only" for arm in arm_specs(plan)) else None
-    place_policy(model, device)  # after the CPU initialisation, so it is the same everywhere
-    total = plan["sft_steps"]
-
-    with StepLogs(log, out_dir, seed, SFT_STAGE) as logs:
-
-        def hook(step: int, loss: float) -> None:
-            logs.scalars(step, {SFT_LOSS_TAG: loss})
-            if every and (step % max(1, every // 4) == 0 or step == total):
-                emit({"kind": "sft", "seed": seed, "step": step, "total": total,
-                      "loss": loss})
-
-        losses = supervised(model, plan, seed, hook)
-    rows = evaluate_model(model, plan, seed)
-    checkpoint = _save_and_check(model, plan, seed, "initial", out_dir, rows)
-    return {"seed": seed, "sft_loss": losses, "evaluation": rows, "checkpoint": checkpoint,
-            "parameters": parameters, "capability": _capability(), "state_dict": model.state_dict(),
-            "untrained_state_dict": untrained, "compute": sft_compute(plan, total)}
-
-
-def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any],
-             out_dir: Path, every: int, emit: Emit, device: str = "cpu",
-             log: tuple[str, ...] = ()) -> dict[str, Any]:
-    arm = next(a for a in arm_specs(plan) if a.name == arm_name)
-    start = place_policy(build_policy(plan), device)
-    if arm.pipeline == "rl-only":
-        start.load_state_dict(sft["untrained_state_dict"])
-    else:
-        start.load_state_dict(sft["state_dict"])
-    result: dict[str, Any] = {"seed": seed, "arm": arm.name, "capability": _capability()}
-    with StepLogs(log, out_dir, seed, arm.name) as logs:
-        if arm.pipeline == "sft-only":
-            model = start
-            done = plan["sft_steps"]  # its curve continues the seed's SFT curve
-
-            def sft_hook(step: int, loss: float) -> None:
-                logs.scalars(done + step, {SFT_LOSS_TAG: loss})
-
-            result["sft_loss"] = supervised(model, plan, seed, sft_hook if log else None,
-                                            steps=arm.sft_steps, rng_offset=5000)
-            result["compute"] = sft_compute(plan, arm.sft_steps)
-        else:
-            reference = copy.deepcopy(start).requires_grad_(False)
-            total = plan["rl_steps"]
-            answer = answer_function(plan)
-            contracts = plan_contracts(plan)
-
-            def hook(step: int, rows: list) -> None:
-                if every and (step % every == 0 or step == total):
-                    emit({"kind": "rl", "seed": seed, "arm": arm.name, "step": step,
-                          "total": total, "rates": rollout_rates(rows, answer, contracts)})
-
-            def observe(entry: dict[str, Any]) -> None:
-                logs.scalars(entry["step"], rl_scalars(entry, answer, contracts))
-
-            model, result["history"], result["compute"] = reinforce(
-                start, reference, plan, seed, arm.contract, hook, label=arm.name,
-                observe=observe if log else None)
-    rows = evaluate_model(model, plan, seed)
-    result["evaluation"] = rows
-    result["checkpoint"] = _save_and_check(model, plan, seed, arm.name, out_dir, rows)
-    return result
-
-
-@dataclass(frozen=True)
-class CheckpointRef:
-    """A published checkpoint named by its file in the run folder and its sha256."""
-
-    file: str
-    sha256: str
-
-
-@dataclass(frozen=True)
-class SftTask:
-    """One seed's SFT stage. Its result holds no weights: arms read them from its checkpoint."""
-
-    plan: dict[str, Any]
-    seed: int
-    out_dir: Path
-    every: int
-    device: str = "cpu"
-    log: tuple[str, ...] = ()  # step loggers, by name: the task opens them where it runs
-
-    def __call__(self, emit: Emit) -> dict[str, Any]:
-        result = sft_task(self.plan, self.seed, self.out_dir, self.every, emit, self.device,
-                          self.log)
-        result.pop("state_dict", None)
-        result.pop("untrained_state_dict", None)
-        return result
-
-
-@dataclass(frozen=True)
-class ArmTask:
-    """One (seed, arm) run, self-contained: the SFT weights are read from the seed's
-    ``initial`` checkpoint, refused unless its sha256 matches; untrained weights (RL-only arms)
-    are rebuilt from the seed exactly as the SFT task built them."""
-
-    plan: dict[str, Any]
-    seed: int
-    arm: str
-    initial: CheckpointRef
-    out_dir: Path
-    every: int
-    device: str = "cpu"
-    log: tuple[str, ...] = ()
-
-    def __call__(self, emit: Emit) -> dict[str, Any]:
-        spec = next(a for a in arm_specs(self.plan) if a.name == self.arm)
-        start: dict[str, Any] = {}
-        if spec.pipeline == "rl-only":
-            start["untrained_state_dict"] = _untrained_weights(self.plan, self.seed)
-        else:
-            path = self.out_dir / self.initial.file
-            payload = load_checkpoint(path, self.initial.sha256, kind=policy_kind(self.plan))
-            if payload.get("plan") != self.plan:
-                raise CheckpointError(f"{path}: a checkpoint of another plan; refusing it")
-            start["state_dict"] = payload["state_dict"]
-        return arm_task(self.plan, self.seed, self.arm, start, self.out_dir, self.every, emit,
-                        self.device, self.log)
-
-
-@dataclass(frozen=True)
-class EnsembleTask:
-    """Every stage of the pending seeds of one or more runs (plan versions that differ only
-    in numeric settings), trained by the ensemble engine as one batched computation. Its
-    result maps each (run folder, seed, stage) to what that stage's exact task returns.
-    ``seed`` is the first seed, for messages about the task."""
-
-    parts: tuple[Part, ...]  # one per run
-    device: str = "cpu"
-    shares: int = 1  # ensemble tasks running at once: they share the memory
-
-    @property
-    def seed(self) -> int:
-        return self.parts[0].seeds[0]
-
-    @property
-    def stages(self) -> int:
-        """How many (seed, stage) results it returns: what exact tasks would number."""
-        return sum(len(part.seeds) * (1 + len(arm_names(part.plan))) for part in self.parts)
-
-    def __call__(self, emit: Emit) -> dict[str, Any]:
-        from postlab.engines.ensemble.task import train_parts
-
-        return {"results": train_parts(list(self.parts), self.device, emit,
-                                       shares=self.shares, keep=True)}
-
-
-def _untrained_weights(plan: dict[str, Any], seed: int) -> dict[str, Any]:
-    """The weights ``sft_task`` starts from: the model built right after seeding torch."""
-    torch.manual_seed(seed)
-    return build_policy(plan).state_dict()
 
 
 # --- the run -------------------------------------------------------------------------------
@@ -353,12 +158,12 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
 
 
 def new_record(plan: LoadedPlan, workers: int, device: str = "cpu",
-               engine: str = "exact") -> dict[str, Any]:
+               engine: str = DEFAULT_ENGINE) -> dict[str, Any]:
     """The record's provenance: the device is the run's, the dtype the weights' (float32);
     ``numerics.dtype`` is what forward passes compute in (bfloat16 under a bf16 plan). The
     engine is named only when it is not the exact one, so exact records keep their form."""
     dtype, compute_dtype = policy_placement(plan.data)
-    named = {} if engine == "exact" else {"engine": engine}
+    named = {} if engine == DEFAULT_ENGINE else {"engine": engine}
     return {"plan_sha256": plan.sha256, **named, "source_sha256": source_hashes(),
             "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform(), "device": device, "dtype": dtype,
@@ -376,6 +181,12 @@ class _SeedAssembly:
         self.arms = arms  # names, in the plan's order
         self.sft: dict[str, Any] | None = None
         self.arm_results: dict[str, dict[str, Any]] = {}
+
+    def add(self, stage: str, result: dict[str, Any]) -> None:
+        if stage == "initial":
+            self.sft = result
+        else:
+            self.arm_results[stage] = result
 
     def complete(self) -> bool:
         return self.sft is not None and len(self.arm_results) == len(self.arms)
@@ -433,6 +244,17 @@ class OpenRun:
     def data(self) -> dict[str, Any]:
         return self.plan.data
 
+    @property
+    def engine(self) -> Engine:
+        return ENGINES[self.options.engine]
+
+    def work(self, seeds: list[int]) -> Work:
+        """These pending seeds, as the engine is asked to train them."""
+        options = self.options
+        return Work(self.data, tuple(seeds), options.out_dir,
+                    {key: value for key, value in self.kept.items() if key[0] in seeds},
+                    options.progress_every, options.device, options.log)
+
 
 def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOptions) -> OpenRun:
     """Create (or, on resume, reopen and check) the run folder and start its record."""
@@ -444,7 +266,7 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
     configure_torch(data["threads"], options.device)
     record = new_record(plan, options.workers, options.device, options.engine)
     if previous is not None:
-        then_engine = previous.get("engine", "exact")
+        then_engine = previous.get("engine", DEFAULT_ENGINE)
         if then_engine != options.engine:
             raise UserError(f"{options.out_dir}: the run was started with the {then_engine} "
                             f"engine; resume it with --engine {then_engine}")
@@ -465,7 +287,7 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
     run = OpenRun(plan, options, record, pending, start)
     if options.resume:
         _check_kept_settings(run)
-    if options.engine != "exact" and pending:
+    if pending:
         # The record names its engine only once a seed is recorded; until then the run
         # folder says it, so a resume with another engine is refused, not half mixed.
         folder = options.out_dir / KEPT_DIR
@@ -474,7 +296,7 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
             publish_bytes(folder / KEPT_SETTINGS, dump_json(_settings(run)))
     if options.resume:
         run.kept = _kept_results(run)
-        if options.engine == "ensemble":
+        if run.engine.whole_seeds:
             run.kept = _whole_seeds_kept(run)
         if run.kept:
             options.display.message(f"resuming: {len(run.kept)} finished tasks of incomplete "
@@ -487,19 +309,14 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
 def _settings(run: OpenRun) -> dict[str, Any]:
     record = run.record
     return {"plan_sha256": record["plan_sha256"], "device": record["device"],
-            "numerics": record["numerics"], "engine": record.get("engine", "exact")}
+            "numerics": record["numerics"], "engine": record.get("engine", DEFAULT_ENGINE)}
 
 
-def _keep_result(run: OpenRun, task: Task, result: dict[str, Any]) -> None:
-    """Write a finished task's result (no weights: its checkpoint is on disk), so a resumed
-    run does not train it again; the first one also writes the settings it was computed
-    under."""
-    stage = "initial" if isinstance(task, SftTask) else task.arm
-    folder = run.options.out_dir / KEPT_DIR
-    folder.mkdir(exist_ok=True)
-    if not (folder / KEPT_SETTINGS).exists():
-        publish_bytes(folder / KEPT_SETTINGS, dump_json(_settings(run)))
-    replace_bytes(kept_result_path(run.options.out_dir, task.seed, stage), dump_json(result))
+def _keep_result(run: OpenRun, key: StageKey, result: dict[str, Any]) -> None:
+    """Write a finished stage's result (no weights: its checkpoint is on disk), so a resumed
+    run does not train it again."""
+    _, seed, stage = key
+    replace_bytes(kept_result_path(run.options.out_dir, seed, stage), dump_json(result))
 
 
 def _check_kept_settings(run: OpenRun) -> None:
@@ -512,14 +329,14 @@ def _check_kept_settings(run: OpenRun) -> None:
         then = parse_json(read_bytes(path, "kept settings"), str(path))
         deciding = numerics.differences(then["numerics"], run.record["numerics"])[0]
         same_plan = then["plan_sha256"] == run.record["plan_sha256"]
-        same_engine = then.get("engine", "exact") == run.record.get("engine", "exact")
+        then_engine = then.get("engine", DEFAULT_ENGINE)
+        same_engine = then_engine == run.record.get("engine", DEFAULT_ENGINE)
     except (MalformedJSON, KeyError, TypeError):
         raise UserError(f"{path}: malformed; remove the folder {path.parent} to train its "
                         "tasks again") from None
     if not same_plan:
         raise UserError(f"{path}: kept results of another plan; remove {path.parent}")
     if not same_engine:
-        then_engine = then.get("engine", "exact")
         raise UserError(f"{run.options.out_dir}: the run was started with the {then_engine} "
                         f"engine; resume it with --engine {then_engine}")
     if deciding:
@@ -622,149 +439,140 @@ def _finish_seed(assembly: _SeedAssembly, run: OpenRun, write: bool = True) -> N
     options.display.handle({"kind": "seed_done", "seed": assembly.sft["seed"]})
 
 
-Task = SftTask | ArmTask | EnsembleTask
 #: Told of every task as it is submitted, finishes, fails or is skipped (its seed failed):
-#: (event, run, task, error).
-TaskWatcher = Callable[[str, "OpenRun", Task, BaseException | None], None] | None
+#: (event, run, task, error); a skipped task is None when it was never made (a failed seed's
+#: later stages), and the count is the (seed, stage) results the event stands for.
+TaskWatcher = Callable[[str, "OpenRun", EngineTask | None, BaseException | None, int],
+                       None] | None
 
 
 def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = None, *,
               keep_going: bool = False) -> None:
-    """Submit each pending seed's SFT task, then its arm tasks once the SFT result is in;
-    record each seed when complete. The same for every executor and for one run or many:
-    only where tasks run differs.
+    """Ask each run's engine for its pending seeds' tasks (runs whose plans the engine can
+    batch together are asked together), submit them, and hand each finished task's results
+    to their runs; record each seed when all its stages are in. The same for every engine,
+    every executor, and one run or many: only where tasks run differs.
 
-    Ready arm tasks go before further SFT tasks, so seeds complete (and are kept for resume)
-    as early as the executor's capacity allows. A task that raises stops everything, unless
-    ``keep_going``: then that seed is marked failed in its run and the others go on.
+    Tasks an earlier one made ready go before further first tasks, so seeds complete (and are
+    kept for resume) as early as the executor's capacity allows. A task that raises stops
+    everything, unless ``keep_going``: then its seeds are marked failed in their runs, their
+    queued tasks are dropped, and the others go on.
     """
-    sft_queue: deque[tuple[OpenRun, Task]] = deque()
-    arm_queue: deque[tuple[OpenRun, Task]] = deque()
-    #: runs trained together by each ensemble task (by the task's id)
-    together: dict[int, list[OpenRun]] = {}
-    #: the seeds each ensemble run still trains (by the run's id)
-    ensemble_seeds: dict[int, list[int]] = {}
-    groups: dict[str, list[OpenRun]] = {}
+    first: deque[tuple[EngineTask, list[OpenRun]]] = deque()
+    ready: deque[tuple[EngineTask, list[OpenRun]]] = deque()
+    groups: dict[tuple[str, str, str], list[tuple[OpenRun, list[int]]]] = {}
     for run in runs:
-        data, options = run.data, run.options
-        run.assemblies = {seed: _SeedAssembly(arm_names(data)) for seed in run.pending}
-        if options.engine == "ensemble":
-            from postlab.engines.ensemble.task import batch_key
-
-            # A seed the ensemble finished whole before an interruption (each chunk keeps
-            # its seeds' results) is recorded from them, and the others train without it
-            # (on a CPU a member's bits do not depend on its company). Seeds kept in part
-            # were dropped when the run was opened: they train again whole.
-            training = _finish_kept_ensemble_seeds(run)
-            if training:
-                groups.setdefault(batch_key(data) + options.device, []).append(run)
-                ensemble_seeds[id(run)] = training
-            continue
-        for seed in run.pending:
-            assembly = run.assemblies[seed]
-            sft = run.kept.get((seed, "initial"))
-            if sft is None:
-                sft_queue.append((run, SftTask(data, seed, options.out_dir,
-                                               options.progress_every, options.device,
-                                               options.log)))
-                continue
-            assembly.sft = sft
-            initial = CheckpointRef(sft["checkpoint"]["file"], sft["checkpoint"]["sha256"])
-            for arm in assembly.arms:
-                result = run.kept.get((seed, arm))
-                if result is None:
-                    arm_queue.append((run, ArmTask(data, seed, arm, initial, options.out_dir,
-                                                   options.progress_every, options.device,
-                                                   options.log)))
-                else:
-                    assembly.arm_results[arm] = result
-            if assembly.complete():
-                _finish_seed(assembly, run)
-    for group in groups.values():
-        # As many tasks as the executor runs at once, each a share of the seeds: members do
-        # not depend on their company, so the split changes the work, not the bits.
-        members = [(r, seed) for r in group for seed in ensemble_seeds[id(r)]]
-        shares = min(executor.capacity, len(members))
-        for share in range(shares):
-            mine = members[share::shares]
-            parts = []
-            for r in group:
-                seeds = tuple(seed for owner, seed in mine if owner is r)
-                if seeds:
-                    parts.append(Part(r.data, seeds, r.options.out_dir))
-            task = EnsembleTask(tuple(parts), group[0].options.device, shares)
-            together[id(task)] = [r for r in group if any(owner is r for owner, _ in mine)]
-            sft_queue.append((together[id(task)][0], task))
-    running: dict[cf.Future, tuple[OpenRun, Task]] = {}
+        run.assemblies = {seed: _SeedAssembly(arm_names(run.data)) for seed in run.pending}
+        for (seed, stage), result in run.kept.items():  # stages an interrupted run finished
+            run.assemblies[seed].add(stage, result)
+        # Seeds whose every stage an interrupted invocation kept are recorded from them (one
+        # write for all); the others train, without their kept stages.
+        training = _finish_kept_seeds(run)
+        if training:
+            key = (run.options.engine, run.engine.batch_key(run.data), run.options.device)
+            groups.setdefault(key, []).append((run, training))
+    for (name, _, _), group in groups.items():
+        works = {id(run): run.work(seeds) for run, seeds in group}
+        for task in ENGINES[name].tasks(list(works.values()), executor.capacity):
+            first.append((task, _owners(task, [run for run, _ in group])))
+    running: dict[cf.Future, tuple[EngineTask, list[OpenRun]]] = {}
     order = {id(run): index for index, run in enumerate(runs)}
 
     def sort_key(future: cf.Future) -> tuple[bool, int, tuple[int, int]]:
-        run, task = running[future]
-        return (future.exception() is not None, order[id(run)], _task_order(task, run.data))
+        task, owners = running[future]
+        return (future.exception() is not None, order[id(owners[0])],
+                _task_order(task, owners[0].data))
 
     try:
-        while sft_queue or arm_queue or running:
-            while (sft_queue or arm_queue) and len(running) < executor.capacity:
-                run, task = arm_queue.popleft() if arm_queue else sft_queue.popleft()
-                running[executor.submit(task, executor.sink)] = (run, task)
+        while first or ready or running:
+            while (first or ready) and len(running) < executor.capacity:
+                task, owners = ready.popleft() if ready else first.popleft()
+                running[executor.submit(task, executor.sink)] = (task, owners)
                 if watch is not None:
-                    watch("submitted", run, task, None)
+                    watch("submitted", owners[0], task, None, len(task.keys))
             finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
             # Successful results first: a seed completed in the same batch as a failure is
             # still recorded (and kept for resume) before the failure stops the run.
             for future in sorted(finished, key=sort_key):
-                run, task = running.pop(future)
+                task, owners = running.pop(future)
                 error = future.exception()
                 if error is not None:
                     if isinstance(error, cf.BrokenExecutor) or not keep_going:
                         raise error
-                    if isinstance(task, EnsembleTask):
-                        for member, part in zip(together[id(task)], task.parts, strict=True):
-                            for seed in part.seeds:
-                                member.failed[seed] = _first_line(error)
-                    else:
-                        run.failed[task.seed] = _first_line(error)
-                    if watch is not None:
-                        watch("failed", run, task, error)
-                    for item in [i for i in arm_queue if i[0] is run and i[1].seed == task.seed]:
-                        arm_queue.remove(item)  # the seed's other arms need not run now
-                        if watch is not None:
-                            watch("skipped", *item, None)
+                    _fail(task, owners, error, [first, ready], running, watch)
                     continue
-                result = future.result()
-                if isinstance(task, EnsembleTask):
-                    for member, part in zip(together[id(task)], task.parts, strict=True):
-                        _finish_ensemble(member, part.seeds, result["results"])
-                    if watch is not None:
-                        watch("finished", run, task, None)
-                    continue
-                _check_capability(run, result)
-                _keep_result(run, task, result)
-                assembly = run.assemblies[task.seed]
-                if isinstance(task, SftTask):
-                    assembly.sft = result
-                    initial = CheckpointRef(result["checkpoint"]["file"],
-                                            result["checkpoint"]["sha256"])
-                    options = run.options
-                    arm_queue.extend((run, ArmTask(run.data, task.seed, arm, initial,
-                                                   options.out_dir, options.progress_every,
-                                                   options.device, options.log))
-                                     for arm in assembly.arms)
-                else:
-                    assembly.arm_results[task.arm] = result
+                results = future.result()
+                for run in owners:
+                    mine = {key: value for key, value in results.items()
+                            if key[0] == str(run.options.out_dir)}
+                    _accept(run, mine)
+                    for more in run.engine.after(task, mine, run.work(run.pending)):
+                        ready.append((more, [run]))
                 if watch is not None:
-                    watch("finished", run, task, None)
-                if assembly.complete():
-                    _finish_seed(assembly, run)
+                    watch("finished", owners[0], task, None, len(task.keys))
     except cf.BrokenExecutor:
         raise RunFailed("a worker process died; completed seeds are kept") from None
 
 
+def _owners(task: EngineTask, runs: list[OpenRun]) -> list[OpenRun]:
+    """The runs a task trains stages of, in the given order."""
+    folders = {key[0] for key in task.keys}
+    return [run for run in runs if str(run.options.out_dir) in folders]
+
+
+def _accept(run: OpenRun, results: dict[StageKey, dict[str, Any]]) -> None:
+    """Hand a task's results to their seeds' assemblies; keep them for resume (unless the
+    engine kept them itself) and record the seeds now complete, with one record write."""
+    complete = []
+    for key, result in results.items():
+        _check_capability(run, result)
+        if not run.engine.keeps_results:
+            _keep_result(run, key, result)
+        _, seed, stage = key
+        assembly = run.assemblies[seed]
+        assembly.add(stage, result)
+        if assembly.complete() and seed not in complete:
+            complete.append(seed)
+    _finish_seeds(run, complete)
+
+
+def _fail(task: EngineTask, owners: list[OpenRun], error: BaseException,
+          queues: list[deque], running: dict, watch: TaskWatcher) -> None:
+    """Mark the failed task's seeds failed, drop their queued tasks and count what they
+    abandon: stages neither done, failed, running nor yet made."""
+    lost = {(key[0], key[1]) for key in task.keys}
+    for run in owners:
+        for folder, seed in lost:
+            if folder == str(run.options.out_dir):
+                run.failed[seed] = _first_line(error)
+    if watch is not None:
+        watch("failed", owners[0], task, error, len(task.keys))
+    accounted = set(task.keys)
+    for queue in queues:
+        for item in [i for i in queue if {(k[0], k[1]) for k in i[0].keys} & lost]:
+            queue.remove(item)
+            accounted.update(item[0].keys)
+            if watch is not None:
+                watch("skipped", item[1][0], item[0], None, len(item[0].keys))
+    for other, _ in running.values():
+        accounted.update(other.keys)
+    for run in owners:
+        folder = str(run.options.out_dir)
+        for seed in sorted(s for f, s in lost if f == folder):
+            assembly = run.assemblies[seed]
+            done = ({"initial"} if assembly.sft is not None else set()) | set(
+                assembly.arm_results)
+            never = [stage for stage in ["initial", *assembly.arms]
+                     if stage not in done and (folder, seed, stage) not in accounted]
+            if never and watch is not None:
+                watch("skipped", run, None, None, len(never))
+
+
 def _whole_seeds_kept(run: OpenRun) -> dict[tuple[int, str], dict[str, Any]]:
-    """An ensemble run's kept results, of the seeds kept whole only. The ensemble trains a
-    seed whole, so what is kept of the others is dropped, and so are their checkpoint files:
-    no record or kept result names them, and they are trained again in another company,
-    which on a GPU may give other bits than the file holds."""
+    """The kept results of the seeds kept whole only, for an engine that trains a seed whole:
+    what is kept of the others is dropped, and so are their checkpoint files (no record or
+    kept result names them, and they are trained again in another company, which on a GPU
+    may give other bits than the file holds)."""
     stages = ["initial", *arm_names(run.data)]
     whole = {seed for seed in run.pending if all((seed, s) in run.kept for s in stages)}
     replaced = 0
@@ -783,31 +591,23 @@ def _whole_seeds_kept(run: OpenRun) -> dict[tuple[int, str], dict[str, Any]]:
     return {key: value for key, value in run.kept.items() if key[0] in whole}
 
 
-def _finish_kept_ensemble_seeds(run: OpenRun) -> list[int]:
-    """Record the pending seeds an interrupted ensemble invocation kept whole (one write for
-    all) and return the others, to train."""
-    stages = ["initial", *arm_names(run.data)]
-    whole = [seed for seed in run.pending if all((seed, s) in run.kept for s in stages)]
-    if whole:
-        _finish_ensemble(run, tuple(whole), {(str(run.options.out_dir), seed, stage):
-                                             run.kept[(seed, stage)]
-                                             for seed in whole for stage in stages})
+def _finish_kept_seeds(run: OpenRun) -> list[int]:
+    """Record the pending seeds an interrupted invocation kept whole (one write for all) and
+    return the others, to train."""
+    whole = [seed for seed in run.pending if run.assemblies[seed].complete()]
+    _finish_seeds(run, whole)
     return [seed for seed in run.pending if seed not in whole]
 
 
-def _finish_ensemble(run: OpenRun, seeds: tuple[int, ...],
-                     results: dict[tuple[str, int, str], dict[str, Any]]) -> None:
-    """Record the seeds of ``run`` an ensemble task trained, as exact tasks would."""
-    folder = str(run.options.out_dir)
+def _finish_seeds(run: OpenRun, seeds: list[int]) -> None:
+    """Record complete seeds with one record write, then drop their kept results (until the
+    record holds them, the kept results do)."""
+    if not seeds:
+        return
     for seed in seeds:
-        assembly = run.assemblies[seed]
-        assembly.sft = results[(folder, seed, "initial")]
-        _check_capability(run, assembly.sft)
-        for arm in assembly.arms:
-            assembly.arm_results[arm] = results[(folder, seed, arm)]
-        _finish_seed(assembly, run, write=False)
+        _finish_seed(run.assemblies[seed], run, write=False)
     _write_record(run.options.out_dir, run.record, run.data["seeds"])
-    for seed in seeds:  # only now: until the record holds them, the kept results do
+    for seed in seeds:
         _drop_kept(run, seed)
 
 
@@ -826,9 +626,8 @@ def _check_capability(run: OpenRun, result: dict[str, Any]) -> None:
                         f"the main process {expected}")
 
 
-def _task_order(task: Task, data: dict[str, Any]) -> tuple[int, int]:
+def _task_order(task: EngineTask, data: dict[str, Any]) -> tuple[int, int]:
     """Plan order, so tasks finishing together are handled the same way on every run."""
-    if isinstance(task, EnsembleTask):
-        return data["seeds"].index(task.seed), 0
-    stage = arm_names(data).index(task.arm) + 1 if isinstance(task, ArmTask) else 0
-    return data["seeds"].index(task.seed), stage
+    _, seed, stage = task.keys[0]
+    stages = ["initial", *arm_names(data)]
+    return data["seeds"].index(seed), stages.index(stage)

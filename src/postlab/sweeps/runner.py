@@ -21,17 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from postlab.engines.registry import DEFAULT_ENGINE, EngineTask
 from postlab.errors import UserError
 from postlab.jsonio import dump_json, publish_bytes, read_bytes
 from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, load_plan, parse_plan, teaching_plan_loaded
 from postlab.runs.orchestration import (
     PLAN_FILE,
-    EnsembleTask,
     OpenRun,
     RunOptions,
-    SftTask,
-    Task,
     finish_run,
     open_run,
     run_tasks,
@@ -56,7 +54,7 @@ class SweepOptions:
     resume: bool = False
     device: str = "cpu"
     log: tuple[str, ...] = ()  # step loggers of every version's tasks (runs.steplog.LOGGERS)
-    engine: str = "exact"  # "ensemble": each version's seeds and arms as one batched task
+    engine: str = DEFAULT_ENGINE  # a name in postlab.engines.registry.ENGINES
 
 
 def load_versions(spec_path: Path, today: str) -> tuple[bytes, list[Version]]:
@@ -116,22 +114,21 @@ class SweepProgress(Quiet):
         self.quiet = quiet
         self.started = time.monotonic()
 
-    def watch(self, event: str, run: OpenRun, task: Task, error: BaseException | None) -> None:
+    def watch(self, event: str, run: OpenRun, task: EngineTask | None,
+              error: BaseException | None, count: int) -> None:
+        """Counts are of (seed, stage) results: a task stands for every one it trains."""
         if event == "submitted":
             self.running += 1
             return
-        if event == "skipped":  # never submitted: its seed failed
-            self.skipped += 1
+        if event == "skipped":  # never submitted, or never made: its seed failed
+            self.skipped += count
             return
         self.running -= 1
-        # an ensemble task stands for every (seed, stage) it trains
-        count = task.stages if isinstance(task, EnsembleTask) else 1
         if event == "failed":
             self.failed += count
-            if isinstance(task, SftTask):  # its arms were never queued
-                self.skipped += len(arm_names(run.data))
-            self.message(f"failed: {run.options.out_dir.name} seed {task.seed}: "
-                         f"{run.failed.get(task.seed, error)}")
+            seed = task.seed if task is not None else None
+            self.message(f"failed: {run.options.out_dir.name} seed {seed}: "
+                         f"{run.failed.get(seed, error)}")
         else:
             self.done += count
         self.message(self.line())

@@ -10,7 +10,7 @@ every run checks, for every checkpoint, that its members did not depend on each 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,13 +25,18 @@ from postlab.engines.ensemble.nets import (
     configuration_problem,
     net_for,
 )
-from postlab.errors import UserError
-from postlab.plan.arms import arm_specs
-from postlab.policies.base import POLICIES, build_policy, policy_kind
-from postlab.runs.checkpoint import checkpoint_bytes, load_checkpoint, publish_checkpoint
+from postlab.engines.registry import Emit, EngineTask, StageKey, Work, cpu_capability
+from postlab.errors import RunFailed, UserError
+from postlab.plan.arms import arm_names, arm_specs
+from postlab.policies.base import POLICIES, Policy, build_policy, policy_kind
+from postlab.runs.checkpoint import (
+    checkpoint_bytes,
+    checkpoint_name,
+    load_checkpoint,
+    publish_checkpoint,
+)
 from postlab.tasks.arithmetic import task_for
 
-Emit = Callable[[dict[str, Any]], None]
 NAME = "ensemble"
 
 
@@ -92,8 +97,6 @@ def _save_all(params: dict[str, torch.Tensor], net: Net, tables: engine.Tables,
     all together in reversed order (another company, another position for every member)
     and the first one alone. Each must give the rows it gave in the ensemble: the run checks
     that its members did not depend on each other."""
-    from postlab.runs.orchestration import RunFailed, checkpoint_name
-
     published, restored = [], []
     for item in items:
         state = net.unstack(params, item.member)
@@ -236,7 +239,6 @@ def _train_members(members: list[tuple[Part, int]], device: str
                    ) -> dict[tuple[str, int, str], dict[str, Any]]:
     """SFT of every member's seed, then every arm of each, as stacked members."""
     from postlab.engines.train import sft_compute
-    from postlab.runs.orchestration import _capability
 
     plan = members[0][0].plan
     plans = [part.plan for part, _ in members]
@@ -264,7 +266,7 @@ def _train_members(members: list[tuple[Part, int]], device: str
     for m, (part, seed) in enumerate(members):
         results[(str(part.out_dir), seed, "initial")] = {
             "seed": seed, "sft_loss": losses[m], "evaluation": evaluations[m],
-            "checkpoint": saved[m], "parameters": parameters, "capability": _capability(),
+            "checkpoint": saved[m], "parameters": parameters, "capability": cpu_capability(),
             "compute": sft_compute(part.plan, part.plan["sft_steps"])}
     untrained_params = net.stack(untrained)
     arms = arm_specs(plan)
@@ -291,7 +293,7 @@ def _train_members(members: list[tuple[Part, int]], device: str
             results[(str(part.out_dir), seed, arm.name)] = {
                 "seed": seed, "arm": arm.name, "history": histories[j],
                 "compute": _compute_of(histories[j], part.plan), "evaluation": rows[j],
-                "checkpoint": saved[j], "capability": _capability()}
+                "checkpoint": saved[j], "capability": cpu_capability()}
     for arm in (a for a in arms if not a.is_rl):
         more = {k: v.clone() for k, v in sft_params.items()}
         extra = engine.supervised(more, net, tables, plan, seed_tensor,
@@ -307,5 +309,75 @@ def _train_members(members: list[tuple[Part, int]], device: str
             results[(str(part.out_dir), seed, arm.name)] = {
                 "seed": seed, "arm": arm.name, "sft_loss": extra[m],
                 "compute": sft_compute(part.plan, arm.sft_steps), "evaluation": rows[m],
-                "checkpoint": saved[m], "capability": _capability()}
+                "checkpoint": saved[m], "capability": cpu_capability()}
     return results
+
+
+@dataclass(frozen=True)
+class EnsembleTask:
+    """Every stage of the pending seeds of one or more runs (plan versions that differ only
+    in numeric settings), trained as one batched computation. Its result maps each (run
+    folder, seed, stage) to what that stage's exact task returns."""
+
+    parts: tuple[Part, ...]  # one per run
+    device: str = "cpu"
+    shares: int = 1  # ensemble tasks running at once: they share the memory
+
+    @property
+    def seed(self) -> int:
+        return self.parts[0].seeds[0]
+
+    @property
+    def keys(self) -> tuple[StageKey, ...]:
+        return tuple((str(part.out_dir), seed, stage) for part in self.parts
+                     for seed in part.seeds
+                     for stage in ("initial", *arm_names(part.plan)))
+
+    def __call__(self, emit: Emit) -> dict[StageKey, dict[str, Any]]:
+        return train_parts(list(self.parts), self.device, emit, shares=self.shares, keep=True)
+
+
+class EnsembleEngine:
+    """All pending seeds and arms of runs that differ only in numeric settings, as stacked
+    members of one computation, split into as many shares as the executor runs at once."""
+
+    name = NAME
+    summary = ("many seeds, arms and plan versions as one batched computation; the exact "
+               "engine's results in distribution, not in bits")
+    keeps_results = True  # each chunk of members keeps its seeds' results as it finishes
+    whole_seeds = True  # a seed trains whole: what is kept of one in part is trained again
+
+    def problems(self, plan: Mapping[str, Any], log: Sequence[str] = ()) -> list[str]:
+        found = problems(dict(plan))
+        if log:
+            found.append(f"with --log {log[0]}: it writes no live logs yet (its members "
+                         "train as one computation); use --engine exact to watch training, "
+                         "or read the finished run's dynamics in its report")
+        return found
+
+    def batch_key(self, plan: Mapping[str, Any]) -> str:
+        return batch_key(dict(plan))
+
+    def tasks(self, works: Sequence[Work], capacity: int) -> list[EngineTask]:
+        # As many tasks as the executor runs at once, each a share of the seeds: members do
+        # not depend on their company, so the split changes the work, not the bits.
+        members = [(work, seed) for work in works for seed in work.seeds]
+        shares = min(capacity, len(members))
+        tasks: list[EngineTask] = []
+        for share in range(shares):
+            mine = members[share::shares]
+            parts = [Part(work.plan, seeds, work.out_dir) for work in works
+                     if (seeds := tuple(seed for owner, seed in mine if owner is work))]
+            tasks.append(EnsembleTask(tuple(parts), works[0].device, shares))
+        return tasks
+
+    def after(self, task: EngineTask, results: Mapping[StageKey, dict[str, Any]],
+              work: Work) -> list[EngineTask]:
+        return []
+
+    def evaluate(self, model: Policy, plan: dict[str, Any], seed: int,
+                 device: str) -> dict[str, Any]:
+        return evaluate_alone(model.state_dict(), plan, seed, device)
+
+
+ENSEMBLE = EnsembleEngine()

@@ -1,0 +1,319 @@
+"""Reading runs from a script: ``verify``, ``report``, ``compare``, ``plot`` and ``export``.
+
+Every reader opens a run through :func:`postlab.records.opened.open_run` (the same checks
+everywhere), computes with :mod:`postlab.analysis`, and renders with :mod:`postlab.render`;
+files are published whole (a new file or folder appears complete, or not at all) and an
+existing output is never overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from postlab.api import environment
+from postlab.errors import UserError
+from postlab.records.opened import OpenedRun, check_unchanged, open_run, refuse
+
+if TYPE_CHECKING:
+    from postlab.analysis.aggregate import Analysis
+    from postlab.analysis.versions import Comparison
+    from postlab.records.verify import Check
+
+
+def require_report_extra() -> None:
+    """Intervals and figures need the report extra; refused in one line without it."""
+    import importlib.util
+
+    missing = [m for m in ("matplotlib", "scipy") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"this report needs {', '.join(missing)}: "
+                        "pip install 'postlab[report]'")
+
+
+def check_split(opened: OpenedRun, split: str) -> None:
+    """The split must be one of the plan's, and every stage of the record must hold it."""
+    if split not in opened.plan.data["split"]:
+        raise UserError(f"--split {split}: the plan's splits are "
+                        f"{', '.join(opened.plan.data['split'])}")
+    for run in opened.record["runs"]:
+        for stage, splits in run["evaluations"].items():
+            if split not in splits:
+                raise UserError(f"{opened.source}: seed {run['seed']}, stage {stage} has no "
+                                f"{split!r} split")
+
+
+def analyse(opened: OpenedRun, split: str = "test") -> Analysis:
+    """Everything a report shows about one held-out split, computed once."""
+    from postlab.analysis.aggregate import analyse as compute
+    from postlab.records.record import record_plan_problems
+
+    check_split(opened, split)
+    require_report_extra()
+    refuse(record_plan_problems(opened.record, opened.plan.data), opened.source,
+           "record does not fit the plan")
+    return compute(opened.record, opened.plan.data)
+
+
+def finding_lines(opened: OpenedRun, analysis: Analysis, lang: str, split: str) -> list[str]:
+    """What the run's numbers say, in words, each with its interval."""
+    from postlab.analysis.findings import findings
+    from postlab.render.sentences import sentence
+
+    return [sentence(f, lang) for f in findings(analysis, opened.record, opened.plan.data,
+                                                split)]
+
+
+def figure_notices(lang: str) -> list[str]:
+    """One line, printed and shown on the page, when figures cannot use the language."""
+    from postlab.render.figures import figure_language
+    from postlab.render.labels import FIGURE_WORDS
+
+    if figure_language(lang)[0] == lang:
+        return []
+    return [FIGURE_WORDS[lang]["cjk_missing"]]
+
+
+def report_page(opened: OpenedRun, analysis: Analysis, lang: str, split: str) -> str:
+    """The run's self-contained HTML page: figures and a first screen with its verification."""
+    from datetime import UTC, datetime
+
+    from postlab.analysis.samples import pair_grids, stage_examples
+    from postlab.records.verify import verify_run
+    from postlab.render.figures import draw_figures
+    from postlab.render.html import FirstScreen, render_html
+    from postlab.render.overview import overview_rows, verification_line
+
+    record, plan, source = opened.record, opened.plan.data, opened.source
+    figures = draw_figures(analysis, lang, split, pair_grids(record, plan))
+    # A record in a run folder is verified as 'postlab verify' would; a record alone (no
+    # plan.json beside it) has no checkpoints or summary to check, so it is not marked failed.
+    checks = verify_run(opened.files, record) if opened.files.plan.is_file() else None
+    verification, verified = verification_line(checks, lang)
+    written = datetime.fromtimestamp(source.stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    screen = FirstScreen(
+        facts=overview_rows(plan, record, written, lang), verification=verification,
+        verified=verified, findings=finding_lines(opened, analysis, lang, split),
+        answers=stage_examples(record, plan, split, per_kind=3),
+        notices=figure_notices(lang))
+    return render_html(analysis, figures, lang, split, screen)
+
+
+def refuse_existing(path: Path | None) -> None:
+    if path is not None and (path.exists() or path.is_symlink()):
+        raise UserError(f"{path}: already exists; postlab never overwrites an output")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyResult:
+    """Every check of a run, the code path it re-evaluated on, and the verdict's exit code
+    (0 verified, 1 a check failed or a required part is missing)."""
+
+    checks: list[Check]
+    code_path: str
+    text: str
+    code: int
+
+    @property
+    def verified(self) -> bool:
+        return self.code == 0
+
+
+def verify(run: str | Path | None = None, *, expect: str | None = None) -> VerifyResult:
+    """Re-check a run folder or record (default: the bundled run) on the record's own CPU
+    code path: hashes, re-evaluation of every checkpoint, summary, counts, digests, the
+    fingerprint (against ``expect`` if given), environment and source."""
+    from postlab.records.fingerprint import check_expected
+    from postlab.records.record import load_record, locate_run
+
+    expected = None if expect is None else check_expected(expect)
+    files = locate_run(None if run is None else Path(run))
+    record = load_record(files.record)
+    # Re-evaluation recomputes bits, so it runs on the record's code path where it can.
+    note = environment.pin_for_record(record, None, strict=False)
+    if record.get("device") == "cuda":
+        from postlab.runs.device import prepare
+
+        prepare("cuda")  # re-evaluates on CUDA where it exists; before CUDA initialises
+    from postlab.records.verify import render_checks, verify_run
+
+    checks = verify_run(files, record, expect=expected)
+    text, code = render_checks(checks)
+    return VerifyResult(checks=checks, code_path=note, text=text, code=code)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    """A run's report on one held-out split: the aggregates, the findings in words, and
+    the HTML page written, if one was asked for."""
+
+    run: OpenedRun
+    analysis: Analysis
+    findings: list[str]
+    html: Path | None
+
+
+def report(run: str | Path | None = None, *, plan: str | Path | None = None,
+           split: str = "test", lang: str = "en", html: str | Path | None = None) -> Report:
+    """Aggregate a run (default: the bundled run) over seeds for every stage, split and
+    decoding, with the findings in ``lang`` ("en" or "zh"); with ``html``, also write the
+    self-contained page there (a new file)."""
+    page_path = None if html is None else Path(html)
+    refuse_existing(page_path)
+    opened = open_run(None if run is None else Path(run), None if plan is None else Path(plan),
+                      check_rows=False)
+    if page_path is not None:
+        # The page shows the run's verification, which re-evaluates checkpoints: on the
+        # record's code path, chosen before anything loads torch.
+        environment.pin_for_record(opened.record, None, strict=False)
+    check_split(opened, split)
+    from postlab.records.record import reading_problems
+
+    refuse(reading_problems(opened.record, opened.plan.data), opened.source,
+           "record does not fit the plan")
+    check_unchanged(opened.record, opened.source)
+    analysis = analyse(opened, split)
+    if page_path is not None:
+        from postlab.jsonio import publish_bytes
+
+        publish_bytes(page_path, report_page(opened, analysis, lang, split).encode())
+    return Report(run=opened, analysis=analysis,
+                  findings=finding_lines(opened, analysis, lang, split), html=page_path)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareResult:
+    """Versions compared on every held-out metric, paired by seed with the base version."""
+
+    comparison: Comparison
+    left_out: list[str]  # versions of a sweep without a completed seed yet
+    html: Path | None
+
+
+def _plan_changes(base: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    """The keys a plan sets differently from the base (the automatic ones left out)."""
+    skip = {"version", "date", "parent"}
+    return {key: plan.get(key) for key in sorted(base.keys() | plan.keys())
+            if key not in skip and base.get(key) != plan.get(key)}
+
+
+def compare(runs: Sequence[str | Path], *, split: str | None = None, lang: str = "en",
+            html: str | Path | None = None) -> CompareResult:
+    """Compare a sweep folder's versions, or two or more run folders (the first is the base):
+    each held-out metric's mean and interval per version, and its difference from the base
+    paired by seed; with ``html``, also write the page with figures (a new file)."""
+    from postlab.analysis.versions import VersionInput
+    from postlab.analysis.versions import compare as compute
+    from postlab.sweeps.folder import is_sweep, read_index
+
+    page_path = None if html is None else Path(html)
+    refuse_existing(page_path)
+    folders: list[tuple[str, Path, dict | None]] = []
+    left_out = []
+    for given in runs:
+        path = Path(given)
+        if not is_sweep(path):
+            folders.append((path.name, path, None))
+            continue
+        versions = read_index(path)[1]
+        if not (path / versions[0].name / "record.json").is_file():
+            raise UserError(f"{path}: the base version has no completed seed yet; finish the "
+                            "sweep with 'postlab sweep --resume'")
+        for version in versions:
+            if (path / version.name / "record.json").is_file():
+                folders.append((version.name, path / version.name, version.changes))
+            else:
+                left_out.append(str(path / version.name))
+    names = [name for name, _, _ in folders]
+    if len(folders) < 2:
+        raise UserError("compare needs at least two versions: a sweep folder, or two or more "
+                        "run folders")
+    if len(set(names)) != len(names):
+        raise UserError(f"two versions are named alike ({', '.join(names)}); give folders "
+                        "with distinct names")
+    require_report_extra()
+    inputs = []
+    base_plan: dict[str, Any] | None = None
+    held_out: list[str] | None = None
+    for name, folder, changes in folders:
+        opened = open_run(folder, check_rows=False)
+        check_unchanged(opened.record, opened.source)
+        splits = [s for s in opened.plan.data["split"] if s != "train"]
+        if split is not None and split not in splits:
+            raise UserError(f"--split {split}: {opened.source.parent} has held-out splits "
+                            f"{', '.join(splits)}")
+        analysis = analyse(opened, split or splits[-1])
+        if base_plan is None:
+            base_plan, held_out = opened.plan.data, splits
+        if changes is None:
+            changes = _plan_changes(base_plan, opened.plan.data)
+        inputs.append(VersionInput(name=name, changes=changes, analysis=analysis,
+                                   plan=opened.plan.data))
+    result = compute(inputs, held_out or ("test",))
+    if page_path is not None:
+        from postlab.jsonio import publish_bytes
+        from postlab.render import comparison as render
+
+        shown = held_out or ["test"]
+        figure_split = split or ("test" if "test" in shown else shown[-1])
+        figures = render.draw_figures(result, lang, figure_split)
+        publish_bytes(page_path, render.render_html(result, figures, lang, split).encode())
+    return CompareResult(comparison=result, left_out=left_out, html=page_path)
+
+
+def plot(run: str | Path | None = None, out_dir: str | Path | None = None, *,
+         overwrite: bool = False, split: str = "test", lang: str = "en") -> Path:
+    """Write a run's figures (PNG and SVG) into ``out_dir`` (default: RUN/figures) as one new
+    folder; ``overwrite`` replaces a folder holding only figures an earlier plot wrote."""
+    from postlab.analysis.samples import pair_grids
+    from postlab.api.publish import check_only_figures, publish_folder, replace_folder
+    from postlab.render.figures import FIGURE_NAMES, draw_figures
+
+    if run is None and out_dir is None:
+        raise UserError("--out-dir is required when plotting the bundled run")
+    opened = open_run(None if run is None else Path(run), check_rows=False)
+    check_unchanged(opened.record, opened.source)
+    out = Path(out_dir) if out_dir is not None else opened.source.parent / "figures"
+    replace = out.exists() or out.is_symlink()
+    if replace:
+        if not overwrite:
+            raise UserError(f"{out}: already exists; postlab never overwrites an output "
+                            "(--overwrite replaces figures an earlier plot wrote)")
+        check_only_figures(out, FIGURE_NAMES)
+    analysis = analyse(opened, split)
+    figures = draw_figures(analysis, lang, split, pair_grids(opened.record, opened.plan.data))
+    contents = {f"{f.name}.{ext}": getattr(f, ext) for f in figures for ext in ("png", "svg")}
+    if replace:
+        replace_folder(out, contents, FIGURE_NAMES)
+    else:
+        publish_folder(out, contents)
+    return out
+
+
+def export(run: str | Path | None, out_dir: str | Path, *,
+           format_: str = "parquet") -> tuple[Path, int, list[str]]:
+    """Every raw output of a run, or of every version of a sweep, as tidy tables with
+    ``schema.json``, published as one new folder; returns it, the number of tables, and the
+    sweep versions left out (no completed seed yet)."""
+    from postlab.api.publish import publish_folder
+    from postlab.export.files import export_files
+    from postlab.export.loaded import LoadedRun, load_run, load_sweep, require_arrow
+    from postlab.sweeps.folder import is_sweep
+
+    out = Path(out_dir)
+    refuse_existing(out)
+    if not out.parent.is_dir():
+        raise UserError(f"{out}: folder {out.parent} does not exist")
+    require_arrow()
+    target = None if run is None else Path(run)
+    left_out: list[str] = []
+    if target is not None and is_sweep(target):
+        runs, left_out = load_sweep(target)
+        chosen: list[tuple[str | None, LoadedRun]] = list(runs)
+    else:
+        chosen = [(None, load_run(target))]
+    files = export_files(chosen, format_)
+    publish_folder(out, files)
+    return out, len(files) - 1, left_out

@@ -1,0 +1,279 @@
+"""Training from a script: ``run``, ``reproduce`` and ``sweep``.
+
+Each takes typed arguments, refuses bad input with a :class:`~postlab.errors.UserError`
+before anything is written, pins the code path and chooses the device (see
+:mod:`.environment`), and returns what it made. Lines meant for a person (the code path, the
+device) go to ``say`` and the cost estimate to ``say_cost``; progress events go to
+``display``. A run that stops
+(a non-finite loss, a dead worker) raises :class:`~postlab.errors.RunFailed` or
+:class:`~postlab.engines.train.NonFiniteError`, with its completed seeds kept for ``resume``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from postlab.api import environment
+from postlab.engines.registry import DEFAULT_ENGINE, ENGINES
+from postlab.errors import UserError
+
+if TYPE_CHECKING:
+    from postlab.plan.frozen import LoadedPlan
+    from postlab.records.compare import Comparison
+    from postlab.runs.estimate import ComputeEstimate
+    from postlab.runs.progress import Quiet
+    from postlab.sweeps.runner import SweepProgress
+
+Say = Callable[[str], None]
+
+
+def _silent(_: str) -> None:
+    """The default ``say``: a script that wants the lines passes ``print``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    """A finished run: its folder, record, fingerprint, and how it was computed."""
+
+    out_dir: Path
+    record: dict[str, Any]
+    fingerprint: str
+    code_path: str  # the line saying which CPU code path was pinned, and why
+    device: str
+    seconds: float
+
+
+def check_engine(engine: str, plan: Mapping[str, Any], what: str,
+                 log: tuple[str, ...] = ()) -> None:
+    """A plan the chosen engine cannot train is refused before anything is written."""
+    if engine not in ENGINES:
+        raise UserError(f"engine {engine!r}: unknown"
+                        f"{environment.did_you_mean(engine, ENGINES.names())}; choose one of "
+                        f"{', '.join(ENGINES.names())}")
+    found = ENGINES[engine].problems(plan, log)
+    if found:
+        raise UserError(f"{what}: the {engine} engine cannot train {found[0]}")
+
+
+def check_size(plan: LoadedPlan, allow_large: bool) -> ComputeEstimate:
+    """The plan's estimated cost; a plan over the limits is refused unless ``allow_large``."""
+    from postlab.runs.estimate import check_size as check
+
+    return check(plan.data, allow_large)
+
+
+def check_loggers(log: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Live loggers by name, each once; a missing package is refused before any write."""
+    from postlab.runs.steplog import check_loggers as check
+
+    names = tuple(dict.fromkeys(log))
+    check(names)
+    return names
+
+
+def _plan_to_train(plan: str | Path | None, out_dir: Path, resume: bool
+                   ) -> tuple[LoadedPlan | None, bytes | None, LoadedPlan | None]:
+    """The plan given (None: the teaching plan, or on resume the folder's own), its bytes, and
+    the plan whose size and engine fit are checked (the folder's, on resume)."""
+    from postlab.jsonio import read_bytes
+    from postlab.plan.frozen import (
+        load_plan,
+        parse_plan,
+        plan_bytes,
+        teaching_plan,
+        teaching_plan_loaded,
+    )
+
+    if plan is not None:
+        loaded = load_plan(Path(plan))
+        return loaded, loaded.raw, loaded
+    if not resume:
+        loaded = teaching_plan_loaded()
+        return loaded, plan_bytes(teaching_plan()), loaded
+    path = out_dir / "plan.json"
+    stored = parse_plan(read_bytes(path, "plan"), str(path), path) if path.is_file() else None
+    return None, None, stored
+
+
+def train(plan: LoadedPlan | None, raw: bytes | None, out_dir: Path, *, workers: int,
+          resume: bool = False, device: str = "cpu", engine: str = DEFAULT_ENGINE,
+          log: tuple[str, ...] = (), display: Quiet | None = None,
+          progress_every: int = 0) -> dict[str, Any]:
+    """Train a checked plan into ``out_dir`` with an already chosen setting; the record."""
+    from postlab.runs.orchestration import RunOptions, run_plan
+    from postlab.runs.progress import Quiet
+
+    options = RunOptions(out_dir=out_dir, workers=workers, resume=resume,
+                         progress_every=progress_every, display=display or Quiet(),
+                         device=device, log=log, engine=engine)
+    return run_plan(plan, raw, options)
+
+
+def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = False,
+        workers: int | None = None, cpu_path: str | None = None, device: str | None = None,
+        engine: str = DEFAULT_ENGINE, log: tuple[str, ...] = (), allow_large: bool = False,
+        say: Say = _silent, say_cost: Say = _silent, display: Quiet | None = None,
+        progress_every: int = 0) -> RunResult:
+    """Train every seed and arm of ``plan`` (default: the teaching plan) into the new folder
+    ``out_dir``, or complete an interrupted run there with ``resume``.
+
+    ``cpu_path``: "portable" (default), "native" or a path name, pinned before torch loads
+    (in a process that already loaded torch, only the path in force is accepted);
+    ``device``: "cpu" (default), "cuda" or "auto"; ``engine``: a name in ``ENGINES``.
+    """
+    out = Path(out_dir)
+    names = check_loggers(log)
+    note = environment.pin_for_run(out, cpu_path, resume)  # before torch loads
+    chosen, device_note = environment.device_for_run(out, device, resume)
+    count = environment.worker_count(workers, chosen)
+    loaded, raw, sized = _plan_to_train(plan, out, resume)
+    if not resume and out.exists():
+        raise UserError(f"{out}: already exists; choose a new --out-dir, or pass --resume to "
+                        "complete an interrupted run there")
+    if resume and not out.is_dir():
+        raise UserError(f"{out}: no run folder to resume")
+    say(note)
+    say(device_note)
+    if sized is not None:
+        check_engine(engine, sized.data, str(plan or "the teaching plan"), names)
+        from postlab.runs.estimate import render_estimate
+
+        say_cost(render_estimate(check_size(sized, allow_large)))
+    start = time.monotonic()
+    record = train(loaded, raw, out, workers=count, resume=resume, device=chosen,
+                   engine=engine, log=names, display=display, progress_every=progress_every)
+    from postlab.records.fingerprint import read_fingerprint_file
+
+    return RunResult(out_dir=out, record=record, fingerprint=read_fingerprint_file(out) or "",
+                     code_path=note, device=chosen, seconds=time.monotonic() - start)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReproduceResult:
+    """A recorded run trained again: the row-by-row comparison, and the new record."""
+
+    comparison: Comparison
+    record: dict[str, Any]
+    #: why bits may differ: each difference of what decides them, or that there is none
+    environment_hint: str
+
+    @property
+    def identical(self) -> bool:
+        return self.comparison.identical
+
+
+def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | None = None,
+              cpu_path: str | None = None, device: str | None = None,
+              allow_large: bool = False, say: Say = _silent, say_cost: Say = _silent,
+              display: Quiet | None = None, progress_every: int = 0) -> ReproduceResult:
+    """Train the recorded plan of ``run`` (default: the bundled run) again into ``out_dir``
+    on the record's own code path, device and engine, and compare every raw row."""
+    from postlab.plan.frozen import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
+    from postlab.records.compare import compare_records
+    from postlab.records.record import check_plan_link, load_record, locate_run
+
+    environment.check_cpu_path(cpu_path)
+    files = locate_run(None if run is None else Path(run))
+    record = load_record(files.record)
+    # Before torch loads: the record's code path, or a clear refusal before training.
+    note = environment.pin_for_record(record, cpu_path, strict=True)
+    chosen = environment.device_for_record(record, device)
+    how = "chosen with --device" if device else "the record's"
+    say(f"{note}; device: {chosen} ({how})")
+    count = environment.worker_count(workers, chosen)
+    if files.plan.is_file():
+        plan = load_plan(files.plan)
+        raw = plan.raw
+    else:
+        plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
+    check_plan_link(record, plan, str(files.record))
+    from postlab.runs.estimate import render_estimate
+
+    say_cost(render_estimate(check_size(plan, allow_large)))
+    engine = record.get("engine", DEFAULT_ENGINE)  # the record's engine makes its bits
+    check_engine(engine, plan.data, str(files.record))
+    fresh = train(plan, raw, Path(out_dir), workers=count, device=chosen, engine=engine,
+                  display=display, progress_every=progress_every)
+    return ReproduceResult(comparison=compare_records(record, fresh), record=fresh,
+                           environment_hint=environment_hint(record, fresh))
+
+
+def environment_hint(recorded: dict[str, Any], fresh: dict[str, Any]) -> str:
+    """Why the bits may differ: each difference of what decides them, or none."""
+    from postlab.runs import numerics
+
+    then, now = recorded.get("numerics"), fresh.get("numerics")
+    if not isinstance(then, dict) or not isinstance(now, dict):
+        return ("  the record names no numeric environment, so a different CPU code path "
+                "or BLAS may explain the difference\n")
+    deciding, _ = numerics.differences(then, now)
+    versions = [f"{key} {recorded.get(key)} then, {fresh.get(key)} now"
+                for key in ("torch", "python") if recorded.get(key) != fresh.get(key)]
+    if deciding or versions:
+        return f"  what decides the bits differs: {'; '.join(versions + deciding)}\n"
+    return ("  the numeric environment is the same (code path, BLAS, threads, torch), so the "
+            "difference is in the record or the code, not the machine\n")
+
+
+def sweep(sweep_file: str | Path | None, out_dir: str | Path, *, resume: bool = False,
+          workers: int | None = None, executor: str | None = None,
+          address: str | None = None, cpu_path: str | None = None,
+          device: str | None = None, engine: str = DEFAULT_ENGINE,
+          log: tuple[str, ...] = (), allow_large: bool = False, say: Say = _silent,
+          progress: SweepProgress | None = None) -> dict[str, dict[str, Any] | None]:
+    """Freeze every plan version of ``sweep_file`` into ``out_dir`` and train every (version,
+    seed), locally or on Ray (``executor="ray"``, ``address``); or complete it with
+    ``resume``. Returns each version's record, or None for a version whose tasks failed."""
+    import datetime
+
+    from postlab.sweeps import folder, runner
+
+    out = Path(out_dir)
+    spec = None if sweep_file is None else Path(sweep_file)
+    if spec is None and not resume:
+        raise UserError("postlab sweep needs a sweep file (or --resume with --out-dir)")
+    if address is not None and executor != "ray":
+        raise UserError("--address is for --executor ray")
+    names = check_loggers(log)
+    environment.check_cpu_path(cpu_path)
+    # A resumed sweep is computed under the settings of its versions' records or kept tasks
+    # (the first version that has any), as a resumed run is.
+    started = None
+    if resume and folder.is_sweep(out):
+        from postlab.records.record import resume_settings
+
+        started = next((out / v.name for v in folder.read_index(out)[1]
+                        if resume_settings(out / v.name) is not None), None)
+    settings_from = started if started is not None else out
+    note = environment.pin_for_run(settings_from, cpu_path, started is not None)
+    chosen, device_note = environment.device_for_run(settings_from, device,
+                                                     started is not None)
+    today = datetime.date.today().isoformat()
+    if not resume:
+        _, versions = runner.load_versions(spec, today)  # all refusals come first
+        from postlab.plan.frozen import parse_plan
+        from postlab.runs.estimate import render_estimate
+
+        for version in versions:
+            check_engine(engine, version.plan, f"version {version.name}", names)
+            estimate = check_size(parse_plan(version.raw, version.name), allow_large)
+        say(f"{len(versions)} versions: {', '.join(v.name for v in versions)}")
+        say(f"estimate of one version ({versions[-1].name}):\n{render_estimate(estimate)}")
+    if executor == "ray":
+        if workers is not None and workers < 1:
+            raise UserError(f"--workers must be at least 1, got {workers}")
+        count = workers if workers is not None else 0  # 0: the cluster's CPUs
+        settings: tuple = (("address", address), ("device", chosen))
+    else:
+        count = environment.worker_count(workers, chosen)
+        settings = ()
+    say(note)
+    say(device_note)
+    options = runner.SweepOptions(out_dir=out, workers=count, executor=executor,
+                                  executor_settings=settings, resume=resume, device=chosen,
+                                  log=names, engine=engine)
+    return runner.run_sweep(spec, options, today, progress or runner.SweepProgress(0, quiet=True))

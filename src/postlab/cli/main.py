@@ -1,0 +1,54 @@
+"""``postlab COMMAND``: parse, call the command, and turn every outcome into an exit code.
+
+Every user mistake surfaces as a :class:`~postlab.errors.UserError`, printed as one line with
+exit code 2; any other exception is a bug in postlab, shown with its traceback and exit code 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from postlab.cli import checks, plans, reports, training
+from postlab.cli.parser import UsageError, build_parser
+from postlab.errors import UserError
+
+COMMANDS = {"freeze": plans.freeze, "plan": plans.plan, "report": reports.report,
+            "run": training.run, "verify": checks.verify, "reproduce": training.reproduce,
+            "plot": reports.plot, "samples": reports.samples, "sweep": training.sweep,
+            "compare": reports.compare, "exercises": checks.exercises,
+            "export": reports.export}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except training.Stopped as stop:
+        return stop.code
+    except UsageError as exc:
+        print(exc, file=sys.stderr)  # already begins with the command's name
+        return 2
+    except UserError as exc:
+        print(f"postlab: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("postlab: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``postlab samples | head``): stop quietly, as shell tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except Exception:
+        # Not the user's input: a bug. Show everything needed to fix it, and say so.
+        traceback.print_exc()
+        print("postlab: this is a bug in postlab, not a problem with your input; please "
+              "report it with the traceback above", file=sys.stderr)
+        return 1
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""``postlab freeze`` and ``postlab plan``: writing and inspecting plans."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from postlab.errors import UserError
+
+
+def freeze(args: argparse.Namespace) -> int:
+    import datetime
+
+    from postlab.plan.frozen import derive_plan, freeze, load_plan, teaching_plan_loaded
+
+    if args.parent is None and not args.settings:
+        digest = freeze(args.path)
+        print(f"froze the teaching plan: {args.path} (sha256 {digest})")
+        return 0
+    parent = load_plan(args.parent) if args.parent else teaching_plan_loaded()
+    if args.path.exists():
+        raise UserError(f"{args.path}: already exists; postlab never overwrites an output")
+    data = derive_plan(parent, args.settings, datetime.date.today().isoformat())
+    digest = freeze(args.path, data)
+    print(f"froze plan version {data['version']}: {args.path} (sha256 {digest}); parent "
+          f"{parent.sha256[:16]}…, changed {', '.join(data['parent']['changes'])}")
+    return 0
+
+
+def plan(args: argparse.Namespace) -> int:
+    import json
+
+    from postlab.jsonio import parse_json, read_bytes
+    from postlab.plan.frozen import load_plan, plan_differences, sha256_hex
+    from postlab.plan.schema import json_schema, validate_plan
+
+    if args.plan_command == "schema":
+        print(json.dumps(json_schema(), indent=2, ensure_ascii=False))
+        return 0
+    if args.plan_command == "check":
+        raw = read_bytes(args.path, "plan")
+        problems = validate_plan(parse_json(raw, str(args.path)))
+        if not problems:
+            print(f"{args.path}: valid plan (sha256 {sha256_hex(raw)})")
+            return 0
+        for path, message in problems:
+            print(f"{args.path}: {path}: {message}", file=sys.stderr)
+        print(f"{args.path}: {len(problems)} problems", file=sys.stderr)
+        return 2
+
+    a, b = load_plan(args.a), load_plan(args.b)
+    if a.sha256 == b.sha256:
+        print(f"identical plans (sha256 {a.sha256})")
+        return 0
+    parent = b.data.get("parent") or {}
+    if parent.get("sha256") == a.sha256:
+        print(f"{args.b} is a version of {args.a} (its parent sha256 matches)")
+    for line in plan_differences(a.data, b.data):
+        print(line)
+    return 0

@@ -1,0 +1,199 @@
+"""``postlab report``, ``plot``, ``compare``, ``samples`` and ``export``: reading runs.
+
+The reference-layout text report is drawn here; everything else is computed and written by
+:mod:`postlab.api.reading` and printed here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from postlab import api
+from postlab.api.environment import did_you_mean
+from postlab.api.reading import analyse, check_split, figure_notices, finding_lines
+from postlab.cli.parser import default_lang
+from postlab.errors import UserError
+
+
+def _notices(lang: str) -> None:
+    for line in figure_notices(lang):
+        print(line, file=sys.stderr)
+
+
+def report(args: argparse.Namespace) -> int:
+    from postlab.records.opened import check_unchanged, open_run, refuse
+    from postlab.records.record import reading_problems
+    from postlab.render.text import build_report, render_text
+    from postlab.sweeps.folder import is_sweep
+    from postlab.tasks.contracts import CONTRACTS
+
+    if args.run is not None and is_sweep(args.run):
+        # A sweep's report is its comparison of versions.
+        if args.contracts or args.plan is not None or args.record is not None:
+            raise UserError(f"{args.run} is a sweep folder; its report is 'postlab compare' "
+                            "(--contract, --plan and --record are for one run)")
+        compare_args = argparse.Namespace(
+            runs=[args.run], html=args.html, lang=args.lang, split=None,
+            format_="text" if args.format_ == "table" else args.format_)
+        return compare(compare_args)
+    # Every argument is checked before anything is printed or written.
+    if args.run is not None and args.record is not None:
+        raise UserError("give the run either as RUN or as --record, not both")
+    for name in args.contracts:
+        if name not in CONTRACTS:
+            raise UserError(f"--contract {name}: unknown{did_you_mean(name, CONTRACTS.names())}"
+                            f"; known: {', '.join(sorted(CONTRACTS.names()))}")
+    api.reading.refuse_existing(args.html)
+    if args.split == "all" and (args.format_ != "text" or args.html is not None):
+        raise UserError("--split all is for re-scoring only; tables and figures show one split")
+    opened = open_run(args.run or args.record, args.plan, check_rows=False)
+    if args.html is not None:
+        # The page shows the run's verification, which re-evaluates checkpoints: on the
+        # record's code path, chosen before anything loads torch.
+        api.environment.pin_for_record(opened.record, None, strict=False)
+    if args.split != "all":
+        check_split(opened, args.split)
+    refuse(reading_problems(opened.record, opened.plan.data), opened.source,
+           "record does not fit the plan")
+    check_unchanged(opened.record, opened.source)
+    lang = args.lang or default_lang()
+    if args.format_ == "text":
+        sys.stdout.write(render_text(build_report(opened.record, opened.plan.data), lang))
+        if opened.plan.data.get("hypotheses"):
+            sys.stdout.write(_verdict_lines(opened, lang))
+    if args.format_ != "text" or args.html is not None:
+        _rich_report(args, opened, lang)
+    if args.contracts:
+        from postlab.plan.arms import rl_contracts
+        from postlab.records.rescore import render_rescore, rescore
+        from postlab.tasks.arithmetic import answer_function
+
+        contracts = list(dict.fromkeys(args.contracts))
+        split = None if args.split == "all" else args.split
+        result = rescore(opened.record, rl_contracts(opened.plan.data), contracts, split,
+                         answer_function(opened.plan.data))
+        sys.stdout.write("\n" + render_rescore(result, lang))
+    return 0
+
+
+def _verdict_lines(opened, lang: str) -> str:
+    """The plan's hypotheses and their verdicts, after the reference layout (which has none)."""
+    from postlab.render.tables import hypothesis_table
+
+    table = hypothesis_table(analyse(opened, "test"), lang)
+    if table is None:
+        return "\n(hypotheses need at least two completed seeds to be decided)\n"
+    lines = ["", table.title]
+    for row in table.rows:
+        ident, statement, claim, _, numbers, level, verdict = row
+        lines.append(f"{ident}: {verdict.upper()} — {statement}")
+        lines.append(f"    {claim}; {numbers} at level {level}")
+    return "\n".join(lines) + "\n"
+
+
+def _rich_report(args: argparse.Namespace, opened, lang: str) -> None:
+    from postlab.jsonio import publish_bytes
+    from postlab.render.tables import to_json, to_markdown, to_terminal
+
+    analysis = analyse(opened, args.split)
+    if args.format_ == "json":
+        sys.stdout.write(to_json(analysis))
+    elif args.format_ == "markdown":
+        sys.stdout.write(to_markdown(analysis, lang, args.split,
+                                     finding_lines(opened, analysis, lang, args.split)))
+    elif args.format_ == "table":
+        to_terminal(analysis, lang, args.split,
+                    finding_lines(opened, analysis, lang, args.split))
+    if args.html is not None:
+        _notices(lang)
+        page = api.reading.report_page(opened, analysis, lang, args.split)
+        publish_bytes(args.html, page.encode())
+        print(f"wrote {args.html}", file=sys.stderr)
+
+
+def compare(args: argparse.Namespace) -> int:
+    from postlab.render import comparison as render
+
+    lang = args.lang or default_lang()
+    result = api.compare(args.runs, split=args.split, lang=lang, html=args.html)
+    for name in result.left_out:
+        print(f"postlab: {name}: no completed seed yet; left out", file=sys.stderr)
+    if args.format_ == "json":
+        sys.stdout.write(render.to_json(result.comparison))
+    elif args.format_ == "markdown":
+        sys.stdout.write(render.to_markdown(result.comparison, lang, args.split))
+    else:
+        sys.stdout.write(render.to_text(result.comparison, lang, args.split))
+    return 0
+
+
+def plot(args: argparse.Namespace) -> int:
+    lang = args.lang or default_lang()
+    _notices(lang)
+    out = api.plot(args.run, args.out_dir, overwrite=args.overwrite, split=args.split,
+                   lang=lang)
+    count = sum(1 for p in out.iterdir() if p.suffix in (".png", ".svg"))
+    print(f"wrote {count} figures to {out}")
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    """Tidy tables of a run or of every version of a sweep, published as one new folder."""
+    out, tables, left_out = api.export(args.run, args.out_dir, format_=args.format_)
+    for name in left_out:
+        print(f"{name}: no completed seed yet; left out", file=sys.stderr)
+    print(f"wrote {tables} {args.format_} tables and schema.json to {out}")
+    return 0
+
+
+def samples(args: argparse.Namespace) -> int:
+    import json
+
+    from postlab.analysis.samples import iter_samples
+    from postlab.records.opened import check_unchanged, open_run
+    from postlab.render.answers import samples_text
+    from postlab.tasks.arithmetic import plan_contracts
+
+    if args.limit is not None and args.limit < 0:
+        raise UserError(f"--limit {args.limit}: must be 0 (all) or more")
+    if args.limit is not None and args.format_ == "jsonl":
+        raise UserError("--limit is for the text format; jsonl prints every matching answer")
+    if args.decoding is not None and args.split == "rollouts":
+        raise UserError("--decoding is for evaluation splits; training rollouts are sampled")
+    opened = open_run(args.run, check_rows=False)
+    check_unchanged(opened.record, opened.source)
+    record, plan = opened.record, opened.plan
+    rollouts = args.split == "rollouts"
+    split = None if rollouts else (args.split or "test")
+    if split is not None:
+        check_split(opened, split)
+    stages = list(record["runs"][0]["evaluations"]) if record["runs"] else []
+    arms = [s for s in stages if any(s in run.get("training", {}) for run in record["runs"])]
+    known = arms if rollouts else stages
+    for stage in args.stage:
+        if stage not in known:
+            what = "RL arms with rollouts" if rollouts else "stages"
+            raise UserError(f"--stage {stage}: the run's {what} are {', '.join(known) or 'none'}")
+    seeds = [run["seed"] for run in record["runs"]]
+    for seed in args.seed:
+        if seed not in seeds:
+            raise UserError(f"--seed {seed}: the run's seeds are {', '.join(map(str, seeds))}")
+    contracts = plan_contracts(plan.data)
+    if args.kind == "gamed" and len(contracts) < 2:
+        raise UserError(f"--filter gamed: this plan's task is judged by one contract "
+                        f"({contracts[0]}), so no answer can be paid and wrong")
+    chosen = iter_samples(record, plan.data, stages=args.stage or None, split=split,
+                          decoding=None if rollouts else args.decoding or "sampled",
+                          kinds=None if args.kind is None else [args.kind],
+                          seeds=args.seed or None, rollouts=rollouts)
+    if args.format_ == "jsonl":
+        for sample in chosen:
+            sys.stdout.write(json.dumps(dataclasses.asdict(sample)) + "\n")
+        return 0
+    where = ("training rollouts" if rollouts
+             else f"{split} split, {args.decoding or 'sampled'}")
+    limit = 10 if args.limit is None else (None if args.limit == 0 else args.limit)
+    sys.stdout.write(samples_text(chosen, known, where, limit))
+    return 0

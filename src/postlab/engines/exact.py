@@ -1,0 +1,240 @@
+"""The exact engine: one model per task, the reference's bits.
+
+Per seed, an SFT task trains and evaluates the seed's SFT stage; when it finishes, one task
+per arm starts from the SFT checkpoint (read back by sha256) with the SFT model frozen as the
+KL reference. Every task saves its stage's checkpoint, reloads it from disk by hash and
+re-evaluates it. Tasks carry their inputs (plan, seed, arm, input checkpoint by hash), so the
+record does not depend on where or how many of them ran.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from postlab.engines.registry import Emit, EngineTask, StageKey, Work, cpu_capability
+from postlab.engines.rollout import evaluate_model
+from postlab.engines.train import reinforce, rollout_rates, sft_compute, supervised
+from postlab.errors import RunFailed
+from postlab.plan.arms import arm_names, arm_specs
+from postlab.policies import Policy, build_policy, place_policy, policy_kind
+from postlab.runs.checkpoint import (
+    CheckpointError,
+    checkpoint_bytes,
+    checkpoint_name,
+    load_checkpoint,
+    publish_checkpoint,
+)
+from postlab.runs.steplog import SFT_LOSS_TAG, SFT_STAGE, StepLogs, rl_scalars
+from postlab.tasks.arithmetic import answer_function, plan_contracts
+
+
+def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
+                    out_dir: Path, rows: dict[str, Any]) -> dict[str, Any]:
+    """Publish the stage's checkpoint, reload it from disk by hash, and re-evaluate it."""
+    path = out_dir / checkpoint_name(seed, stage)
+    digest = publish_checkpoint(path, checkpoint_bytes(plan, model.state_dict(), model.kind))
+    restored = place_policy(build_policy(plan), str(model.device.type))
+    restored.load_state_dict(load_checkpoint(path, digest, kind=policy_kind(plan))["state_dict"])
+    equal = evaluate_model(restored, plan, seed) == rows
+    if not equal:
+        raise RunFailed(f"seed {seed}, stage {stage}: the reloaded checkpoint {path.name} "
+                        "re-evaluates differently")
+    return {"file": path.name, "sha256": digest, "reload_equal": equal}
+
+
+def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
+             emit: Emit, device: str = "cpu", log: tuple[str, ...] = ()) -> dict[str, Any]:
+    torch.manual_seed(seed)
+    model = build_policy(plan)
+    parameters = model.parameter_count()
+    # RL-only arms start from the untrained weights, so keep them before SFT changes them.
+    untrained = copy.deepcopy(model.state_dict()) if any(
+        arm.pipeline == "rl-only" for arm in arm_specs(plan)) else None
+    place_policy(model, device)  # after the CPU initialisation, so it is the same everywhere
+    total = plan["sft_steps"]
+
+    with StepLogs(log, out_dir, seed, SFT_STAGE) as logs:
+
+        def hook(step: int, loss: float) -> None:
+            logs.scalars(step, {SFT_LOSS_TAG: loss})
+            if every and (step % max(1, every // 4) == 0 or step == total):
+                emit({"kind": "sft", "seed": seed, "step": step, "total": total,
+                      "loss": loss})
+
+        losses = supervised(model, plan, seed, hook)
+    rows = evaluate_model(model, plan, seed)
+    checkpoint = _save_and_check(model, plan, seed, "initial", out_dir, rows)
+    return {"seed": seed, "sft_loss": losses, "evaluation": rows, "checkpoint": checkpoint,
+            "parameters": parameters, "capability": cpu_capability(),
+            "state_dict": model.state_dict(), "untrained_state_dict": untrained,
+            "compute": sft_compute(plan, total)}
+
+
+def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any],
+             out_dir: Path, every: int, emit: Emit, device: str = "cpu",
+             log: tuple[str, ...] = ()) -> dict[str, Any]:
+    arm = next(a for a in arm_specs(plan) if a.name == arm_name)
+    start = place_policy(build_policy(plan), device)
+    if arm.pipeline == "rl-only":
+        start.load_state_dict(sft["untrained_state_dict"])
+    else:
+        start.load_state_dict(sft["state_dict"])
+    result: dict[str, Any] = {"seed": seed, "arm": arm.name, "capability": cpu_capability()}
+    with StepLogs(log, out_dir, seed, arm.name) as logs:
+        if arm.pipeline == "sft-only":
+            model = start
+            done = plan["sft_steps"]  # its curve continues the seed's SFT curve
+
+            def sft_hook(step: int, loss: float) -> None:
+                logs.scalars(done + step, {SFT_LOSS_TAG: loss})
+
+            result["sft_loss"] = supervised(model, plan, seed, sft_hook if log else None,
+                                            steps=arm.sft_steps, rng_offset=5000)
+            result["compute"] = sft_compute(plan, arm.sft_steps)
+        else:
+            reference = copy.deepcopy(start).requires_grad_(False)
+            total = plan["rl_steps"]
+            answer = answer_function(plan)
+            contracts = plan_contracts(plan)
+
+            def hook(step: int, rows: list) -> None:
+                if every and (step % every == 0 or step == total):
+                    emit({"kind": "rl", "seed": seed, "arm": arm.name, "step": step,
+                          "total": total, "rates": rollout_rates(rows, answer, contracts)})
+
+            def observe(entry: dict[str, Any]) -> None:
+                logs.scalars(entry["step"], rl_scalars(entry, answer, contracts))
+
+            model, result["history"], result["compute"] = reinforce(
+                start, reference, plan, seed, arm.contract, hook, label=arm.name,
+                observe=observe if log else None)
+    rows = evaluate_model(model, plan, seed)
+    result["evaluation"] = rows
+    result["checkpoint"] = _save_and_check(model, plan, seed, arm.name, out_dir, rows)
+    return result
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """A published checkpoint named by its file in the run folder and its sha256."""
+
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SftTask:
+    """One seed's SFT stage. Its result holds no weights: arms read them from its checkpoint."""
+
+    plan: dict[str, Any]
+    seed: int
+    out_dir: Path
+    every: int
+    device: str = "cpu"
+    log: tuple[str, ...] = ()  # step loggers, by name: the task opens them where it runs
+
+    @property
+    def keys(self) -> tuple[StageKey, ...]:
+        return ((str(self.out_dir), self.seed, "initial"),)
+
+    def __call__(self, emit: Emit) -> dict[StageKey, dict[str, Any]]:
+        result = sft_task(self.plan, self.seed, self.out_dir, self.every, emit, self.device,
+                          self.log)
+        result.pop("state_dict", None)
+        result.pop("untrained_state_dict", None)
+        return {self.keys[0]: result}
+
+
+@dataclass(frozen=True)
+class ArmTask:
+    """One (seed, arm) run, self-contained: the SFT weights are read from the seed's
+    ``initial`` checkpoint, refused unless its sha256 matches; untrained weights (RL-only arms)
+    are rebuilt from the seed exactly as the SFT task built them."""
+
+    plan: dict[str, Any]
+    seed: int
+    arm: str
+    initial: CheckpointRef
+    out_dir: Path
+    every: int
+    device: str = "cpu"
+    log: tuple[str, ...] = ()
+
+    @property
+    def keys(self) -> tuple[StageKey, ...]:
+        return ((str(self.out_dir), self.seed, self.arm),)
+
+    def __call__(self, emit: Emit) -> dict[StageKey, dict[str, Any]]:
+        spec = next(a for a in arm_specs(self.plan) if a.name == self.arm)
+        start: dict[str, Any] = {}
+        if spec.pipeline == "rl-only":
+            start["untrained_state_dict"] = untrained_weights(self.plan, self.seed)
+        else:
+            path = self.out_dir / self.initial.file
+            payload = load_checkpoint(path, self.initial.sha256, kind=policy_kind(self.plan))
+            if payload.get("plan") != self.plan:
+                raise CheckpointError(f"{path}: a checkpoint of another plan; refusing it")
+            start["state_dict"] = payload["state_dict"]
+        result = arm_task(self.plan, self.seed, self.arm, start, self.out_dir, self.every,
+                          emit, self.device, self.log)
+        return {self.keys[0]: result}
+
+
+def untrained_weights(plan: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The weights ``sft_task`` starts from: the model built right after seeding torch."""
+    torch.manual_seed(seed)
+    return build_policy(plan).state_dict()
+
+
+def _arm_tasks(work: Work, seed: int, sft: Mapping[str, Any],
+               skip: Sequence[str] = ()) -> list[EngineTask]:
+    initial = CheckpointRef(sft["checkpoint"]["file"], sft["checkpoint"]["sha256"])
+    return [ArmTask(work.plan, seed, arm, initial, work.out_dir, work.every, work.device,
+                    work.log) for arm in arm_names(work.plan) if arm not in skip]
+
+
+class ExactEngine:
+    """Every seed's SFT, then its arms, each a task of one model."""
+
+    name = "exact"
+    summary = "one model per task; bit for bit the reference's results on the teaching plan"
+    keeps_results = False
+    whole_seeds = False
+
+    def problems(self, plan: Mapping[str, Any], log: Sequence[str] = ()) -> list[str]:
+        return []
+
+    def batch_key(self, plan: Mapping[str, Any]) -> str:
+        return "each run alone"  # tasks never mix runs: any key will do
+
+    def tasks(self, works: Sequence[Work], capacity: int) -> list[EngineTask]:
+        ready: list[EngineTask] = []
+        for work in works:
+            for seed in work.seeds:
+                sft = work.kept.get((seed, "initial"))
+                if sft is None:
+                    ready.append(SftTask(work.plan, seed, work.out_dir, work.every,
+                                         work.device, work.log))
+                else:
+                    kept_arms = [arm for arm in arm_names(work.plan) if (seed, arm) in work.kept]
+                    ready += _arm_tasks(work, seed, sft, kept_arms)
+        return ready
+
+    def after(self, task: EngineTask, results: Mapping[StageKey, dict[str, Any]],
+              work: Work) -> list[EngineTask]:
+        if not isinstance(task, SftTask):
+            return []
+        return _arm_tasks(work, task.seed, results[task.keys[0]])
+
+    def evaluate(self, model: Policy, plan: dict[str, Any], seed: int,
+                 device: str) -> dict[str, Any]:
+        return evaluate_model(model, plan, seed)
+
+
+EXACT = ExactEngine()

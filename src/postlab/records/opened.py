@@ -1,0 +1,84 @@
+"""A run folder opened and checked once, the same way for every reader.
+
+Every command that reads a run (report, plot, samples, compare, export, the exercises) and
+``postlab.load_run`` open it here: the record read strictly, its plan (``plan.json`` beside
+it, else the teaching plan) linked by hash, its rows fitting the plan, and every part still
+matching the digests taken in training, so no number is shown from a damaged or edited record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from postlab.errors import UserError
+from postlab.jsonio import read_bytes
+from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
+from postlab.records.record import (
+    RunFiles,
+    changed_parts,
+    check_plan_link,
+    decode_record_bytes,
+    locate_run,
+    reading_problems,
+)
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """A checked run: where its files are, its record (and the record's sha256), its plan."""
+
+    files: RunFiles
+    record: dict[str, Any]
+    record_sha256: str
+    plan: LoadedPlan
+
+    @property
+    def source(self) -> Path:
+        """The record file, which messages about the run name."""
+        return self.files.record
+
+
+def plan_beside(record_path: Path, plan_path: Path | None = None) -> LoadedPlan:
+    """``plan_path`` if given, else ``plan.json`` beside the record, else the teaching plan."""
+    if plan_path is not None:
+        return load_plan(plan_path)
+    beside = record_path.parent / "plan.json"
+    return load_plan(beside) if beside.is_file() else teaching_plan_loaded()
+
+
+def refuse(problems: list[str], source: Path, what: str) -> None:
+    """The first problem in one line, with how many more there are."""
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UserError(f"{source}: {what}: {problems[0]}{more}")
+
+
+def check_unchanged(record: dict[str, Any], source: Path) -> None:
+    """A reader shows only numbers whose rows still match the digests taken in training."""
+    changed = changed_parts(record)
+    if changed:
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise UserError(f"{source}: changed since it was recorded: {changed[0]}{more}; "
+                        "'postlab verify' shows every check")
+
+
+def open_run(target: Path | None, plan_path: Path | None = None, *,
+             check_rows: bool = True) -> OpenedRun:
+    """A run folder or record file (None: the bundled teaching run), read and checked.
+
+    ``check_rows`` False leaves the rows-fit and digest checks to the caller (a report
+    checks the split it was asked for first, so its message names that split).
+    """
+    files = locate_run(target)
+    raw = read_bytes(files.record, "record")
+    record = decode_record_bytes(raw, str(files.record))
+    plan = plan_beside(files.record, plan_path)
+    check_plan_link(record, plan, str(files.record))
+    if check_rows:
+        refuse(reading_problems(record, plan.data), files.record, "record does not fit the plan")
+        check_unchanged(record, files.record)
+    return OpenedRun(files=files, record=record, record_sha256=hashlib.sha256(raw).hexdigest(),
+                     plan=plan)
