@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from postlab.runs import numerics  # noqa: E402  (after the path, before torch: nothing is pinned)
+from postlab.machine import numerics  # noqa: E402  (after the path, before torch: nothing is pinned)
 
 
 def train(path: str, out: Path, plan: Path | None, workers: int) -> tuple[float, dict]:

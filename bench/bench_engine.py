@@ -42,7 +42,7 @@ def rows_of(record_path: Path) -> list:
 def whole_process(reference: Path, plan: Path | None, repeats: int) -> None:
     # postlab pins the portable CPU code path by default; the reference gets the same pin, so
     # their rows can be compared bit for bit on any CPU.
-    from postlab.runs import numerics
+    from postlab.machine import numerics
 
     env = dict(os.environ, PYTHON=sys.executable,
                **numerics.CODE_PATHS[numerics.portable_path()].environment)

@@ -2,13 +2,14 @@
 seed-runs per second, and equivalence of what the runs measure.
 
     python bench/bench_ensemble.py [--exact-seeds 32] [--ensemble-seeds 32] [--rl-steps N]
-                                   [--policy gru|gpt2|llama] [--first-seed 1]
+                                   [--policy gru|gpt2|llama | --plan PLAN] [--first-seed 1]
                                    [--device cpu|cuda] [--keep DIR]
 
 A seed-run is one seed of the teaching plan trained completely: SFT, both RL arms, and every
 evaluation (3 stages x 3 splits, greedy and sampled), written as an ordinary run folder.
 ``--policy gpt2`` or ``llama`` swaps the GRU for a small ``transformers`` model of that family
-(:data:`TRANSFORMERS`), everything else the teaching plan's.
+(:data:`TRANSFORMERS`), everything else the teaching plan's; ``--plan`` trains a plan file
+instead (an example's, say), with its seeds replaced by the benchmark's.
 Both engines train the same plan (``--rl-steps`` shortens RL for a quick look) into new run
 folders through ``postlab run``, both on every core of this machine (the exact engine one
 seed and arm per worker, the ensemble a share of the seeds per worker, chunked to fit
@@ -66,13 +67,15 @@ def main() -> None:
     parser.add_argument("--rl-steps", type=int, help="RL steps (default: the teaching plan's)")
     parser.add_argument("--policy", choices=["gru", *TRANSFORMERS], default="gru",
                         help="the teaching plan's GRU (default) or a small transformer")
+    parser.add_argument("--plan", type=Path, help="a plan file to train instead of the "
+                        "teaching plan (its seeds are replaced)")
     parser.add_argument("--first-seed", type=int, default=1,
                         help="the exact engine's first seed; the ensemble's follow its last")
     parser.add_argument("--device", default="cpu", help="the ensemble's device")
     parser.add_argument("--keep", type=Path, help="keep the run folders here (new folder)")
     args = parser.parse_args()
     from postlab.analysis.equivalence import LEVEL, MARGINS, compare_engines
-    from postlab.plan.frozen import freeze, teaching_plan
+    from postlab.plan.frozen import freeze, load_plan, teaching_plan
     from postlab.records.record import load_record
 
     cpus = os.cpu_count() or 1
@@ -80,17 +83,20 @@ def main() -> None:
     try:
         changes = {} if args.rl_steps is None else {"rl_steps": args.rl_steps}
         if args.policy != "gru":
+            if args.plan is not None:
+                raise SystemExit("--policy and --plan are alternatives")
             changes["policy"] = TRANSFORMERS[args.policy]
+        base = teaching_plan() if args.plan is None else load_plan(args.plan).data
         plans = {}
         for engine, count in (("exact", args.exact_seeds), ("ensemble", args.ensemble_seeds)):
             # Seeds F..F+N-1 for the exact engine, the next ones for the ensemble: independent
             # samples.
             start = args.first_seed + (0 if engine == "exact" else args.exact_seeds)
             plans[engine] = work / f"{engine}.json"
-            freeze(plans[engine], teaching_plan() | changes |
-                   {"seeds": list(range(start, start + count))})
+            freeze(plans[engine], base | changes | {"seeds": list(range(start, start + count))})
+        named = "teaching plan" if args.plan is None else str(args.plan)
         print(f"machine: {platform.machine()}, {cpus} cores, {platform.processor() or '?'}; "
-              f"teaching plan{'' if not changes else f' with {changes}'}")
+              f"{named}{'' if not changes else f' with {changes}'}")
         times = {"exact": train(plans["exact"], work / "exact", "exact", cpus, "cpu"),
                  "ensemble": train(plans["ensemble"], work / "ensemble", "ensemble",
                                    cpus if args.device == "cpu" else 1, args.device)}

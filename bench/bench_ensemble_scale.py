@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, help="seeds at a time (default: what memory holds)")
     parser.add_argument("--policy", choices=["gru", *TRANSFORMERS], default="gru")
     args = parser.parse_args()
-    from postlab.runs.device import prepare
+    from postlab.machine.device import prepare
 
     prepare(args.device)  # the cuBLAS workspace setting, before torch touches CUDA
     from postlab.plan.frozen import teaching_plan

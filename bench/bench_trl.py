@@ -165,9 +165,9 @@ def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
     from transformers import PreTrainedTokenizerFast, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from postlab.records.rows import Row
     from postlab.tasks.arithmetic import task_for
     from postlab.tasks.contracts import score
+    from postlab.tasks.rows import Row
 
     task = task_for(plan)
     policy = _initial_policy(plan, weights, "cpu")
@@ -245,7 +245,7 @@ def child(args: argparse.Namespace) -> None:
 
 def _side(args: argparse.Namespace, side: str, weights: Path,
           profile: bool = False) -> dict[str, Any]:
-    from postlab.runs import numerics
+    from postlab.machine import numerics
 
     env = dict(os.environ, **numerics.CODE_PATHS[numerics.portable_path()].environment,
                OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false",

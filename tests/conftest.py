@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from postlab.runs import numerics
+from postlab.machine import numerics
 
 # The whole suite runs on the portable CPU code path, pinned before torch loads, so records
 # made here agree with those of any machine that can run it (and with the bundled run). Tests

@@ -47,7 +47,6 @@ from pathlib import Path
 import torch
 
 from postlab.analysis.exercises import EXERCISES, RUN_EXERCISES, exercise_8
-from postlab.analysis.metrics import summary_for
 from postlab.errors import UserError
 from postlab.plan.arms import rl_contracts
 from postlab.plan.frozen import (
@@ -59,15 +58,16 @@ from postlab.plan.frozen import (
     split_by_unordered_pair,
     teaching_plan_loaded,
 )
+from postlab.records.metrics import summary_for
 from postlab.records.record import bundled_run_dir, check_plan_link, load_record, record_in
 from postlab.records.rescore import rescore
-from postlab.records.rows import Row, iter_rows
 from postlab.rl.algorithms import resolve
 from postlab.rl.groups import contrast_probability, group_advantages
 from postlab.rl.losses import token_coefficients
 from postlab.rl.objective import clipped_gain, outside_clip
 from postlab.tasks.arithmetic import DIGITS
 from postlab.tasks.contracts import score
+from postlab.tasks.rows import Row, iter_rows
 
 
 def show(exercise):

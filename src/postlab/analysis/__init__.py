@@ -1,3 +1,4 @@
-"""Numbers computed from a record's raw rows: metrics and the summary (``metrics``), every
-aggregate a report shows (``aggregate``), and the worked answers (``exercises``).
+"""Numbers computed from records: every aggregate a report shows (``aggregate``), intervals,
+hypotheses decided, the hacking onset, findings, samples judged, comparisons of versions and
+of engines, and the worked answers (``exercises``, ``sequence_kl``).
 """

@@ -24,11 +24,18 @@ from postlab.analysis.intervals import (  # noqa: F401 (interval, t_quantile re-
     rate_interval,
     t_quantile,
 )
-from postlab.analysis.metrics import Answer, count_under, evaluate, question_groups
 from postlab.analysis.onset import DEFAULT_DRIFT, DEFAULT_THRESHOLD, Onset, cusum, slope
-from postlab.plan.arms import arm_names, arm_specs
-from postlab.records.rows import ROLLOUT, Place, Row, iter_run_rows, rows_by_place
-from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, answer_function, plan_contracts
+from postlab.plan.arms import arm_names, arm_specs, plan_contracts
+from postlab.records.metrics import (
+    STEP_SERIES,
+    Answer,
+    count_under,
+    evaluate,
+    question_groups,
+    step_series,
+)
+from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, answer_function
+from postlab.tasks.rows import ROLLOUT, Place, Row, iter_run_rows, rows_by_place
 
 SCHEMA = "postlab.analysis.aggregate/1"
 INTERVAL_METHOD = (f"rates, coverage and pass@k: {RATE_METHOD}; changes from SFT and hacking "
@@ -39,12 +46,6 @@ ONSET_METHOD = ("one-sided CUSUM on the per-step gap (the step's rollouts accept
                 "S_t = max(0, S_(t-1) + "
                 "gap_t - {drift:g}), alarm when S_t > {threshold:g}; onset = first step of the "
                 "excursion that raised it")
-
-#: Per-step training series after the rollout reward rates (one ``<contract>_reward`` per
-#: contract, from the rows); the rest come from the update statistics and the rows' lengths.
-STEP_SERIES = ("zero_variance_groups", "kl", "entropy", "ratio_outside_clip",
-               "gradient_norm_before_clip", "loss", "mean_tokens", "truncated")
-
 
 def outcome_metrics(contracts: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """Outcome metrics per decoding: the share of outputs accepted under each contract, and
@@ -159,8 +160,8 @@ class Analysis:
 
     def outcome(self, stage: str, split: str, decoding: str, metric: str) -> Outcome:
         for item in self.outcomes:
-            if (item.stage, item.split, item.decoding, item.metric) == \
-                    (stage, split, decoding, metric):
+            if (item.stage, item.split, item.decoding, item.metric) == (stage, split,
+                                                                         decoding, metric):
                 return item
         raise KeyError((stage, split, decoding, metric))
 
@@ -197,28 +198,6 @@ def _band(columns: Sequence[Sequence[float]]) -> Band:
     return Band(mean=tuple(sum(v) / len(v) for v in by_position),
                 low=tuple(min(v) for v in by_position),
                 high=tuple(max(v) for v in by_position))
-
-
-def step_series(step: dict[str, Any], rows: Sequence[Row], answer: Answer,
-                contracts: Sequence[str]) -> dict[str, float]:
-    """One RL step's series (:func:`dynamics_series`) from its history entry and rollout rows;
-    shared with live logging (``runs.steplog``) so both show the same numbers."""
-    n = len(rows)
-    updates = step["updates"]
-
-    def mean_update(key: str) -> float:
-        return sum(u[key] for u in updates) / len(updates)
-
-    return {
-        **{f"{name}_reward": count_under(rows, name, answer) / n for name in contracts},
-        "zero_variance_groups": float(step["zero_variance_groups"]),
-        "kl": mean_update("kl"), "entropy": mean_update("entropy"),
-        "ratio_outside_clip": mean_update("ratio_outside_clip"),
-        "gradient_norm_before_clip": mean_update("gradient_norm_before_clip"),
-        "loss": mean_update("loss"),
-        "mean_tokens": sum(row.tokens for row in rows) / n,
-        "truncated": sum(not row.terminated for row in rows) / n,
-    }
 
 
 def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:

@@ -6,8 +6,9 @@ A difference test cannot show that (failing to find a difference is not evidence
 each metric gets a two one-sided tests procedure (TOST, Schuirmann 1987): the engines are
 declared equivalent on a metric when the 90% Welch interval of the difference of their means
 over seeds lies inside (-margin, +margin), a test at level 0.05. Margins are fixed before
-looking (:data:`MARGINS` for the benchmark's 32 or more seeds per engine, wider
-:data:`CI_MARGINS` for the test suite's 16) and stated wherever results are shown.
+looking, each with its reason, in :mod:`postlab.analysis.margins` (:data:`MARGINS` for the
+benchmark's 32 or more seeds per engine, wider :data:`CI_MARGINS` for the test suite's 16), and
+stated wherever results are shown.
 
 Metrics, per RL arm, from each seed's record (held-out split, sampled answers):
 ``strict_success`` (the reference contract's rate), ``coverage``, ``hacking_gap`` (second
@@ -22,19 +23,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from postlab.analysis import margins
 from postlab.analysis.intervals import t_quantile
-from postlab.analysis.metrics import evaluate
-from postlab.plan.arms import rl_contracts
-from postlab.tasks.arithmetic import answer_function, plan_contracts
+from postlab.plan.arms import plan_contracts, rl_contracts
+from postlab.records.metrics import evaluate
+from postlab.tasks.arithmetic import answer_function
 
-#: Equivalence margins, on each metric's scale (final_kl: on log KL, a ratio of 1.5).
-MARGINS = {"strict_success": 0.03, "coverage": 0.10, "hacking_gap": 0.03,
-           "final_kl": math.log(1.5)}
-#: Margins for the CI-sized check (16 seeds per engine instead of 32 or more): wider where
-#: 16 seeds need it (the hacking gap's margin is already loose), the power a minute of CI
-#: can buy.
-CI_MARGINS = {"strict_success": 0.04, "coverage": 0.12, "hacking_gap": 0.03,
-              "final_kl": math.log(2.0)}
+#: Equivalence margins, on each metric's scale (final_kl: on log KL), with their reasons in
+#: :mod:`postlab.analysis.margins`.
+MARGINS = margins.values(margins.EQUIVALENCE)
+#: Margins for the CI-sized check (16 seeds per engine instead of 32 or more).
+CI_MARGINS = margins.values(margins.CI_EQUIVALENCE)
 LEVEL = 0.05  # each one-sided test; the interval is 1 - 2 * LEVEL = 90%
 
 

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from postlab.analysis.metrics import coverage, metrics
 from postlab.plan.frozen import split_by_unordered_pair
-from postlab.records.rows import Row
+from postlab.records.metrics import coverage, metrics
 from postlab.rl.groups import contrast_probability, expected_groups_until_contrast, group_advantages
 from postlab.rl.losses import clipped_term, token_coefficients
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
 from postlab.tasks.contracts import score
+from postlab.tasks.rows import Row
 
 #: The teaching task's contracts: the reference rule ("correct") and the gameable one.
 REFERENCE, GAMEABLE = ARITHMETIC_CONTRACTS
@@ -188,7 +188,7 @@ def exercise_8(record: dict[str, Any], plan: dict[str, Any], folder: Any,
     from postlab.analysis.sequence_kl import exact_sequence_kl, sampled_prefix_kl
     from postlab.plan.arms import arm_specs
     from postlab.policies import build_policy, policy_kind
-    from postlab.runs.checkpoint import load_checkpoint
+    from postlab.policies.checkpoint import load_checkpoint
 
     run = record["runs"][0]
     seed = run["seed"]

@@ -16,7 +16,7 @@ from typing import Any
 from postlab.analysis.aggregate import Analysis
 from postlab.analysis.intervals import Interval, interval, rate_interval
 from postlab.analysis.samples import GAMED, Sample, examples, iter_samples
-from postlab.tasks.arithmetic import plan_contracts
+from postlab.plan.arms import plan_contracts
 
 UP, DOWN, UNCLEAR, SINGLE = "up", "down", "unclear", "single"
 

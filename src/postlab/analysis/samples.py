@@ -14,9 +14,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.records.rows import ROLLOUT, iter_run_rows
-from postlab.tasks.arithmetic import answer_function, plan_contracts, task_for
+from postlab.plan.arms import plan_contracts
+from postlab.tasks.arithmetic import answer_function, task_for
 from postlab.tasks.contracts import score
+from postlab.tasks.rows import ROLLOUT, iter_run_rows
 
 CORRECT, GAMED, WRONG = "correct", "gamed", "wrong"
 #: The kinds of answer, in the order reports show them.

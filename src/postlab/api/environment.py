@@ -20,7 +20,7 @@ def did_you_mean(word: str, known: list[str]) -> str:
 
 
 def describe_path(name: str | None) -> str:
-    from postlab.runs import numerics
+    from postlab.machine import numerics
 
     if name is None:
         return "native (nothing pinned: this machine's libraries choose their kernels)"
@@ -30,7 +30,7 @@ def describe_path(name: str | None) -> str:
 
 def check_cpu_path(choice: str | None) -> None:
     """Refuse an unknown code path before anything runs, naming the closest one."""
-    from postlab.runs import numerics
+    from postlab.machine import numerics
 
     known = [numerics.PORTABLE, numerics.NATIVE, *numerics.CODE_PATHS.names()]
     if choice is not None and choice not in known:
@@ -39,7 +39,7 @@ def check_cpu_path(choice: str | None) -> None:
 
 
 def _pin_fallback(reason: str) -> str:
-    from postlab.runs import numerics
+    from postlab.machine import numerics
 
     fallback = numerics.resolve_choice(numerics.PORTABLE)
     numerics.pin(fallback)
@@ -52,7 +52,7 @@ def pin_for_record(record: dict[str, Any], choice: str | None, *, strict: bool) 
     With ``strict``, a path this machine cannot run is an error naming what the record needs
     and what the machine has; without, the machine's portable path is used and said.
     """
-    from postlab.runs import numerics
+    from postlab.machine import numerics
 
     check_cpu_path(choice)
     if choice is not None:
@@ -87,7 +87,7 @@ def pin_for_record(record: dict[str, Any], choice: str | None, *, strict: bool) 
 
 def pin_for_run(out_dir: Path, cpu_path: str | None, resume: bool) -> str:
     """Pin the code path of a new run, or of the run being resumed (its own by default)."""
-    from postlab.runs import numerics
+    from postlab.machine import numerics
 
     check_cpu_path(cpu_path)
     if resume and cpu_path is None:
@@ -105,7 +105,7 @@ def pin_for_run(out_dir: Path, cpu_path: str | None, resume: bool) -> str:
 def device_for_run(out_dir: Path, choice: str | None, resume: bool) -> tuple[str, str]:
     """The run's device and a line saying how it was chosen; cuda where there is none is
     refused here, before anything is written."""
-    from postlab.runs import device
+    from postlab.machine import device
 
     how = "chosen with --device"
     if choice is None and resume:
@@ -127,7 +127,7 @@ def device_for_run(out_dir: Path, choice: str | None, resume: bool) -> tuple[str
 def device_for_record(record: dict[str, Any], choice: str | None) -> str:
     """The device to reproduce a record on: ``choice``, else the record's, which this machine
     must have; refused in one line before training otherwise."""
-    from postlab.runs import device
+    from postlab.machine import device
 
     if choice is not None:
         device.prepare(choice)

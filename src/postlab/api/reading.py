@@ -8,7 +8,7 @@ existing output is never overwritten.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +20,7 @@ from postlab.records.opened import OpenedRun, check_unchanged, open_run, refuse
 if TYPE_CHECKING:
     from postlab.analysis.aggregate import Analysis
     from postlab.analysis.versions import Comparison
-    from postlab.records.verify import Check
+    from postlab.runs.verify import Check
 
 
 def require_report_extra() -> None:
@@ -81,10 +81,10 @@ def report_page(opened: OpenedRun, analysis: Analysis, lang: str, split: str) ->
     from datetime import UTC, datetime
 
     from postlab.analysis.samples import pair_grids, stage_examples
-    from postlab.records.verify import verify_run
     from postlab.render.figures import draw_figures
     from postlab.render.html import FirstScreen, render_html
     from postlab.render.overview import overview_rows, verification_line
+    from postlab.runs.verify import verify_run
 
     record, plan, source = opened.record, opened.plan.data, opened.source
     figures = draw_figures(analysis, lang, split, pair_grids(record, plan))
@@ -121,7 +121,8 @@ class VerifyResult:
         return self.code == 0
 
 
-def verify(run: str | Path | None = None, *, expect: str | None = None) -> VerifyResult:
+def verify(run: str | Path | None = None, *, expect: str | None = None,
+           say: Callable[[str], None] | None = None) -> VerifyResult:
     """Re-check a run folder or record (default: the bundled run) on the record's own CPU
     code path: hashes, re-evaluation of every checkpoint, summary, counts, digests, the
     fingerprint (against ``expect`` if given), environment and source."""
@@ -133,11 +134,13 @@ def verify(run: str | Path | None = None, *, expect: str | None = None) -> Verif
     record = load_record(files.record)
     # Re-evaluation recomputes bits, so it runs on the record's code path where it can.
     note = environment.pin_for_record(record, None, strict=False)
+    if say is not None:
+        say(note)  # before the checks, which take a while
     if record.get("device") == "cuda":
-        from postlab.runs.device import prepare
+        from postlab.machine.device import prepare
 
         prepare("cuda")  # re-evaluates on CUDA where it exists; before CUDA initialises
-    from postlab.records.verify import render_checks, verify_run
+    from postlab.runs.verify import render_checks, verify_run
 
     checks = verify_run(files, record, expect=expected)
     text, code = render_checks(checks)
@@ -168,7 +171,6 @@ def report(run: str | Path | None = None, *, plan: str | Path | None = None,
         # The page shows the run's verification, which re-evaluates checkpoints: on the
         # record's code path, chosen before anything loads torch.
         environment.pin_for_record(opened.record, None, strict=False)
-    check_split(opened, split)
     from postlab.records.record import reading_problems
 
     refuse(reading_problems(opened.record, opened.plan.data), opened.source,
@@ -200,7 +202,8 @@ def _plan_changes(base: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def compare(runs: Sequence[str | Path], *, split: str | None = None, lang: str = "en",
-            html: str | Path | None = None) -> CompareResult:
+            html: str | Path | None = None,
+            say: Callable[[str], None] | None = None) -> CompareResult:
     """Compare a sweep folder's versions, or two or more run folders (the first is the base):
     each held-out metric's mean and interval per version, and its difference from the base
     paired by seed; with ``html``, also write the page with figures (a new file)."""
@@ -226,6 +229,8 @@ def compare(runs: Sequence[str | Path], *, split: str | None = None, lang: str =
                 folders.append((version.name, path / version.name, version.changes))
             else:
                 left_out.append(str(path / version.name))
+                if say is not None:
+                    say(f"{path / version.name}: no completed seed yet; left out")
     names = [name for name, _, _ in folders]
     if len(folders) < 2:
         raise UserError("compare needs at least two versions: a sweep folder, or two or more "
@@ -263,8 +268,18 @@ def compare(runs: Sequence[str | Path], *, split: str | None = None, lang: str =
     return CompareResult(comparison=result, left_out=left_out, html=page_path)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PlotResult:
+    """The figure folder written, how many files it holds, and any line about the labels'
+    language (no font for it here)."""
+
+    out_dir: Path
+    files: int
+    notices: list[str]
+
+
 def plot(run: str | Path | None = None, out_dir: str | Path | None = None, *,
-         overwrite: bool = False, split: str = "test", lang: str = "en") -> Path:
+         overwrite: bool = False, split: str = "test", lang: str = "en") -> PlotResult:
     """Write a run's figures (PNG and SVG) into ``out_dir`` (default: RUN/figures) as one new
     folder; ``overwrite`` replaces a folder holding only figures an earlier plot wrote."""
     from postlab.analysis.samples import pair_grids
@@ -289,11 +304,11 @@ def plot(run: str | Path | None = None, out_dir: str | Path | None = None, *,
         replace_folder(out, contents, FIGURE_NAMES)
     else:
         publish_folder(out, contents)
-    return out
+    return PlotResult(out_dir=out, files=len(contents), notices=figure_notices(lang))
 
 
-def export(run: str | Path | None, out_dir: str | Path, *,
-           format_: str = "parquet") -> tuple[Path, int, list[str]]:
+def export(run: str | Path | None, out_dir: str | Path, *, format_: str = "parquet",
+           say: Callable[[str], None] | None = None) -> tuple[Path, int, list[str]]:
     """Every raw output of a run, or of every version of a sweep, as tidy tables with
     ``schema.json``, published as one new folder; returns it, the number of tables, and the
     sweep versions left out (no completed seed yet)."""
@@ -311,6 +326,8 @@ def export(run: str | Path | None, out_dir: str | Path, *,
     left_out: list[str] = []
     if target is not None and is_sweep(target):
         runs, left_out = load_sweep(target)
+        for name in left_out if say is not None else ():
+            say(f"{name}: no completed seed yet; left out")
         chosen: list[tuple[str | None, LoadedRun]] = list(runs)
     else:
         chosen = [(None, load_run(target))]

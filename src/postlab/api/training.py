@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from postlab.api import environment
-from postlab.engines.registry import DEFAULT_ENGINE, ENGINES
+from postlab.engines.registry import DEFAULT_ENGINE, ENGINES, engine_for
 from postlab.errors import UserError
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def check_size(plan: LoadedPlan, allow_large: bool) -> ComputeEstimate:
 
 def check_loggers(log: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """Live loggers by name, each once; a missing package is refused before any write."""
-    from postlab.runs.steplog import check_loggers as check
+    from postlab.engines.steplog import check_loggers as check
 
     names = tuple(dict.fromkeys(log))
     check(names)
@@ -194,7 +194,7 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
     from postlab.runs.estimate import render_estimate
 
     say_cost(render_estimate(check_size(plan, allow_large)))
-    engine = record.get("engine", DEFAULT_ENGINE)  # the record's engine makes its bits
+    engine = engine_for(record).name  # the record's engine makes its bits
     check_engine(engine, plan.data, str(files.record))
     fresh = train(plan, raw, Path(out_dir), workers=count, device=chosen, engine=engine,
                   display=display, progress_every=progress_every)
@@ -204,7 +204,7 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
 
 def environment_hint(recorded: dict[str, Any], fresh: dict[str, Any]) -> str:
     """Why the bits may differ: each difference of what decides them, or none."""
-    from postlab.runs import numerics
+    from postlab.machine import numerics
 
     then, now = recorded.get("numerics"), fresh.get("numerics")
     if not isinstance(then, dict) or not isinstance(now, dict):

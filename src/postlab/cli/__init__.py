@@ -5,7 +5,7 @@ plot | compare | samples | export | exercises``.
 ``training``, ``checks``, ``reports``) parses nothing and decides nothing itself: it calls
 :mod:`postlab.api` and prints. ``main(argv)`` returns an exit code, so tests call it
 in-process. Commands that train or re-evaluate pin the CPU code path before torch loads (see
-:mod:`postlab.runs.numerics`).
+:mod:`postlab.machine.numerics`).
 """
 
 from postlab.cli.main import COMMANDS, entry, main

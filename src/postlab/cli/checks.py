@@ -10,8 +10,7 @@ from postlab.errors import UserError
 
 
 def verify(args: argparse.Namespace) -> int:
-    result = api.verify(args.run, expect=args.expect)
-    sys.stdout.write(f"{result.code_path}\n")
+    result = api.verify(args.run, expect=args.expect, say=lambda line: print(line, flush=True))
     sys.stdout.write(result.text)
     return result.code
 

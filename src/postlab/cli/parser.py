@@ -11,11 +11,11 @@ import os
 from pathlib import Path
 from typing import NoReturn
 
-from postlab import __version__
 from postlab.api.environment import did_you_mean
 from postlab.engines.registry import DEFAULT_ENGINE, ENGINES
 from postlab.errors import UserError
 from postlab.jsonio import printable
+from postlab.version import __version__
 
 LANGS = ("zh", "en")
 DEVICE_CHOICES = ("cpu", "cuda", "auto")
@@ -33,7 +33,7 @@ def default_lang(environ: dict[str, str] | None = None) -> str:
 
 def _logger_names() -> list[str]:
     """The step loggers --log accepts; the registry's module loads no torch."""
-    from postlab.runs.steplog import LOGGERS
+    from postlab.engines.steplog import LOGGERS
 
     return LOGGERS.names()
 

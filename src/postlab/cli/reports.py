@@ -117,9 +117,8 @@ def compare(args: argparse.Namespace) -> int:
     from postlab.render import comparison as render
 
     lang = args.lang or default_lang()
-    result = api.compare(args.runs, split=args.split, lang=lang, html=args.html)
-    for name in result.left_out:
-        print(f"postlab: {name}: no completed seed yet; left out", file=sys.stderr)
+    result = api.compare(args.runs, split=args.split, lang=lang, html=args.html,
+                         say=lambda line: print(f"postlab: {line}", file=sys.stderr))
     if args.format_ == "json":
         sys.stdout.write(render.to_json(result.comparison))
     elif args.format_ == "markdown":
@@ -131,19 +130,18 @@ def compare(args: argparse.Namespace) -> int:
 
 def plot(args: argparse.Namespace) -> int:
     lang = args.lang or default_lang()
-    _notices(lang)
-    out = api.plot(args.run, args.out_dir, overwrite=args.overwrite, split=args.split,
-                   lang=lang)
-    count = sum(1 for p in out.iterdir() if p.suffix in (".png", ".svg"))
-    print(f"wrote {count} figures to {out}")
+    result = api.plot(args.run, args.out_dir, overwrite=args.overwrite, split=args.split,
+                      lang=lang)
+    for line in result.notices:
+        print(line, file=sys.stderr)
+    print(f"wrote {result.files} figures to {result.out_dir}")
     return 0
 
 
 def export(args: argparse.Namespace) -> int:
     """Tidy tables of a run or of every version of a sweep, published as one new folder."""
-    out, tables, left_out = api.export(args.run, args.out_dir, format_=args.format_)
-    for name in left_out:
-        print(f"{name}: no completed seed yet; left out", file=sys.stderr)
+    out, tables, _ = api.export(args.run, args.out_dir, format_=args.format_,
+                                say=lambda line: print(line, file=sys.stderr))
     print(f"wrote {tables} {args.format_} tables and schema.json to {out}")
     return 0
 
@@ -152,9 +150,9 @@ def samples(args: argparse.Namespace) -> int:
     import json
 
     from postlab.analysis.samples import iter_samples
+    from postlab.plan.arms import plan_contracts
     from postlab.records.opened import check_unchanged, open_run
     from postlab.render.answers import samples_text
-    from postlab.tasks.arithmetic import plan_contracts
 
     if args.limit is not None and args.limit < 0:
         raise UserError(f"--limit {args.limit}: must be 0 (all) or more")

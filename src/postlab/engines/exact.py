@@ -19,19 +19,19 @@ import torch
 
 from postlab.engines.registry import Emit, EngineTask, StageKey, Work, cpu_capability
 from postlab.engines.rollout import evaluate_model
+from postlab.engines.steplog import SFT_LOSS_TAG, SFT_STAGE, StepLogs, rl_scalars
 from postlab.engines.train import reinforce, rollout_rates, sft_compute, supervised
 from postlab.errors import RunFailed
-from postlab.plan.arms import arm_names, arm_specs
+from postlab.plan.arms import arm_names, arm_specs, plan_contracts
 from postlab.policies import Policy, build_policy, place_policy, policy_kind
-from postlab.runs.checkpoint import (
+from postlab.policies.checkpoint import (
     CheckpointError,
     checkpoint_bytes,
     checkpoint_name,
     load_checkpoint,
     publish_checkpoint,
 )
-from postlab.runs.steplog import SFT_LOSS_TAG, SFT_STAGE, StepLogs, rl_scalars
-from postlab.tasks.arithmetic import answer_function, plan_contracts
+from postlab.tasks.arithmetic import answer_function
 
 
 def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from postlab.errors import UserError
 from postlab.registry import Registry
 
 if TYPE_CHECKING:
@@ -99,8 +100,13 @@ def cpu_capability() -> str:
 
 
 def engine_for(record: Mapping[str, Any]) -> Engine:
-    """The engine that made a record (its ``engine`` field; absent: the exact engine)."""
-    return ENGINES[record.get("engine", DEFAULT_ENGINE)]
+    """The engine that made a record (its ``engine`` field; absent: the exact engine);
+    refused in one line when this postlab has no engine of that name."""
+    name = record.get("engine", DEFAULT_ENGINE)
+    if name not in ENGINES:
+        raise UserError(f"the record was made by the {name!r} engine, which this postlab "
+                        f"does not have; it has {', '.join(ENGINES.names())}")
+    return ENGINES[name]
 
 
 # The registry, one line per engine: its name, and where it is defined (imported when used).

@@ -19,14 +19,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from postlab.analysis.metrics import metrics
 from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
 from postlab.policies import Policy
-from postlab.records.rows import Row
+from postlab.records.metrics import metrics
 from postlab.rl import objective
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, task_for
 from postlab.tasks.contracts import CONTRACTS, score
+from postlab.tasks.rows import Row
 
 #: Called after each RL step with (step, rollout rows); used for progress display.
 StepHook = Callable[[int, list], None]
@@ -155,8 +155,8 @@ def _resample_constant_groups(batch: _Rollout, model: Policy, plan: dict[str, An
             tokens[target] = new_tokens[part]
             mask[target] = new_mask[part]
             rewards[target] = fresh.rewards[part]
-    batch.pairs, batch.rows, batch.tokens, batch.mask, batch.rewards = \
-        pairs, rows, tokens, mask, rewards
+    batch.pairs, batch.rows, batch.tokens, batch.mask = pairs, rows, tokens, mask
+    batch.rewards = rewards
     kept = len(pairs) // size
     return {"drawn": kept + drawn, "kept": kept, "dropped": dropped,
             "replaced": replaced,

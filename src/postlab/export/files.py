@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from postlab import __version__
 from postlab.errors import UserError
 from postlab.export.tables import SCHEMA, TABLES, Column, arrow_schema, build_tables, to_arrow
 from postlab.jsonio import dump_json, parse_json, read_bytes
+from postlab.version import __version__
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -3,7 +3,7 @@
 Pure: records and plans in, columns out; nothing here reads or writes a file. Each table's
 columns are declared in :data:`TABLES` with their type and meaning, so the Arrow schema,
 ``schema.json`` and docs/export.md say the same thing (a test holds the document to them).
-Rows are walked with :func:`~postlab.records.rows.iter_rows` and scored with
+Rows are walked with :func:`~postlab.tasks.rows.iter_rows` and scored with
 :func:`~postlab.tasks.contracts.score` under every registered contract, not only the plan's,
 so one export answers "what would contract X have said" without re-running anything.
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
-from postlab.records.rows import ROLLOUT, Row, iter_rows
 from postlab.tasks.contracts import score
+from postlab.tasks.rows import ROLLOUT, Row, iter_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -166,8 +166,8 @@ def contract_columns(table: str, contracts: Sequence[str]) -> tuple[Column, ...]
 def columns_of(table: str, contracts: Sequence[str], *, sweep: bool = False
                ) -> tuple[Column, ...]:
     """A table's columns in order: ``version`` for a sweep, its own, then its contracts'."""
-    columns = ((VERSION,) if sweep else ()) + TABLES[table].columns \
-        + contract_columns(table, contracts)
+    first = (VERSION,) if sweep else ()
+    columns = first + TABLES[table].columns + contract_columns(table, contracts)
     names = [column.name for column in columns]
     clash = sorted({name for name in names if names.count(name) > 1})
     if clash:
@@ -270,8 +270,9 @@ def _sft_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, .
 
 
 def _summary_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
-    from postlab.analysis.metrics import summarize
-    from postlab.tasks.arithmetic import answer_function, plan_contracts
+    from postlab.plan.arms import plan_contracts
+    from postlab.records.metrics import summarize
+    from postlab.tasks.arithmetic import answer_function
 
     first = plan_contracts(source.plan)[0]
     scored = [first, *(name for name in contracts if name != first)]

@@ -47,3 +47,13 @@ def arm_names(plan: dict[str, Any]) -> list[str]:
 def rl_contracts(plan: dict[str, Any]) -> dict[str, str]:
     """Stage name -> the contract it was trained on, for RL arms."""
     return {arm.name: arm.contract for arm in arm_specs(plan) if arm.contract is not None}
+
+
+def plan_contracts(plan: dict[str, Any]) -> tuple[str, ...]:
+    """The contracts a plan's results are reported under: the task's, in its order, then any
+    other contract the plan's arms train on, in arm order."""
+    from postlab.tasks.arithmetic import task_for
+
+    names = list(task_for(plan).contracts)
+    names += [arm.contract for arm in arm_specs(plan) if arm.contract is not None]
+    return tuple(dict.fromkeys(names))

@@ -301,9 +301,8 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
 
 def hypothesis_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
     """Each hypothesis must name what the plan has, and be able to come out both ways."""
-    from postlab.analysis.hypotheses import METRICS, can_decide
-    from postlab.plan.arms import arm_names
-    from postlab.tasks.arithmetic import plan_contracts
+    from postlab.plan.arms import arm_names, plan_contracts
+    from postlab.plan.hypotheses import METRICS, can_decide
 
     problems: list[tuple[str, str]] = []
     stages = ["initial", *arm_names(plan)]

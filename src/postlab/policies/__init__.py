@@ -1,8 +1,10 @@
-"""Policies: the models that answer, with their tokenizer and decoding step.
+"""Policies: the models that answer, with their tokenizer, decoding and checkpoints.
 
-:mod:`~postlab.policies.base` is the interface the engine uses and the ``POLICIES`` registry of
+:mod:`~postlab.policies.base` is the interface the engines use and the ``POLICIES`` registry of
 kinds; ``gru`` (the teaching lab's character GRU) is the first kind;
-:mod:`~postlab.policies.transformer` adds ``transformer`` and ``pretrained``.
+:mod:`~postlab.policies.transformer` adds ``transformer`` and ``pretrained`` (with
+``compact``, their forward pass); ``decoding`` is the one token-by-token loop; ``checkpoint``
+writes weights and reads them back only after their hash is checked.
 """
 
 from postlab.policies import gru as _gru  # noqa: F401  (registers the "gru" kind)

@@ -8,7 +8,7 @@ any change to any of those files is found, however carefully the inner hashes we
 
 The fingerprint covers ``plan.json``, the record's JSON (decompressed, so a gzipped copy keeps
 the fingerprint), ``summary.json`` and the checkpoint files the record names, sorted by name.
-Nothing else in the folder is evidence: live training logs (``logs/``, ``runs.steplog``) are
+Nothing else in the folder is evidence: live training logs (``logs/``, ``engines.steplog``) are
 a view of numbers the record holds, and are neither hashed nor verified.
 """
 

@@ -20,7 +20,7 @@ from typing import Any
 from postlab.errors import UserError
 from postlab.jsonio import parse_json, read_bytes
 from postlab.plan.frozen import LoadedPlan
-from postlab.records.rows import Row
+from postlab.tasks.rows import Row
 
 BUNDLED_RUN = "teaching-run"
 RECORD_NAMES = ("record.json", "record.json.gz")
@@ -268,7 +268,7 @@ def _run(value: Any, where: str) -> None:
 
 
 def _numerics(value: Any, where: str) -> None:
-    from postlab.runs.numerics import CODE_PATHS, NATIVE, PIN_VARIABLES
+    from postlab.machine.numerics import CODE_PATHS, NATIVE, PIN_VARIABLES
 
     plain = _text(limit=200)
     _object(value, where, {
@@ -289,7 +289,7 @@ def _numerics(value: Any, where: str) -> None:
 
 def _cuda(value: Any, where: str) -> None:
     """The GPU, its libraries and the determinism settings a CUDA run was made with."""
-    from postlab.runs.device import CUDA_FIELDS
+    from postlab.machine.device import CUDA_FIELDS
 
     plain = _text(limit=200)
     flags = ("cudnn_deterministic", "cudnn_benchmark", "tf32_matmul", "tf32_cudnn")
@@ -329,11 +329,12 @@ def check_record(record: Any, source: str) -> None:
 
 
 def _engine_name(value: Any, where: str) -> None:
-    """A registered engine other than the default one (a record made by the default engine
-    names none, so records written before engines existed keep their form)."""
-    from postlab.engines.registry import DEFAULT_ENGINE, ENGINES
+    """An engine's name (a record made by the default engine names none, so records written
+    before engines existed keep their form). Whether this postlab has that engine is asked
+    where one is needed, to re-evaluate or retrain."""
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise UserError(f"{where}: {value!r:.80} is not an engine name")
 
-    _choice(tuple(name for name in ENGINES.names() if name != DEFAULT_ENGINE))(value, where)
 
 #: A source file named in ``source_sha256``: a relative path of plain characters to a .py file.
 FILE_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,251}\.py")
@@ -372,8 +373,8 @@ def reading_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     entries the plan does not name, or sampled rows that do not form groups of
     ``eval_samples`` answers to one question. A record may hold fewer parts than the plan
     (a hand-made or partial record is still readable); ``verify`` asks for all of them."""
-    from postlab.analysis.metrics import question_groups
     from postlab.plan.arms import arm_names, rl_contracts
+    from postlab.records.metrics import question_groups
 
     stages = ["initial", *arm_names(plan)]
     rl_arms = set(rl_contracts(plan))

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.records.rows import iter_run_rows, rows_by_place
 from postlab.tasks.contracts import CONTRACTS, Answer, score
+from postlab.tasks.rows import iter_run_rows, rows_by_place
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from postlab.plan.arms import arm_specs
-from postlab.tasks.arithmetic import plan_contracts, task_for
+from postlab.plan.arms import arm_specs, plan_contracts
+from postlab.tasks.arithmetic import task_for
 
 OVERVIEW_WORDS: dict[str, dict[str, str]] = {
     "en": {

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.analysis.metrics import summary_for
+from postlab.plan.arms import plan_contracts
+from postlab.records.metrics import summary_for
 from postlab.rl.groups import contrast_probability
-from postlab.tasks.arithmetic import plan_contracts
 from postlab.tasks.contracts import describe
 
 #: Success probabilities at which the report shows the chance of a mixed group.

@@ -22,7 +22,7 @@ import torch
 Setting = float | torch.Tensor
 
 
-def _lead(value: Setting, like: torch.Tensor) -> Setting:
+def broadcast_members(value: Setting, like: torch.Tensor) -> Setting:
     """A per-member setting shaped to broadcast over ``like``'s trailing dimensions."""
     if not isinstance(value, torch.Tensor):
         return value
@@ -60,7 +60,7 @@ def clipped_gain(ratio: torch.Tensor, advantage: torch.Tensor, clip_low: Setting
     """
     per_token = advantage[..., None]
     lower, upper = ratio_bounds(clip_low, clip_high, ratio.dtype)
-    clamped = ratio.clamp(_lead(lower, ratio), _lead(upper, ratio))
+    clamped = ratio.clamp(broadcast_members(lower, ratio), broadcast_members(upper, ratio))
     return torch.minimum(ratio * per_token, clamped * per_token)
 
 
@@ -71,9 +71,10 @@ def outside_clip(ratio: torch.Tensor, clip_low: Setting, clip_high: Setting) -> 
         if clip_low == clip_high:
             return (ratio - 1).abs() > clip_low
         return (ratio < lower) | (ratio > upper)
-    symmetric = _lead(clip_low == clip_high, ratio)
-    return torch.where(symmetric, (ratio - 1).abs() > _lead(clip_low.to(ratio.dtype), ratio),
-                       (ratio < _lead(lower, ratio)) | (ratio > _lead(upper, ratio)))
+    symmetric = broadcast_members(clip_low == clip_high, ratio)
+    threshold = broadcast_members(clip_low.to(ratio.dtype), ratio)
+    outside = (ratio < broadcast_members(lower, ratio)) | (ratio > broadcast_members(upper, ratio))
+    return torch.where(symmetric, (ratio - 1).abs() > threshold, outside)
 
 
 def entropy(log_dist: torch.Tensor) -> torch.Tensor:
@@ -82,7 +83,7 @@ def entropy(log_dist: torch.Tensor) -> torch.Tensor:
 
 def per_token_loss(gain: torch.Tensor, kl: torch.Tensor, kl_beta: Setting) -> torch.Tensor:
     """-gain + beta * KL at each position; a loss reduction turns it into a scalar."""
-    return -gain + _lead(kl_beta, kl) * kl
+    return -gain + broadcast_members(kl_beta, kl) * kl
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -39,10 +39,10 @@ from postlab.errors import UserError
 from postlab.jsonio import dump_json
 from postlab.plan.arms import arm_specs
 from postlab.policies import POLICIES, Policy, build_policy, policy_kind
-from postlab.records.rows import Row
 from postlab.rl import objective
 from postlab.tasks.arithmetic import task_for
 from postlab.tasks.contracts import score
+from postlab.tasks.rows import Row
 
 GIB = 2**30
 
@@ -190,8 +190,8 @@ def estimate_counts(plan: dict[str, Any]) -> ComputeEstimate:
     stages = 1 + len(arms)
     group = plan["group_size"]
     per_step = plan["prompts_per_step"] * group
-    extra = plan["dynamic_sampling"]["max_extra_groups"] * group \
-        if plan.get("dynamic_sampling") else 0
+    dynamic = plan.get("dynamic_sampling")
+    extra = dynamic["max_extra_groups"] * group if dynamic else 0
     split_sizes = [len(pairs) for pairs in plan["split"].values()]
     per_evaluation = sum(split_sizes) * (1 + plan["eval_samples"])  # greedy, then sampled
     # each stage is evaluated, saved, reloaded and evaluated again

@@ -40,7 +40,7 @@ WORKER_STARTED = "worker_started"
 def configure_torch(threads: int, device: str = "cpu") -> None:
     """The plan's thread count and deterministic kernels (CUDA's too, on CUDA), in whichever
     process runs a task."""
-    from postlab.runs.device import configure
+    from postlab.machine.device import configure
 
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
@@ -318,7 +318,7 @@ class RayExecutor(TaskExecutor):
 
     def __init__(self, workers: int, threads: int, sink: Emit, address: str | None = None,
                  device: str = "cpu") -> None:
-        from postlab.runs import numerics
+        from postlab.machine import numerics
 
         ray = _require_ray()
         self._ray = ray
@@ -329,7 +329,7 @@ class RayExecutor(TaskExecutor):
             env = dict(numerics.CODE_PATHS[pinned].environment) if pinned else {}
             env["OMP_NUM_THREADS"] = str(threads)
             if device == "cuda":  # set before CUDA initialises, as in a run on one machine
-                from postlab.runs.device import CUBLAS_WORKSPACE
+                from postlab.machine.device import CUBLAS_WORKSPACE
 
                 env["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
             try:

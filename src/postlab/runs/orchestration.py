@@ -24,8 +24,6 @@ from typing import Any
 
 import torch
 
-import postlab
-from postlab.analysis.metrics import summary_for
 from postlab.engines.registry import (
     DEFAULT_ENGINE,
     ENGINES,
@@ -34,6 +32,7 @@ from postlab.engines.registry import (
     StageKey,
     Work,
 )
+from postlab.engines.steplog import check_loggers
 from postlab.errors import RunFailed, UserError
 from postlab.jsonio import (
     MalformedJSON,
@@ -43,9 +42,11 @@ from postlab.jsonio import (
     read_bytes,
     replace_bytes,
 )
+from postlab.machine import numerics
 from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, parse_plan
 from postlab.policies import policy_placement
+from postlab.policies.checkpoint import checkpoint_name, load_checkpoint
 from postlab.records.fingerprint import (
     FINGERPRINT_FILE,
     fingerprint_file_bytes,
@@ -53,6 +54,7 @@ from postlab.records.fingerprint import (
     run_fingerprint,
 )
 from postlab.records.integrity import compare_digests, run_digests
+from postlab.records.metrics import summary_for
 from postlab.records.record import (
     KEPT_DIR,
     KEPT_SETTINGS,
@@ -60,11 +62,9 @@ from postlab.records.record import (
     load_record,
     summary_bytes,
 )
-from postlab.runs import numerics
-from postlab.runs.checkpoint import checkpoint_name, load_checkpoint
 from postlab.runs.executors import TaskExecutor, configure_torch, default_kind, make_executor
 from postlab.runs.progress import Quiet
-from postlab.runs.steplog import check_loggers
+from postlab.version import __version__
 
 PLAN_FILE = "plan.json"
 RECORD_FILE = "record.json"
@@ -94,7 +94,7 @@ class RunOptions:
 
 def source_hashes() -> dict[str, str]:
     """sha256 of each of postlab's source files, so a record names the code that made it."""
-    root = Path(postlab.__file__).parent
+    root = Path(__file__).resolve().parents[1]  # the postlab package
     return {str(p.relative_to(root.parent)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*.py"))}
 
@@ -167,7 +167,7 @@ def new_record(plan: LoadedPlan, workers: int, device: str = "cpu",
     return {"plan_sha256": plan.sha256, **named, "source_sha256": source_hashes(),
             "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform(), "device": device, "dtype": dtype,
-            "postlab_version": postlab.__version__, "threads": plan.data["threads"],
+            "postlab_version": __version__, "threads": plan.data["threads"],
             "workers": workers,
             "numerics": numerics.describe(plan.data["threads"], numerics.current_pin(),
                                           device=device, dtype=compute_dtype),
@@ -287,13 +287,11 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
     run = OpenRun(plan, options, record, pending, start)
     if options.resume:
         _check_kept_settings(run)
-    if pending:
-        # The record names its engine only once a seed is recorded; until then the run
-        # folder says it, so a resume with another engine is refused, not half mixed.
-        folder = options.out_dir / KEPT_DIR
-        folder.mkdir(exist_ok=True)
-        if not (folder / KEPT_SETTINGS).exists():
-            publish_bytes(folder / KEPT_SETTINGS, dump_json(_settings(run)))
+    if pending and run.engine.keeps_results:
+        # Its tasks keep results themselves, and the record names the engine only once a
+        # seed is recorded: until then the run folder says under what they were computed, so
+        # a resume with another engine or other settings is refused, not half mixed.
+        _write_kept_settings(run)
     if options.resume:
         run.kept = _kept_results(run)
         if run.engine.whole_seeds:
@@ -312,9 +310,18 @@ def _settings(run: OpenRun) -> dict[str, Any]:
             "numerics": record["numerics"], "engine": record.get("engine", DEFAULT_ENGINE)}
 
 
+def _write_kept_settings(run: OpenRun) -> None:
+    folder = run.options.out_dir / KEPT_DIR
+    folder.mkdir(exist_ok=True)
+    if not (folder / KEPT_SETTINGS).exists():
+        publish_bytes(folder / KEPT_SETTINGS, dump_json(_settings(run)))
+
+
 def _keep_result(run: OpenRun, key: StageKey, result: dict[str, Any]) -> None:
     """Write a finished stage's result (no weights: its checkpoint is on disk), so a resumed
-    run does not train it again."""
+    run does not train it again; the first one also writes the settings it was computed
+    under."""
+    _write_kept_settings(run)
     _, seed, stage = key
     replace_bytes(kept_result_path(run.options.out_dir, seed, stage), dump_json(result))
 
@@ -463,7 +470,11 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
     groups: dict[tuple[str, str, str], list[tuple[OpenRun, list[int]]]] = {}
     for run in runs:
         run.assemblies = {seed: _SeedAssembly(arm_names(run.data)) for seed in run.pending}
-        for (seed, stage), result in run.kept.items():  # stages an interrupted run finished
+        # Stages an interrupted invocation finished, of seeds whose SFT it finished too: an
+        # SFT that trains again makes every later stage of its seed train again.
+        run.kept = {(seed, stage): result for (seed, stage), result in run.kept.items()
+                    if (seed, "initial") in run.kept}
+        for (seed, stage), result in run.kept.items():
             run.assemblies[seed].add(stage, result)
         # Seeds whose every stage an interrupted invocation kept are recorded from them (one
         # write for all); the others train, without their kept stages.
@@ -477,6 +488,8 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
             first.append((task, _owners(task, [run for run, _ in group])))
     running: dict[cf.Future, tuple[EngineTask, list[OpenRun]]] = {}
     order = {id(run): index for index, run in enumerate(runs)}
+    #: stages already counted as failed or skipped, so no stage is counted twice
+    abandoned: set[StageKey] = set()
 
     def sort_key(future: cf.Future) -> tuple[bool, int, tuple[int, int]]:
         task, owners = running[future]
@@ -499,7 +512,7 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
                 if error is not None:
                     if isinstance(error, cf.BrokenExecutor) or not keep_going:
                         raise error
-                    _fail(task, owners, error, [first, ready], running, watch)
+                    _fail(task, owners, error, [first, ready], running, watch, abandoned)
                     continue
                 results = future.result()
                 for run in owners:
@@ -537,9 +550,10 @@ def _accept(run: OpenRun, results: dict[StageKey, dict[str, Any]]) -> None:
 
 
 def _fail(task: EngineTask, owners: list[OpenRun], error: BaseException,
-          queues: list[deque], running: dict, watch: TaskWatcher) -> None:
+          queues: list[deque], running: dict, watch: TaskWatcher,
+          abandoned: set[StageKey]) -> None:
     """Mark the failed task's seeds failed, drop their queued tasks and count what they
-    abandon: stages neither done, failed, running nor yet made."""
+    abandon: stages neither done, failed, running nor yet made (each stage counted once)."""
     lost = {(key[0], key[1]) for key in task.keys}
     for run in owners:
         for folder, seed in lost:
@@ -547,23 +561,23 @@ def _fail(task: EngineTask, owners: list[OpenRun], error: BaseException,
                 run.failed[seed] = _first_line(error)
     if watch is not None:
         watch("failed", owners[0], task, error, len(task.keys))
-    accounted = set(task.keys)
+    abandoned.update(task.keys)
     for queue in queues:
         for item in [i for i in queue if {(k[0], k[1]) for k in i[0].keys} & lost]:
             queue.remove(item)
-            accounted.update(item[0].keys)
+            abandoned.update(item[0].keys)
             if watch is not None:
                 watch("skipped", item[1][0], item[0], None, len(item[0].keys))
-    for other, _ in running.values():
-        accounted.update(other.keys)
+    busy = {key for other, _ in running.values() for key in other.keys}
     for run in owners:
         folder = str(run.options.out_dir)
         for seed in sorted(s for f, s in lost if f == folder):
             assembly = run.assemblies[seed]
             done = ({"initial"} if assembly.sft is not None else set()) | set(
                 assembly.arm_results)
-            never = [stage for stage in ["initial", *assembly.arms]
-                     if stage not in done and (folder, seed, stage) not in accounted]
+            never = [(folder, seed, stage) for stage in ["initial", *assembly.arms]
+                     if stage not in done and (folder, seed, stage) not in abandoned | busy]
+            abandoned.update(never)
             if never and watch is not None:
                 watch("skipped", run, None, None, len(never))
 
@@ -602,6 +616,9 @@ def _finish_kept_seeds(run: OpenRun) -> list[int]:
 def _finish_seeds(run: OpenRun, seeds: list[int]) -> None:
     """Record complete seeds with one record write, then drop their kept results (until the
     record holds them, the kept results do)."""
+    recorded = {entry["seed"] for entry in run.record["runs"]}
+    if any(seed in recorded for seed in seeds):
+        raise RuntimeError(f"seeds {sorted(recorded & set(seeds))} would be recorded twice")
     if not seeds:
         return
     for seed in seeds:

@@ -53,7 +53,7 @@ class SweepOptions:
     executor_settings: tuple[tuple[str, Any], ...] = ()  # e.g. (("address", "..."),)
     resume: bool = False
     device: str = "cpu"
-    log: tuple[str, ...] = ()  # step loggers of every version's tasks (runs.steplog.LOGGERS)
+    log: tuple[str, ...] = ()  # step loggers of every version's tasks (engines.steplog.LOGGERS)
     engine: str = DEFAULT_ENGINE  # a name in postlab.engines.registry.ENGINES
 
 
@@ -154,8 +154,8 @@ def run_sweep(spec_path: Path | None, options: SweepOptions, today: str,
     The executor starts (and a Ray cluster is reached) before the sweep folder is written, so
     a cluster that cannot be reached leaves nothing behind.
     """
+    from postlab.engines.steplog import check_loggers
     from postlab.runs.executors import default_kind, make_executor
-    from postlab.runs.steplog import check_loggers
 
     check_loggers(options.log)
     out = options.out_dir.absolute()  # tasks may run where the working folder is another

@@ -93,13 +93,3 @@ def task_for(plan: dict[str, Any]) -> Task:
 
 def answer_function(plan: dict[str, Any]) -> Callable[[Sequence[int]], int]:
     return task_for(plan).answer
-
-
-def plan_contracts(plan: dict[str, Any]) -> tuple[str, ...]:
-    """The contracts a plan's results are reported under: the task's, in its order, then any
-    other contract the plan's arms train on, in arm order."""
-    from postlab.plan.arms import arm_specs
-
-    names = list(task_for(plan).contracts)
-    names += [arm.contract for arm in arm_specs(plan) if arm.contract is not None]
-    return tuple(dict.fromkeys(names))

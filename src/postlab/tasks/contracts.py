@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from postlab.records.rows import Row
 from postlab.registry import Registry
+from postlab.tasks.rows import Row
 
 Contract = Callable[..., int]
 #: The task's answer for an operand pair; the teaching task's is the sum.

@@ -1,12 +1,13 @@
 """SFT, RL and evaluation of many members at once: the ensemble engine's loops.
 
 A member is one (seed, stage) model with its own plan settings; all members of a call share
-the plan's shapes (vocabulary, sizes, batch sizes, steps) and may differ in numeric settings
-(learning rates, kl_beta, clip, temperature, gradient clip). Every reduction the exact engine
-takes over a batch is taken here per member (the plan's registered options run under
-``torch.vmap`` over the member axis), and every random number comes from the counter-based
-generator keyed by the member's seed (:mod:`.counter`), so a member's result does not depend
-on which or how many other members it trains with.
+the plan's shapes (vocabulary, sizes, batch sizes, steps) and learning rates, and may differ in
+the other numeric settings (kl_beta, clip, temperature, gradient clip). Every reduction the
+exact engine takes over a batch is taken here per member (the shared RL core,
+:mod:`postlab.rl.objective`, takes a leading member dimension), the optimizer is torch's Adam
+over the stacked tensors, and every random number comes from the counter-based generator keyed
+by the member's seed (:mod:`.counter`), so a member's result does not depend on which or how
+many other members it trains with.
 
 The results are the exact engine's in distribution, not in bits: the exact engine draws from
 torch's generators in a fixed order, this one from counters.
@@ -27,10 +28,10 @@ from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.train import NonFiniteError
 from postlab.policies.base import CharTokenizer, Tokenizer
 from postlab.policies.decoding import decode_loop
-from postlab.records.rows import Row
 from postlab.rl import objective
 from postlab.tasks.arithmetic import task_for
 from postlab.tasks.contracts import CONTRACTS, score
+from postlab.tasks.rows import Row
 
 
 def per_member(plans: Sequence[Mapping[str, Any]], key: str,

@@ -13,13 +13,10 @@ from collections.abc import Mapping
 
 import torch
 
+from postlab.rl.objective import broadcast_members
+
 #: Added to the norm before dividing, as torch's clip_grad_norm_ does.
 CLIP_EPS = 1e-6
-
-
-def _expand(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """A per-member vector [members] shaped to broadcast against a stacked tensor."""
-    return values.reshape(-1, *([1] * (like.dim() - 1)))
 
 
 def clip_per_member(params: Mapping[str, torch.Tensor], max_norm: torch.Tensor) -> torch.Tensor:
@@ -36,5 +33,5 @@ def clip_per_member(params: Mapping[str, torch.Tensor], max_norm: torch.Tensor) 
     scale = (max_norm / (norms + CLIP_EPS)).clamp(max=1.0)
     for tensor in params.values():
         assert tensor.grad is not None
-        tensor.grad.mul_(_expand(scale, tensor.grad))
+        tensor.grad.mul_(broadcast_members(scale, tensor.grad))
     return norms

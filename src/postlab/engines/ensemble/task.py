@@ -29,7 +29,7 @@ from postlab.engines.registry import Emit, EngineTask, StageKey, Work, cpu_capab
 from postlab.errors import RunFailed, UserError
 from postlab.plan.arms import arm_names, arm_specs
 from postlab.policies.base import POLICIES, Policy, build_policy, policy_kind
-from postlab.runs.checkpoint import (
+from postlab.policies.checkpoint import (
     checkpoint_bytes,
     checkpoint_name,
     load_checkpoint,

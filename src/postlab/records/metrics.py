@@ -1,0 +1,128 @@
+"""Metrics over raw output rows, and the per-seed, per-stage, per-split summary.
+
+A row is a :class:`~postlab.tasks.rows.Row`: the question's operands, the visible output,
+and whether EOS was emitted. Every reported number is computed from such rows, never stored on
+its own. Rows are scored under the contracts the caller names (a plan's come from
+:func:`~postlab.tasks.arithmetic.plan_contracts`); the first of them decides coverage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from postlab.plan.arms import plan_contracts
+from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, answer_function
+from postlab.tasks.contracts import Answer, score
+from postlab.tasks.rows import Row, iter_run_rows, rows_by_place
+
+__all__ = ["Answer", "count_under", "coverage", "evaluate", "metrics", "question_groups",
+           "summarize", "summary_for"]
+
+#: Keys of a metrics entry that are not contract counts; a contract may not take these names.
+RESERVED = frozenset({"n", "mean_tokens", "truncated", "covered", "questions"})
+
+
+def count_under(rows: Iterable[Sequence[Any]], contract: str, answer: Answer = sum) -> int:
+    return sum(score(Row.of(row), contract, answer) for row in rows)
+
+
+def metrics(rows: Sequence[Sequence[Any]], answer: Answer = sum,
+            contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> dict[str, Any]:
+    """Counts and rates under each contract, mean tokens (EOS counts) and truncations.
+
+    Keys, in order: ``n``, one count per contract, one ``<contract>_rate`` per contract,
+    ``mean_tokens``, ``truncated`` (the teaching contracts give the reference's summary keys).
+    """
+    n = len(rows)
+    if n == 0:
+        raise ValueError("metrics need at least one row")
+    clash = RESERVED.intersection(contracts)
+    if clash:
+        raise ValueError(f"a contract cannot be named {', '.join(sorted(clash))} in metrics")
+    typed = [Row.of(row) for row in rows]
+    counts = {name: count_under(typed, name, answer) for name in contracts}
+    return {"n": n, **counts, **{f"{name}_rate": count / n for name, count in counts.items()},
+            "mean_tokens": sum(row.tokens for row in typed) / n,
+            "truncated": sum(not row.terminated for row in typed)}
+
+
+def question_groups(rows: Sequence[Sequence[Any]], samples: int) -> list[list[Row]]:
+    """Split rows into consecutive blocks of ``samples`` answers to the same question."""
+    if samples <= 0 or len(rows) % samples:
+        raise ValueError(f"{len(rows)} rows do not form groups of {samples}")
+    typed = [Row.of(row) for row in rows]
+    groups = [typed[i:i + samples] for i in range(0, len(typed), samples)]
+    for group in groups:
+        first = group[0].pair
+        if any(row.pair != first for row in group):
+            raise ValueError(f"a group of {samples} rows mixes questions (first {list(first)})")
+    return groups
+
+
+def coverage(rows: Sequence[Sequence[Any]], samples: int,
+             contract: str = ARITHMETIC_CONTRACTS[0], answer: Answer = sum) -> int:
+    """Questions with at least one accepted answer among their samples (pass@samples count)."""
+    return sum(count_under(group, contract, answer) > 0
+               for group in question_groups(rows, samples))
+
+
+def evaluate(rows: Sequence[Sequence[Any]], samples: int, answer: Answer = sum,
+             contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> dict[str, Any]:
+    """Metrics plus coverage: ``covered`` of ``questions`` had a success under the first
+    contract."""
+    covered = coverage(rows, samples, contracts[0], answer)
+    return dict(metrics(rows, answer, contracts), covered=covered,
+                questions=len(rows) // samples)
+
+
+def summarize(record: dict[str, Any], eval_samples: int, answer: Answer = sum,
+              contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> list[dict[str, Any]]:
+    """One entry per seed and stage, each split scored greedy (1 sample) and sampled."""
+    summary = []
+    for run in record["runs"]:
+        blocks = rows_by_place(iter_run_rows(run, training=False))
+        entries: dict[str, dict[str, Any]] = {}
+        for place in blocks:
+            entry = entries.setdefault(place.stage, {"seed": place.seed, "stage": place.stage})
+            if place.split in entry:
+                continue
+            greedy, sampled = (blocks.get(place._replace(decoding=d), [])
+                               for d in ("greedy", "sampled"))
+            entry[place.split] = {"greedy": evaluate(greedy, 1, answer, contracts),
+                                  "sampled": evaluate(sampled, eval_samples, answer, contracts)}
+        summary += entries.values()
+    return summary
+
+
+def summary_for(record: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary a plan's run writes: its samples, its task's answers, its contracts."""
+    return summarize(record, plan["eval_samples"], answer_function(plan), plan_contracts(plan))
+
+
+#: Per-step training series after the rollout reward rates (one ``<contract>_reward`` per
+#: contract, from the rows); the rest come from the update statistics and the rows' lengths.
+STEP_SERIES = ("zero_variance_groups", "kl", "entropy", "ratio_outside_clip",
+               "gradient_norm_before_clip", "loss", "mean_tokens", "truncated")
+
+
+def step_series(step: dict[str, Any], rows: Sequence[Row], answer: Answer,
+                contracts: Sequence[str]) -> dict[str, float]:
+    """One RL step's series (:func:`dynamics_series`) from its history entry and rollout rows;
+    shared with live logging (``engines.steplog``) so both show the same numbers."""
+    n = len(rows)
+    updates = step["updates"]
+
+    def mean_update(key: str) -> float:
+        return sum(u[key] for u in updates) / len(updates)
+
+    return {
+        **{f"{name}_reward": count_under(rows, name, answer) / n for name in contracts},
+        "zero_variance_groups": float(step["zero_variance_groups"]),
+        "kl": mean_update("kl"), "entropy": mean_update("entropy"),
+        "ratio_outside_clip": mean_update("ratio_outside_clip"),
+        "gradient_norm_before_clip": mean_update("gradient_norm_before_clip"),
+        "loss": mean_update("loss"),
+        "mean_tokens": sum(row.tokens for row in rows) / n,
+        "truncated": sum(not row.terminated for row in rows) / n,
+    }

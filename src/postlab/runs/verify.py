@@ -1,0 +1,426 @@
+"""``postlab verify``: re-check everything a record claims, one line per check.
+
+Checks are computed into plain results first and rendered after, so tests read the results.
+A failed check means the record, plan or checkpoints do not say what they claim, or that a
+part a postlab record must carry is missing: verification fails closed, so removing the
+evidence (digests, checkpoint entries, the summary) never turns a failure into a pass. A
+warning means something differs that can legitimately change bits (another torch, another
+code path) or that a check needs input only the user can give (the expected fingerprint).
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from postlab.engines.registry import engine_for
+from postlab.errors import UserError
+from postlab.jsonio import parse_json, read_bytes
+from postlab.machine import numerics
+from postlab.plan.arms import arm_names
+from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
+from postlab.policies import build_policy, place_policy, policy_kind
+from postlab.policies.checkpoint import CheckpointError, check_kind, load_checkpoint
+from postlab.records.fingerprint import read_fingerprint_file, run_fingerprint
+from postlab.records.integrity import compare_digests
+from postlab.records.metrics import summary_for
+from postlab.records.record import (
+    POSTLAB_FIELDS,
+    RunFiles,
+    reading_problems,
+    record_plan_problems,
+    summary_bytes,
+)
+
+Status = Literal["pass", "fail", "warn", "skip"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+
+
+def _plan_for(files: RunFiles, record: dict[str, Any]) -> tuple[LoadedPlan | None, Check]:
+    if files.plan.is_file():
+        plan = load_plan(files.plan)
+        where = str(files.plan)
+    else:
+        plan = teaching_plan_loaded()
+        where = "the teaching plan (no plan.json beside the record)"
+    if plan.sha256 == record["plan_sha256"]:
+        return plan, Check(name="plan", status="pass", detail=f"{where} has the recorded "
+                                                              f"sha256 {plan.sha256[:16]}…")
+    return None, Check(name="plan", status="fail",
+                       detail=f"{where} has sha256 {plan.sha256}, the record names "
+                              f"{record['plan_sha256']}")
+
+
+def _first_row_difference(recorded: dict, fresh: dict) -> str:
+    for split, decoded in recorded.items():
+        for decoding, rows in decoded.items():
+            new = fresh.get(split, {}).get(decoding, [])
+            for index, (a, b) in enumerate(zip(rows, new, strict=False)):
+                if a != b:
+                    return f"split {split}, {decoding} row {index}: recorded {a}, now {b}"
+            if len(rows) != len(new):
+                return f"split {split}, {decoding}: {len(rows)} rows recorded, {len(new)} now"
+    return "rows differ"
+
+
+def _device_here(record: dict[str, Any]) -> str:
+    """Re-evaluate on the record's device where this machine has it, else on CPU (and the
+    environment check then names the difference)."""
+    from postlab.machine.device import cuda_available
+
+    return "cuda" if record.get("device") == "cuda" and cuda_available() else "cpu"
+
+
+def _check_checkpoints(record: dict[str, Any], plan: dict[str, Any] | None,
+                       folder: Path, device: str = "cpu") -> tuple[Check, Check]:
+    hash_problems, eval_problems, reloaded = [], [], 0
+    engine = engine_for(record)  # its evaluation recomputes the rows as they were made
+    for run in record["runs"]:
+        for stage, info in run.get("checkpoints", {}).items():
+            path = folder / info["file"]
+            try:
+                payload = load_checkpoint(path, info["sha256"])
+            except CheckpointError as exc:
+                hash_problems.append(str(exc))
+                continue
+            except UserError as exc:
+                hash_problems.append(str(exc))
+                continue
+            if plan is None:
+                continue
+            try:
+                check_kind(payload, policy_kind(plan), f"seed {run['seed']}, stage {stage}")
+            except CheckpointError as exc:
+                eval_problems.append(str(exc))
+                continue
+            model = place_policy(build_policy(plan), device)
+            try:
+                model.load_state_dict(payload["state_dict"])
+            except (RuntimeError, KeyError) as exc:
+                eval_problems.append(f"seed {run['seed']}, stage {stage}: weights do not fit "
+                                     f"the plan's model ({str(exc).splitlines()[0]})")
+                continue
+            try:
+                fresh = engine.evaluate(model, plan, run["seed"], device)
+            except RuntimeError as exc:
+                # The weights are the checkpoint's data: ones that cannot be sampled from (an
+                # overflow to inf, say) are a failed check of that checkpoint, not a crash.
+                eval_problems.append(f"seed {run['seed']}, stage {stage}: cannot be "
+                                     f"evaluated ({str(exc).splitlines()[0][:120]})")
+                continue
+            reloaded += 1
+            recorded = run["evaluations"].get(stage)
+            if fresh != recorded:
+                eval_problems.append(f"seed {run['seed']}, stage {stage}: "
+                                     + _first_row_difference(recorded or {}, fresh))
+            if not info.get("reload_equal", False):
+                eval_problems.append(f"seed {run['seed']}, stage {stage}: recorded "
+                                     "reload_equal is not true")
+    total = sum(len(run.get("checkpoints", {})) for run in record["runs"])
+    hashes = Check(name="checkpoint hashes",
+                   status="fail" if hash_problems or not total else "pass",
+                   detail="; ".join(hash_problems) if hash_problems else
+                   (f"{total} checkpoints match their recorded sha256 (checked before loading)"
+                    if total else "the record lists no checkpoints"))
+    if plan is None:
+        evaluation = Check(name="checkpoint re-evaluation", status="skip",
+                           detail="needs the record's plan")
+    else:
+        evaluation = Check(name="checkpoint re-evaluation",
+                           status="fail" if eval_problems else "pass",
+                           detail="; ".join(eval_problems) if eval_problems else
+                           f"{reloaded} checkpoints reloaded and re-evaluated: every row equal")
+    return hashes, evaluation
+
+
+def _check_summary(record: dict[str, Any], plan: dict[str, Any] | None,
+                   folder: Path) -> Check:
+    path = folder / "summary.json"
+    try:
+        stored = read_bytes(path, "summary")
+    except UserError as exc:
+        return Check(name="summary", status="fail", detail=f"{exc} (a run's summary is part "
+                                                             "of what is verified)")
+    if plan is None:
+        return Check(name="summary", status="skip", detail="needs the record's plan")
+    unfit = reading_problems(record, plan)
+    if unfit:
+        return Check(name="summary", status="fail", detail="cannot recompute the summary: "
+                                                             + unfit[0])
+    fresh = summary_for(record, plan)
+    if stored == summary_bytes(fresh):
+        return Check(name="summary", status="pass",
+                     detail="summary.json is, byte for byte, the summary of the raw rows")
+    return Check(name="summary", status="fail",
+                 detail="summary.json is not the summary of the raw rows"
+                        + _first_summary_difference(stored, fresh))
+
+
+def _first_summary_difference(stored: bytes, fresh: list[dict[str, Any]]) -> str:
+    """Where the stored summary first departs from the recomputed one."""
+    try:
+        values = parse_json(stored, "summary.json")
+    except UserError as exc:
+        return f" ({exc})"
+    if isinstance(values, list):
+        for old, new in zip(values, fresh, strict=False):
+            if old != new:
+                return f" at seed {new['seed']}, stage {new['stage']}"
+        if len(values) != len(fresh):
+            return f" ({len(values)} entries, expected {len(fresh)})"
+    expected = summary_bytes(fresh).decode().splitlines()
+    actual = stored.decode("utf-8", errors="replace").splitlines()
+    for number, (a, b) in enumerate(zip(actual, expected, strict=False), start=1):
+        if a != b:
+            return (f": its values are equal but their JSON is not (line {number}: "
+                    f"{a.strip()[:60]!r}, expected {b.strip()[:60]!r}; a type change such as "
+                    "63 to 63.0, 1 to true or 0.0 to -0.0)")
+    return f" ({len(actual)} lines, expected {len(expected)})"
+
+
+def _check_digests(record: dict[str, Any]) -> Check:
+    problems, absent = [], 0
+    for run in record["runs"]:
+        if "digests" not in run:
+            absent += 1
+            continue
+        problems += compare_digests(run, run["digests"])
+    if absent and not _made_by_postlab(record):
+        return Check(name="raw rows", status="skip",
+                     detail="a record made by another program carries no digests; rollout "
+                            "rows cannot be checked without re-running (postlab reproduce)")
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more"
+                                           if len(problems) > 5 else "")
+        return Check(name="raw rows", status="fail",
+                     detail=f"changed since training: {shown}")
+    if absent:
+        return Check(name="raw rows", status="fail",
+                     detail=f"{absent} seeds carry no digests, which every postlab record has")
+    return Check(name="raw rows", status="pass",
+                 detail="every SFT loss, evaluation split and RL step matches its digest")
+
+
+def _check_environment(record: dict[str, Any], now: dict[str, Any]) -> Check:
+    """What decides the bits, then and now: each difference named."""
+    versions = {"torch": torch.__version__, "python": platform.python_version()}
+    deciding = [f"{key} {record.get(key)} then, {value} now" for key, value in versions.items()
+                if record.get(key) != value]
+    recorded = record.get("numerics")
+    if isinstance(recorded, dict):
+        more, other = numerics.differences(recorded, now)
+        deciding += more
+    else:
+        other = []
+        deciding.append("the record does not name its numeric environment (CPU capability, "
+                        "BLAS code path), so a difference there cannot be ruled out")
+    if record.get("platform") != platform.platform():
+        other.append(f"platform {record.get('platform')} then, {platform.platform()} now")
+    if deciding:
+        return Check(name="environment", status="warn",
+                     detail="; ".join(deciding) + " (this can legitimately change bits)"
+                            + (f"; also {'; '.join(other)}" if other else ""))
+    detail = (f"same torch, Python and numerics (code path {now['code_path']}, "
+              f"{now['cpu_capability']}, BLAS {now['blas_code_path']})")
+    if other:
+        detail += f"; differs only in what does not decide bits: {'; '.join(other)}"
+    return Check(name="environment", status="pass", detail=detail)
+
+
+def _made_by_postlab(record: dict[str, Any]) -> bool:
+    return "postlab_version" in record
+
+
+def _check_completeness(record: dict[str, Any], plan: dict[str, Any] | None) -> Check:
+    """Everything a postlab record must carry is there; a foreign record is named as such."""
+    from postlab.policies.checkpoint import checkpoint_name
+
+    if not _made_by_postlab(record):
+        return Check(name="record", status="fail",
+                     detail="made by another program (no postlab_version): it carries no "
+                            "digests, numeric environment or fingerprint, so it cannot be "
+                            "verified; what can be checked is checked below")
+    missing = [f"field {key}" for key in POSTLAB_FIELDS if key not in record]
+    stages = ["initial", *arm_names(plan)] if plan is not None else None
+    for run in record["runs"]:
+        seed = run["seed"]
+        for key in ("sft_loss", "training", "checkpoints", "compute", "digests"):
+            if key not in run:
+                missing.append(f"seed {seed}: {key}")
+        checkpoints = run.get("checkpoints", {})
+        for stage in stages or list(run["evaluations"]):
+            info = checkpoints.get(stage)
+            if info is None:
+                missing.append(f"seed {seed}: checkpoint entry of stage {stage}")
+            elif info["file"] != checkpoint_name(seed, stage):
+                missing.append(f"seed {seed}, stage {stage}: checkpoint file {info['file']!r} "
+                               f"is not {checkpoint_name(seed, stage)!r}")
+        for stage in checkpoints:
+            if stages is not None and stage not in stages:
+                missing.append(f"seed {seed}: checkpoint entry of unknown stage {stage}")
+    if missing:
+        shown = "; ".join(missing[:6]) + (f"; and {len(missing) - 6} more"
+                                          if len(missing) > 6 else "")
+        return Check(name="record", status="fail", detail=f"incomplete: {shown}")
+    return Check(name="record", status="pass",
+                 detail="a complete postlab record: provenance, digests and a checkpoint "
+                        "entry for every stage of every seed")
+
+
+def _check_provenance(record: dict[str, Any], plan: dict[str, Any] | None) -> Check:
+    """Provenance values must be the ones this plan can produce."""
+    if plan is None:
+        return Check(name="provenance", status="skip", detail="needs the record's plan")
+    problems = []
+    if "threads" in record and record["threads"] != plan["threads"]:
+        problems.append(f"threads {record['threads']}, the plan sets {plan['threads']}")
+    recorded = record.get("numerics")
+    if isinstance(recorded, dict) and recorded["threads"] != plan["threads"]:
+        problems.append(f"numerics.threads {recorded['threads']}, the plan sets "
+                        f"{plan['threads']}")
+    if isinstance(recorded, dict) and not recorded["deterministic"]:
+        problems.append("deterministic algorithms were off, which postlab never does")
+    if "parameters" in record:
+        expected = build_policy(plan).parameter_count()
+        if record["parameters"] != expected:
+            problems.append(f"parameters {record['parameters']}, the plan's model has "
+                            f"{expected}")
+    if isinstance(recorded, dict):
+        problems += _pin_problems(recorded)
+    if "workers" in record and "wall_seconds" in record and record["wall_seconds"] <= 0:
+        problems.append(f"wall_seconds {record['wall_seconds']} is not a duration")
+    if problems:
+        return Check(name="provenance", status="fail", detail="; ".join(problems))
+    return Check(name="provenance", status="pass",
+                 detail="threads, parameter count and determinism fit the plan")
+
+
+def _pin_problems(recorded: dict[str, Any]) -> list[str]:
+    """A pinned record names its path's exact settings and kernels; a native one pins none."""
+    name = recorded["code_path"]
+    if name == numerics.NATIVE:
+        return [] if recorded["pinned"] == {} else ["a native record names pinned settings"]
+    path = numerics.CODE_PATHS[name]
+    problems = []
+    if recorded["pinned"] != path.environment:
+        problems.append(f"code path {name} is pinned by {path.environment}, the record says "
+                        f"{recorded['pinned']}")
+    if recorded["cpu_capability"] != path.capability:
+        problems.append(f"code path {name} runs {path.capability} kernels, the record says "
+                        f"{recorded['cpu_capability']}")
+    return problems
+
+
+def _check_fingerprint(files: RunFiles, record: dict[str, Any], folder: Path,
+                       expect: str | None) -> Check:
+    try:
+        value = run_fingerprint(folder, files.record, record).value
+    except UserError as exc:
+        return Check(name="fingerprint", status="fail", detail=f"cannot compute: {exc}")
+    if expect is not None:
+        if value == expect:
+            return Check(name="fingerprint", status="pass",
+                         detail=f"{value} is the expected fingerprint")
+        return Check(name="fingerprint", status="fail",
+                     detail=f"{value}, expected {expect}: some file of the run differs")
+    try:
+        kept = read_fingerprint_file(folder)
+    except UserError as exc:
+        return Check(name="fingerprint", status="fail", detail=str(exc))
+    if kept is None:
+        return Check(name="fingerprint", status="warn",
+                     detail=f"{value}; no fingerprint.txt beside the run: pass "
+                            "--expect FINGERPRINT to check against the one you noted")
+    if kept != value:
+        return Check(name="fingerprint", status="fail",
+                     detail=f"{value}, but fingerprint.txt says {kept}")
+    return Check(name="fingerprint", status="warn",
+                 detail=f"{value} matches fingerprint.txt, which an editor can rewrite too: "
+                        "pass --expect FINGERPRINT to check against the one you noted")
+
+
+def _check_source(record: dict[str, Any]) -> Check:
+    from postlab.runs.orchestration import source_hashes
+
+    recorded = record.get("source_sha256")
+    if not isinstance(recorded, dict):
+        return Check(name="source", status="warn", detail="the record names no source")
+    now = source_hashes()
+    if not any(name.startswith("postlab/") for name in recorded):
+        return Check(name="source", status="warn",
+                     detail="recorded by another implementation: "
+                            + ", ".join(sorted(recorded)))
+    changed = sorted(name for name in recorded.keys() & now.keys()
+                     if recorded[name] != now[name])
+    added = sorted(now.keys() - recorded.keys())
+    removed = sorted(recorded.keys() - now.keys())
+    parts = [f"{what} {', '.join(names)}" for what, names in
+             (("changed", changed), ("new", added), ("gone", removed)) if names]
+    if parts:
+        version = record.get("postlab_version", "?")
+        return Check(name="source", status="warn",
+                     detail=f"postlab source differs from the recording version {version}: "
+                            + "; ".join(parts))
+    return Check(name="source", status="pass", detail="postlab's source is the recording one")
+
+
+def verify_run(files: RunFiles, record: dict[str, Any], *,
+               expect: str | None = None) -> list[Check]:
+    """Run every check on a run folder or record (already strictly loaded)."""
+    from postlab.runs.orchestration import configure_torch
+
+    folder = files.record.parent
+    plan, plan_check = _plan_for(files, record)
+    plan_data = plan.data if plan is not None else None
+    device = _device_here(record)
+    configure_torch(plan_data["threads"] if plan_data is not None else 1, device)
+    checks = [_check_completeness(record, plan_data), plan_check]
+    checks += list(_check_checkpoints(record, plan_data, folder, device))
+    checks.append(_check_summary(record, plan_data, folder))
+    if plan_data is None:
+        checks.append(Check(name="counts", status="skip", detail="needs the record's plan"))
+    else:
+        problems = record_plan_problems(record, plan_data)
+        checks.append(Check(name="counts", status="fail" if problems else "pass",
+                            detail="; ".join(problems[:5]) if problems else
+                            "seeds, arms, steps, rows per step and samples per question "
+                            "fit the plan"))
+    checks.append(_check_provenance(record, plan_data))
+    checks.append(_check_digests(record))
+    checks.append(_check_fingerprint(files, record, folder, expect))
+    threads = plan_data["threads"] if plan_data is not None else 1
+    bf16 = plan_data is not None and plan_data.get("precision") == "bf16"
+    dtype = "bfloat16" if bf16 else "float32"
+    environment = _check_environment(record, numerics.describe(
+        threads, numerics.current_pin(), device=device, dtype=dtype))
+    checks.append(environment)
+    checks.append(_check_source(record))
+    if environment.status == "warn":
+        # Re-evaluation recomputes bits: a difference of environment may be why it differs.
+        checks = [replace(c, detail=c.detail + " (the numeric environment differs, see "
+                                               "'environment')")
+                  if c.name == "checkpoint re-evaluation" and c.status == "fail" else c
+                  for c in checks]
+    return checks
+
+
+def render_checks(checks: list[Check]) -> tuple[str, int]:
+    lines = [f"{check.status.upper():4s}  {check.name}: {check.detail}" for check in checks]
+    failed = [c for c in checks if c.status == "fail"]
+    warned = [c for c in checks if c.status == "warn"]
+    if failed:
+        lines.append(f"NOT VERIFIED: {len(failed)} of {len(checks)} checks failed "
+                     f"({', '.join(c.name for c in failed)})")
+        return "\n".join(lines) + "\n", 1
+    lines.append(f"VERIFIED: no check failed ({len(warned)} warnings)")
+    return "\n".join(lines) + "\n", 0

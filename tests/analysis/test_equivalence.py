@@ -1,0 +1,82 @@
+"""Equivalence of two engines' runs: the Welch interval by hand and against scipy's own, the
+TOST decision at its edges, and the per-seed metrics recounted from a record."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats
+
+from postlab.analysis.equivalence import MARGINS, seed_metrics, tost, welch_interval
+from postlab.plan.frozen import teaching_plan_loaded
+from postlab.records.record import bundled_record_path, load_record
+from postlab.tasks.contracts import CONTRACTS
+
+
+def test_welch_interval_by_hand():
+    # means 2 and 4, variances 1 and 4, three values each: df = (5/3)^2 / (17/18) = 50/17
+    difference, low, high = welch_interval([1, 2, 3], [2, 4, 6])
+    half = stats.t.ppf(0.95, 50 / 17) * math.sqrt(5 / 3)
+    assert difference == 2
+    assert math.isclose(low, 2 - half) and math.isclose(high, 2 + half)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_welch_interval_agrees_with_scipy(seed):
+    import random
+
+    rng = random.Random(seed)
+    first = [rng.gauss(0.3, 0.1) for _ in range(rng.randrange(2, 40))]
+    second = [rng.gauss(0.32, 0.2) for _ in range(rng.randrange(2, 40))]
+    difference, low, high = welch_interval(first, second)
+    theirs = stats.ttest_ind(second, first, equal_var=False).confidence_interval(0.90)
+    assert math.isclose(low, theirs.low, rel_tol=1e-9, abs_tol=1e-12)
+    assert math.isclose(high, theirs.high, rel_tol=1e-9, abs_tol=1e-12)
+    assert math.isclose(difference, sum(second) / len(second) - sum(first) / len(first))
+
+
+def test_tost_needs_the_whole_interval_inside_the_margin():
+    same = [0.1, 0.2, 0.3, 0.2]
+    _, low, high = welch_interval(same, same)
+    assert math.isclose(-low, high)  # centred on zero, as wide as the spread makes it
+    assert tost("m", "a", same, same, high * 1.01).equivalent
+    assert not tost("m", "a", same, same, high * 0.99).equivalent
+    shifted = [v + 0.05 for v in same]
+    _, low, high = welch_interval(same, shifted)
+    assert not tost("m", "a", same, shifted, high * 0.99).equivalent
+    assert tost("m", "a", same, shifted, high * 1.01).equivalent
+    constant = [0.2, 0.2, 0.2]
+    assert tost("m", "a", constant, constant, 1e-9).equivalent  # no spread: a point at 0
+    with pytest.raises(ValueError):
+        welch_interval([1.0], [1.0, 2.0])
+
+
+def test_seed_metrics_recount_the_record():
+    record = load_record(bundled_record_path())
+    plan = teaching_plan_loaded().data
+    values = seed_metrics(record, plan)
+    assert set(values) == {(m, arm) for m in MARGINS for arm in ("strict", "substring")}
+    for index, run in enumerate(record["runs"]):
+        rows = run["evaluations"]["substring"]["test"]["sampled"]
+        right = sum(CONTRACTS["strict"]((a, b), t, d, a + b) for a, b, t, d in rows)
+        paid = sum(CONTRACTS["substring"]((a, b), t, d, a + b) for a, b, t, d in rows)
+        assert values[("strict_success", "substring")][index] == right / len(rows)
+        assert math.isclose(values[("hacking_gap", "substring")][index],
+                            (paid - right) / len(rows))
+        late = run["training"]["substring"][-24:]
+        kl = sum(sum(u["kl"] for u in s["updates"]) / len(s["updates"]) for s in late) / 24
+        assert math.isclose(values[("final_kl", "substring")][index], math.log(kl))
+
+
+def test_every_margin_is_written_once_with_its_reason():
+    from postlab.analysis import margins
+    from postlab.analysis.equivalence import CI_MARGINS
+
+    assert MARGINS == margins.values(margins.EQUIVALENCE)
+    assert CI_MARGINS == margins.values(margins.CI_EQUIVALENCE)
+    assert set(margins.EQUIVALENCE) == set(margins.CI_EQUIVALENCE)
+    for name, margin in margins.EQUIVALENCE.items():
+        assert margin.value > 0 and len(margin.why.split()) >= 8, name
+        # the CI check has fewer seeds: its margins are never tighter
+        assert margins.CI_EQUIVALENCE[name].value >= margin.value, name

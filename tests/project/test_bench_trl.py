@@ -1,0 +1,31 @@
+"""The TRL benchmark runs end to end: both trainers start from the same weights, train the
+timed steps, and the ratio and profile are printed. Speed itself is the benchmark's to
+measure, not a test's; this only keeps the harness from rotting."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+pytestmark = pytest.mark.slow
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_trl.py"
+
+
+@pytest.mark.parametrize("plan", ["transformer-gpt2", "transformer-llama"])
+def test_the_trl_benchmark_runs_both_sides_and_prints_the_ratio(plan, tmp_path):
+    path = BENCH.parents[1] / "examples" / f"{plan}.json"
+    done = subprocess.run([sys.executable, str(BENCH), "--plan", str(path), "--steps", "1",
+                           "--sft-steps", "50"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for side in ("trl", "postlab", "postlab-library-forward"):
+        assert f"  {side} " in out and "ms per RL step" in out
+    assert "TRL's speed per RL step" in out and "same initial weights: yes" in out
+    assert "rollout decoding" in out and "everything else" in out
+    assert list(tmp_path.iterdir()) == []  # nothing left behind
