@@ -12,3 +12,7 @@ class UserError(Exception):
 class RunFailed(Exception):
     """Training stopped (non-finite values, a dead worker, a checkpoint that re-evaluates
     differently); completed seeds are kept."""
+
+
+class NonFiniteError(RuntimeError):
+    """A loss or gradient norm became NaN or infinite; the run cannot continue honestly."""

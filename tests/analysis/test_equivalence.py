@@ -73,8 +73,8 @@ def test_every_margin_is_written_once_with_its_reason():
     from postlab.analysis import margins
     from postlab.analysis.equivalence import CI_MARGINS
 
-    assert MARGINS == margins.values(margins.EQUIVALENCE)
-    assert CI_MARGINS == margins.values(margins.CI_EQUIVALENCE)
+    assert margins.values(margins.EQUIVALENCE) == MARGINS
+    assert margins.values(margins.CI_EQUIVALENCE) == CI_MARGINS
     assert set(margins.EQUIVALENCE) == set(margins.CI_EQUIVALENCE)
     for name, margin in margins.EQUIVALENCE.items():
         assert margin.value > 0 and len(margin.why.split()) >= 8, name

@@ -5,7 +5,7 @@ import torch
 from plans import SMALL, rows, write_plan
 
 from postlab.cli import main
-from postlab.engines.train import NonFiniteError
+from postlab.errors import NonFiniteError
 from postlab.plan.frozen import load_plan
 from postlab.rl import objective
 from postlab.runs.orchestration import RunOptions, run_plan

@@ -274,7 +274,7 @@ def test_a_failing_task_leaves_its_steps_so_far_readable(tmp_path, monkeypatch):
 
     monkeypatch.setattr(objective, "per_token_loss", poisoned)
     monkeypatch.setattr(steplog.TensorBoardLogger, "close", close)
-    from postlab.engines.train import NonFiniteError
+    from postlab.errors import NonFiniteError
 
     with pytest.raises(NonFiniteError, match="RL step 4"):
         run_plan(load_plan(plan), plan.read_bytes(),

@@ -210,7 +210,7 @@ def test_a_failing_task_fails_its_seed_and_the_rest_of_the_sweep_goes_on(tmp_pat
     """One worker runs tasks in this process, so training can be made to fail here: every RL
     arm of the kl_beta=0.1 version stops with a non-finite loss."""
     from postlab.engines import exact
-    from postlab.engines.train import NonFiniteError
+    from postlab.errors import NonFiniteError
 
     real = exact.reinforce
 

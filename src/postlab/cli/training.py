@@ -41,8 +41,7 @@ def _say(args: argparse.Namespace):
 def _training(out_dir: Path, quiet: bool, what: str = "completed seeds are"
               ) -> Iterator[tuple[Quiet, int]]:
     """A progress display for the command, and the message when training stops."""
-    from postlab.engines.train import NonFiniteError
-    from postlab.errors import RunFailed
+    from postlab.errors import NonFiniteError, RunFailed
 
     display = make_display(quiet)
     every = 0 if quiet else (1 if isinstance(display, Live) else PLAIN_EVERY)
@@ -91,8 +90,7 @@ def reproduce(args: argparse.Namespace) -> int:
 
 
 def sweep(args: argparse.Namespace) -> int:
-    from postlab.engines.train import NonFiniteError
-    from postlab.errors import RunFailed
+    from postlab.errors import NonFiniteError, RunFailed
     from postlab.sweeps.runner import SweepProgress
 
     start = time.monotonic()

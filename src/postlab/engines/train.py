@@ -21,6 +21,7 @@ from torch.nn import functional as F
 
 from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
+from postlab.errors import NonFiniteError
 from postlab.policies import Policy
 from postlab.records.metrics import metrics
 from postlab.rl import objective
@@ -33,10 +34,6 @@ StepHook = Callable[[int, list], None]
 #: Called after each RL step with its history entry (rows, updates, zero-variance groups), for
 #: live logging; it only reads the entry.
 StepObserver = Callable[[dict[str, Any]], None]
-
-
-class NonFiniteError(RuntimeError):
-    """A loss or gradient norm became NaN or infinite; the run cannot continue honestly."""
 
 
 def _check_finite(value: float, what: str, where: str) -> None:

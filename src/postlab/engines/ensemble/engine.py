@@ -25,7 +25,7 @@ from postlab.engines.ensemble.nets import Net
 from postlab.engines.ensemble.optim import clip_per_member
 from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS, Answers
 from postlab.engines.options import algorithm_of, clip_range
-from postlab.engines.train import NonFiniteError
+from postlab.errors import NonFiniteError
 from postlab.policies.base import CharTokenizer, Tokenizer
 from postlab.policies.decoding import decode_loop
 from postlab.rl import objective
