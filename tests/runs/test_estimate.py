@@ -127,8 +127,9 @@ def test_teaching_plan_figures():
 def test_teaching_plan_passes_with_a_quick_calibration():
     start = time.perf_counter()
     est = check_size(teaching_plan(), allow_large=False)
-    assert time.perf_counter() - start < 1.0
-    assert 0 < est.calibration_seconds < 1.0
+    # bounds of seconds, not a speed claim: the suite runs two tests at a time on two cores
+    assert time.perf_counter() - start < 3.0
+    assert 0 < est.calibration_seconds < 3.0
     assert 1 < est.seconds < MAX_SECONDS
     text = render_estimate(est)
     assert len(text.splitlines()) == 2
@@ -163,7 +164,7 @@ def test_enormous_plans_are_accepted_when_allowed(name):
     plan = teaching_plan() | ENORMOUS[name][0]
     start = time.perf_counter()
     est = check_size(plan, allow_large=True)
-    assert time.perf_counter() - start < 2.5
+    assert time.perf_counter() - start < 5.0
     assert est.seconds is not None and est.seconds > 0
     assert est_mod.size_problems(est)
 
@@ -192,8 +193,8 @@ def test_calibration_is_bounded(changes):
     plan = teaching_plan() | changes
     start = time.perf_counter()
     calibration = calibrate(plan)
-    assert time.perf_counter() - start < 2.0
-    assert calibration.seconds < 2.0
+    assert time.perf_counter() - start < 4.0
+    assert calibration.seconds < 4.0
 
 
 def test_calibration_leaves_training_bit_identical(tiny, tmp_path):
