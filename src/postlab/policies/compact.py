@@ -121,7 +121,7 @@ def _gpt2_supports(config: Any) -> bool:
             and not getattr(config, "pruned_heads", None))
 
 
-def _gelu_new(x: torch.Tensor) -> torch.Tensor:
+def gelu_new(x: torch.Tensor) -> torch.Tensor:
     """The library's ``gelu_new``, written out as it writes it (same operations, same bits)."""
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
                                        * (x + 0.044715 * torch.pow(x, 3.0))))
@@ -129,7 +129,7 @@ def _gelu_new(x: torch.Tensor) -> torch.Tensor:
 
 #: GPT-2 activations by configuration name: the tanh approximation of GELU, two ways.
 GPT2_ACTIVATIONS: dict[str, Callable[[torch.Tensor, Ops], torch.Tensor]] = {
-    "gelu_new": lambda x, ops: _gelu_new(x),
+    "gelu_new": lambda x, ops: gelu_new(x),
     "gelu_pytorch_tanh": lambda x, ops: ops.gelu_tanh(x),
 }
 

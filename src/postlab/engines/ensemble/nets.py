@@ -28,7 +28,7 @@ from torch import nn
 from postlab.engines.ensemble import stacked
 from postlab.errors import UserError
 from postlab.policies.base import Policy, Tokenizer, build_policy, policy_kind
-from postlab.policies.compact import COMPACT_FORWARDS, KeyValues, Ops, _gelu_new
+from postlab.policies.compact import COMPACT_FORWARDS, KeyValues, Ops, gelu_new
 from postlab.policies.gru import MASKED_LOGIT
 from postlab.registry import Registry
 
@@ -88,7 +88,7 @@ class GRUNet:
 
 def _member_gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """tanh-GELU from tanh and arithmetic (torch's fused form has a scalar tail on CPU)."""
-    return _gelu_new(x)
+    return gelu_new(x)
 
 
 def _member_silu(x: torch.Tensor) -> torch.Tensor:
