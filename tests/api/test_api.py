@@ -73,3 +73,13 @@ def test_the_readme_python_example_runs_as_written(tmp_path):
     out = done.stdout.splitlines()
     assert out[0].startswith("code path: ") and any(line.startswith("True ") for line in out)
     assert (tmp_path / "runs" / "k3" / "report.html").is_file()
+
+
+def test_the_page_pins_the_record_s_code_path_before_torch_loads(tmp_path):
+    """``report --html`` in a fresh process: the record's code path is pinned before reading
+    the plan loads torch (the quick start's last step)."""
+    page = tmp_path / "page.html"
+    done = subprocess.run([sys.executable, "-m", "postlab", "report", "--format", "table",
+                           "--html", str(page), "--lang", "en"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert page.read_text().startswith("<!DOCTYPE html>")

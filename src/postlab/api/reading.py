@@ -147,6 +147,14 @@ def verify(run: str | Path | None = None, *, expect: str | None = None,
     return VerifyResult(checks=checks, code_path=note, text=text, code=code)
 
 
+def pin_for_page(target: Path | None) -> None:
+    """A run's page shows its verification, which re-evaluates checkpoints: on the record's
+    code path, pinned from the record alone, before the plan is read (reading it loads torch)."""
+    from postlab.records.record import load_record, locate_run
+
+    environment.pin_for_record(load_record(locate_run(target).record), None, strict=False)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Report:
     """A run's report on one held-out split: the aggregates, the findings in words, and
@@ -165,12 +173,10 @@ def report(run: str | Path | None = None, *, plan: str | Path | None = None,
     self-contained page there (a new file)."""
     page_path = None if html is None else Path(html)
     refuse_existing(page_path)
-    opened = open_run(None if run is None else Path(run), None if plan is None else Path(plan),
-                      check_rows=False)
+    target = None if run is None else Path(run)
     if page_path is not None:
-        # The page shows the run's verification, which re-evaluates checkpoints: on the
-        # record's code path, chosen before anything loads torch.
-        environment.pin_for_record(opened.record, None, strict=False)
+        pin_for_page(target)
+    opened = open_run(target, None if plan is None else Path(plan), check_rows=False)
     from postlab.records.record import reading_problems
 
     refuse(reading_problems(opened.record, opened.plan.data), opened.source,

@@ -131,11 +131,9 @@ def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = F
     chosen, device_note = environment.device_for_run(out, device, resume)
     count = environment.worker_count(workers, chosen)
     loaded, raw, sized = _plan_to_train(plan, out, resume)
-    if not resume and out.exists():
-        raise UserError(f"{out}: already exists; choose a new --out-dir, or pass --resume to "
-                        "complete an interrupted run there")
-    if resume and not out.is_dir():
-        raise UserError(f"{out}: no run folder to resume")
+    from postlab.runs.orchestration import check_out_dir
+
+    check_out_dir(out, resume)  # before any line about the run is printed
     say(note)
     say(device_note)
     if sized is not None:

@@ -48,11 +48,9 @@ def report(args: argparse.Namespace) -> int:
     api.reading.refuse_existing(args.html)
     if args.split == "all" and (args.format_ != "text" or args.html is not None):
         raise UserError("--split all is for re-scoring only; tables and figures show one split")
-    opened = open_run(args.run or args.record, args.plan, check_rows=False)
     if args.html is not None:
-        # The page shows the run's verification, which re-evaluates checkpoints: on the
-        # record's code path, chosen before anything loads torch.
-        api.environment.pin_for_record(opened.record, None, strict=False)
+        api.reading.pin_for_page(args.run or args.record)
+    opened = open_run(args.run or args.record, args.plan, check_rows=False)
     if args.split != "all":
         check_split(opened, args.split)
     refuse(reading_problems(opened.record, opened.plan.data), opened.source,

@@ -503,6 +503,15 @@ def kept_result_path(out_dir: Path, seed: int, stage: str) -> Path:
     return out_dir / KEPT_DIR / f"seed-{seed}-{stage}.json"
 
 
+def keep_results(results: dict[tuple[str, int, str], dict[str, Any]]) -> None:
+    """Write finished stages' results, (run folder, seed, stage) -> result, into their run
+    folders' kept results, so an interrupted run resumes without training them again."""
+    from postlab.jsonio import dump_json, replace_bytes
+
+    for (out_dir, seed, stage), result in results.items():
+        replace_bytes(kept_result_path(Path(out_dir), seed, stage), dump_json(result))
+
+
 def resume_settings(out_dir: Path) -> dict[str, Any] | None:
     """What a resumed run must be computed under: its record (``numerics``, ``device``) if it
     has one, else the settings its kept task results were computed under, else None. Reads

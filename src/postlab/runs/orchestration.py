@@ -58,6 +58,7 @@ from postlab.records.metrics import summary_for
 from postlab.records.record import (
     KEPT_DIR,
     KEPT_SETTINGS,
+    keep_results,
     kept_result_path,
     load_record,
     summary_bytes,
@@ -72,7 +73,7 @@ SUMMARY_FILE = "summary.json"
 
 
 __all__ = ["PLAN_FILE", "RECORD_FILE", "SUMMARY_FILE", "OpenRun", "RunFailed", "RunOptions",
-           "checkpoint_name", "finish_run", "open_run", "run_plan", "run_tasks"]
+           "check_out_dir", "checkpoint_name", "finish_run", "open_run", "run_plan", "run_tasks"]
 
 
 @dataclass
@@ -101,6 +102,15 @@ def source_hashes() -> dict[str, str]:
 
 # --- the run -------------------------------------------------------------------------------
 
+def check_out_dir(out_dir: Path, resume: bool) -> None:
+    """A new run needs a folder that does not exist; a resumed one, the folder it left."""
+    if not resume and out_dir.exists():
+        raise UserError(f"{out_dir}: already exists; choose a new --out-dir, or pass "
+                        "--resume to complete an interrupted run there")
+    if resume and not out_dir.is_dir():
+        raise UserError(f"{out_dir}: no run folder to resume")
+
+
 def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Path,
                     resume: bool) -> tuple[LoadedPlan, dict[str, Any] | None]:
     """Create the run folder with its plan, or, on resume, check and reopen it.
@@ -108,19 +118,15 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
     On resume the plan stored in the folder is the one trained; a plan given as well must be
     byte-identical to it.
     """
+    check_out_dir(out_dir, resume)
     if not resume:
         assert plan is not None and raw_plan is not None
-        if out_dir.exists():
-            raise UserError(f"{out_dir}: already exists; choose a new --out-dir, or pass "
-                            "--resume to complete an interrupted run there")
         try:
             out_dir.mkdir(parents=True)
         except OSError as exc:
             raise UserError(f"{out_dir}: cannot create the run folder: {exc.strerror}") from None
         publish_bytes(out_dir / PLAN_FILE, raw_plan)
         return plan, None
-    if not out_dir.is_dir():
-        raise UserError(f"{out_dir}: no run folder to resume")
     plan_path = out_dir / PLAN_FILE
     stored = parse_plan(read_bytes(plan_path, "plan"), str(plan_path), plan_path)
     if plan is not None and stored.sha256 != plan.sha256:
@@ -322,8 +328,7 @@ def _keep_result(run: OpenRun, key: StageKey, result: dict[str, Any]) -> None:
     run does not train it again; the first one also writes the settings it was computed
     under."""
     _write_kept_settings(run)
-    _, seed, stage = key
-    replace_bytes(kept_result_path(run.options.out_dir, seed, stage), dump_json(result))
+    keep_results({key: result})
 
 
 def _check_kept_settings(run: OpenRun) -> None:

@@ -35,6 +35,7 @@ from postlab.policies.checkpoint import (
     load_checkpoint,
     publish_checkpoint,
 )
+from postlab.records.record import keep_results
 from postlab.tasks.arithmetic import task_for
 
 NAME = "ensemble"
@@ -194,16 +195,6 @@ def chunk_seeds(plan: dict[str, Any], device: str, members_per_seed: int,
     return max(1, budget // (member_bytes(plan) * max(1, members_per_seed)))
 
 
-def keep_chunk(results: dict[tuple[str, int, str], dict[str, Any]]) -> None:
-    """Write a finished chunk's results into their run folders' kept results (as the exact
-    engine keeps each finished task), so an interrupted run resumes without them."""
-    from postlab.jsonio import dump_json, replace_bytes
-    from postlab.records.record import kept_result_path
-
-    for (out_dir, seed, stage), result in results.items():
-        replace_bytes(kept_result_path(Path(out_dir), seed, stage), dump_json(result))
-
-
 def train_parts(parts: list[Part], device: str, emit: Emit, chunk: int | None = None,
                 shares: int = 1, keep: bool = False
                 ) -> dict[tuple[str, int, str], dict[str, Any]]:
@@ -227,7 +218,7 @@ def train_parts(parts: list[Part], device: str, emit: Emit, chunk: int | None = 
     for first in range(0, len(members), size):
         part_results = _train_members(members[first:first + size], device)
         if keep:
-            keep_chunk(part_results)
+            keep_results(part_results)  # as each chunk finishes
         results.update(part_results)
         done = min(first + size, len(members))
         emit({"kind": "message", "text": f"ensemble: {done} of {len(members)} seeds trained "
