@@ -3,6 +3,7 @@ seed-runs per second, and equivalence of what the runs measure.
 
     python bench/bench_ensemble.py [--exact-seeds 32] [--ensemble-seeds 32] [--rl-steps N]
                                    [--policy gru|gpt2|llama | --plan PLAN] [--first-seed 1]
+                                   [--paired] [--margins teaching|gpt2-example|...]
                                    [--device cpu|cuda] [--keep DIR]
 
 A seed-run is one seed of the teaching plan trained completely: SFT, both RL arms, and every
@@ -16,8 +17,11 @@ seed and arm per worker, the ensemble a share of the seeds per worker, chunked t
 memory; on CUDA, one process). Prints each engine's wall time and
 seed-runs per second, their ratio, then the equivalence tests of
 ``postlab.analysis.equivalence`` (held-out strict success, coverage, hacking gap and final
-KL per arm; 90% Welch interval of the difference against the stated margin). Exits 1 if a
-metric is not shown equivalent. Needs the ``report`` extra (scipy).
+KL per arm; 90% interval of the difference against the stated margin). By default the engines
+train independent seeds and the interval is Welch's; ``--paired`` has both train the same
+seeds (so the same initial weights) and takes the interval over per-seed differences. Exits 1
+if a metric is not shown equivalent. ``--margins`` names a set of
+``postlab.analysis.margins`` (default: the teaching plan's). Needs the ``report`` extra (scipy).
 """
 
 from __future__ import annotations
@@ -71,12 +75,23 @@ def main() -> None:
                         "teaching plan (its seeds are replaced)")
     parser.add_argument("--first-seed", type=int, default=1,
                         help="the exact engine's first seed; the ensemble's follow its last")
+    parser.add_argument("--paired", action="store_true", help="both engines train the same "
+                        "seeds, compared seed by seed")
+    parser.add_argument("--margins", default="teaching", help="the set of margins of "
+                        "postlab.analysis.margins to test against (teaching, gpt2-example, ...)")
     parser.add_argument("--device", default="cpu", help="the ensemble's device")
     parser.add_argument("--keep", type=Path, help="keep the run folders here (new folder)")
     args = parser.parse_args()
-    from postlab.analysis.equivalence import LEVEL, MARGINS, compare_engines
+    from postlab.analysis import margins
+    from postlab.analysis.equivalence import LEVEL, compare_engines
     from postlab.plan.frozen import freeze, load_plan, teaching_plan
     from postlab.records.record import load_record
+
+    if args.margins not in margins.SETS:
+        raise SystemExit(f"--margins: one of {', '.join(margins.SETS)}")
+    chosen = margins.values(margins.SETS[args.margins])
+    if args.paired and args.exact_seeds != args.ensemble_seeds:
+        raise SystemExit("--paired needs as many seeds for each engine")
 
     cpus = os.cpu_count() or 1
     work = Path(tempfile.mkdtemp(prefix="plensemble"))
@@ -90,8 +105,9 @@ def main() -> None:
         plans = {}
         for engine, count in (("exact", args.exact_seeds), ("ensemble", args.ensemble_seeds)):
             # Seeds F..F+N-1 for the exact engine, the next ones for the ensemble: independent
-            # samples.
-            start = args.first_seed + (0 if engine == "exact" else args.exact_seeds)
+            # samples; paired, the same seeds for both.
+            later = engine == "ensemble" and not args.paired
+            start = args.first_seed + (args.exact_seeds if later else 0)
             plans[engine] = work / f"{engine}.json"
             freeze(plans[engine], base | changes | {"seeds": list(range(start, start + count))})
         named = "teaching plan" if args.plan is None else str(args.plan)
@@ -111,9 +127,12 @@ def main() -> None:
               "second")
         plan = json.loads(plans["exact"].read_text())
         results = compare_engines(load_record(work / "exact" / "record.json"),
-                                  load_record(work / "ensemble" / "record.json"), plan)
-        print(f"\nequivalence (TOST, two one-sided tests at {LEVEL}: the 90% Welch interval "
-              "of ensemble minus exact must lie inside the margin)")
+                                  load_record(work / "ensemble" / "record.json"), plan,
+                                  chosen, paired=args.paired)
+        design = ("t interval of the per-seed differences" if args.paired
+                  else "Welch interval of the difference of means")
+        print(f"\nequivalence (TOST, two one-sided tests at {LEVEL}: the 90% {design}, "
+              "ensemble minus exact, must lie inside the margin)")
         print(f"{'metric':15} {'arm':10} {'exact':>8} {'ensemble':>8} {'difference [90%]':>26} "
               f"{'margin':>7}  result")
         for item in results:
@@ -122,7 +141,7 @@ def main() -> None:
                   f"{item.high:+.4f}] {item.margin:7.4f}  "
                   f"{'equivalent' if item.equivalent else 'NOT shown equivalent'}")
         print(f"(final_kl is compared as log KL: its margin is a ratio of "
-              f"{math.exp(MARGINS['final_kl']):.2f})")
+              f"{math.exp(chosen['final_kl']):.2f})")
         if args.keep is not None:
             shutil.copytree(work, args.keep)
         if not all(item.equivalent for item in results):

@@ -8,7 +8,14 @@ import math
 import pytest
 from scipy import stats
 
-from postlab.analysis.equivalence import MARGINS, seed_metrics, tost, welch_interval
+from postlab.analysis.equivalence import (
+    MARGINS,
+    compare_engines,
+    paired_interval,
+    seed_metrics,
+    tost,
+    welch_interval,
+)
 from postlab.plan.frozen import teaching_plan_loaded
 from postlab.records.record import bundled_record_path, load_record
 from postlab.tasks.contracts import CONTRACTS
@@ -36,6 +43,45 @@ def test_welch_interval_agrees_with_scipy(seed):
     assert math.isclose(difference, sum(second) / len(second) - sum(first) / len(first))
 
 
+def test_paired_interval_by_hand_and_against_scipy():
+    # differences 1, 2, 3: mean 2, sd 1, so the half-width is t(0.95, 2) / sqrt(3)
+    difference, low, high = paired_interval([1, 2, 3], [2, 4, 6])
+    half = stats.t.ppf(0.95, 2) / math.sqrt(3)
+    assert difference == 2
+    assert math.isclose(low, 2 - half) and math.isclose(high, 2 + half)
+    import random
+
+    rng = random.Random(7)
+    shared = [rng.gauss(0.5, 0.3) for _ in range(32)]
+    first = [x + rng.gauss(0, 0.02) for x in shared]
+    second = [x + rng.gauss(0.01, 0.02) for x in shared]
+    difference, low, high = paired_interval(first, second)
+    theirs = stats.ttest_rel(second, first).confidence_interval(0.90)
+    assert math.isclose(low, theirs.low) and math.isclose(high, theirs.high)
+    # the spread both engines share cancels: the paired interval is far narrower than Welch's
+    _, welch_low, welch_high = welch_interval(first, second)
+    assert high - low < (welch_high - welch_low) / 5
+    with pytest.raises(ValueError):
+        paired_interval([1.0, 2.0], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError):
+        paired_interval([1.0], [1.0])
+
+
+def test_a_paired_comparison_matches_runs_by_seed():
+    record = load_record(bundled_record_path())
+    plan = teaching_plan_loaded().data
+    shuffled = record | {"runs": record["runs"][::-1]}
+    for result in compare_engines(record, shuffled, plan, paired=True):
+        # the same runs, matched by seed however the record orders them: no difference at all
+        assert result.paired and result.difference == 0 and result.low == result.high == 0
+        assert result.equivalent
+    unpaired = compare_engines(record, shuffled, plan)
+    assert not any(result.paired for result in unpaired)
+    assert any(result.low < 0 < result.high for result in unpaired)
+    with pytest.raises(ValueError, match="same seeds"):
+        compare_engines(record, record | {"runs": record["runs"][:2]}, plan, paired=True)
+
+
 def test_tost_needs_the_whole_interval_inside_the_margin():
     same = [0.1, 0.2, 0.3, 0.2]
     _, low, high = welch_interval(same, same)
@@ -48,6 +94,8 @@ def test_tost_needs_the_whole_interval_inside_the_margin():
     assert tost("m", "a", same, shifted, high * 1.01).equivalent
     constant = [0.2, 0.2, 0.2]
     assert tost("m", "a", constant, constant, 1e-9).equivalent  # no spread: a point at 0
+    assert tost("m", "a", same, shifted, 0.0501, paired=True).equivalent  # differences all 0.05
+    assert not tost("m", "a", same, shifted, 0.0499, paired=True).equivalent
     with pytest.raises(ValueError):
         welch_interval([1.0], [1.0, 2.0])
 
@@ -75,8 +123,11 @@ def test_every_margin_is_written_once_with_its_reason():
 
     assert margins.values(margins.EQUIVALENCE) == MARGINS
     assert margins.values(margins.CI_EQUIVALENCE) == CI_MARGINS
-    assert set(margins.EQUIVALENCE) == set(margins.CI_EQUIVALENCE)
-    for name, margin in margins.EQUIVALENCE.items():
-        assert margin.value > 0 and len(margin.why.split()) >= 8, name
-        # the CI check has fewer seeds: its margins are never tighter
-        assert margins.CI_EQUIVALENCE[name].value >= margin.value, name
+    # each benchmark's set and the suite's smaller version of it
+    for full, smaller in (("teaching", "ci"), ("gpt2-example", "ci-gpt2-example")):
+        assert set(margins.SETS[full]) == set(margins.SETS[smaller]) == set(MARGINS)
+        for name, margin in margins.SETS[full].items():
+            assert margin.value > 0 and len(margin.why.split()) >= 8, name
+            # the suite's check has fewer seeds: its margins are never tighter
+            assert margins.SETS[smaller][name].value >= margin.value, (smaller, name)
+            assert len(margins.SETS[smaller][name].why.split()) >= 8, (smaller, name)

@@ -4,11 +4,19 @@ The ensemble engine draws its random numbers from counters, the exact engine fro
 generators, so their bits differ; what must agree is the distribution of what a run measures.
 A difference test cannot show that (failing to find a difference is not evidence of none), so
 each metric gets a two one-sided tests procedure (TOST, Schuirmann 1987): the engines are
-declared equivalent on a metric when the 90% Welch interval of the difference of their means
-over seeds lies inside (-margin, +margin), a test at level 0.05. Margins are fixed before
+declared equivalent on a metric when the 90% interval of the difference of their means over
+seeds lies inside (-margin, +margin), a test at level 0.05. Margins are fixed before
 looking, each with its reason, in :mod:`postlab.analysis.margins` (:data:`MARGINS` for the
 benchmark's 32 or more seeds per engine, wider :data:`CI_MARGINS` for the test suite's 16), and
 stated wherever results are shown.
+
+Two designs. **Independent seeds** (each engine its own seeds): a Welch interval of the
+difference of means. **Paired seeds** (both engines train the same seeds): the engines then
+start from the same initial weights, and a Student t interval over the per-seed differences
+removes the spread that the initial weights cause in both engines alike. Both estimate the
+same difference of means; pairing only narrows the interval where seeds share variation (with
+a two-digit GPT-2, held-out success spreads over seeds about as much as it differs between two
+SFT batch streams of one seed, so pairing is what makes a ±0.03 margin reachable at 32 seeds).
 
 Metrics, per RL arm, from each seed's record (held-out split, sampled answers):
 ``strict_success`` (the reference contract's rate), ``coverage``, ``hacking_gap`` (second
@@ -24,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from postlab.analysis import margins
-from postlab.analysis.intervals import t_quantile
+from postlab.analysis.intervals import interval, t_quantile
 from postlab.plan.arms import plan_contracts, rl_contracts
 from postlab.records.metrics import evaluate
 from postlab.tasks.arithmetic import answer_function
@@ -40,7 +48,8 @@ LEVEL = 0.05  # each one-sided test; the interval is 1 - 2 * LEVEL = 90%
 @dataclass(frozen=True, kw_only=True)
 class Equivalence:
     """One metric of one arm: both engines' per-seed values, the difference of means with
-    its 90% Welch interval, the margin, and whether the interval lies inside it."""
+    its 90% interval (Welch, or over per-seed differences when ``paired``), the margin, and
+    whether the interval lies inside it."""
 
     metric: str
     arm: str
@@ -51,6 +60,7 @@ class Equivalence:
     high: float
     margin: float
     equivalent: bool
+    paired: bool = False
 
 
 def welch_interval(first: Sequence[float], second: Sequence[float],
@@ -72,12 +82,27 @@ def welch_interval(first: Sequence[float], second: Sequence[float],
     return difference, difference - half, difference + half
 
 
+def paired_interval(first: Sequence[float], second: Sequence[float],
+                    confidence: float = 1 - 2 * LEVEL) -> tuple[float, float, float]:
+    """Mean of the per-seed differences (second minus first, value i of each from the same
+    seed) and its Student t interval; needs two seeds."""
+    if len(first) != len(second):
+        raise ValueError("a paired test needs the same seeds in both engines")
+    if len(first) < 2:
+        raise ValueError("an equivalence test needs at least two seeds per engine")
+    found = interval([b - a for a, b in zip(first, second, strict=True)], confidence)
+    assert found.low is not None and found.high is not None
+    return found.mean, found.low, found.high
+
+
 def tost(metric: str, arm: str, first: Sequence[float], second: Sequence[float],
-         margin: float) -> Equivalence:
-    difference, low, high = welch_interval(first, second)
+         margin: float, paired: bool = False) -> Equivalence:
+    """Both one-sided tests at :data:`LEVEL`: equivalent when the whole 90% interval of the
+    difference lies inside the margin."""
+    difference, low, high = (paired_interval if paired else welch_interval)(first, second)
     return Equivalence(metric=metric, arm=arm, first=tuple(first), second=tuple(second),
                        difference=difference, low=low, high=high, margin=margin,
-                       equivalent=-margin < low and high < margin)
+                       equivalent=-margin < low and high < margin, paired=paired)
 
 
 def seed_metrics(record: dict[str, Any], plan: dict[str, Any], split: str = "test"
@@ -106,8 +131,16 @@ def seed_metrics(record: dict[str, Any], plan: dict[str, Any], split: str = "tes
 
 
 def compare_engines(first: dict[str, Any], second: dict[str, Any], plan: dict[str, Any],
-                    margins: dict[str, float] = MARGINS) -> list[Equivalence]:
-    """Every metric of every RL arm: the first record's seeds against the second's."""
+                    margins: dict[str, float] = MARGINS, paired: bool = False
+                    ) -> list[Equivalence]:
+    """Every metric of every RL arm: the first record's seeds against the second's; with
+    ``paired``, both records must hold the same seeds, matched seed by seed."""
+    if paired:
+        seeds = [run["seed"] for run in first["runs"]]
+        if sorted(seeds) != sorted(run["seed"] for run in second["runs"]):
+            raise ValueError("a paired comparison needs the same seeds in both records")
+        order = {seed: index for index, seed in enumerate(seeds)}
+        second = second | {"runs": sorted(second["runs"], key=lambda run: order[run["seed"]])}
     a, b = seed_metrics(first, plan), seed_metrics(second, plan)
-    return [tost(metric, arm, a[(metric, arm)], b[(metric, arm)], margins[metric])
+    return [tost(metric, arm, a[(metric, arm)], b[(metric, arm)], margins[metric], paired)
             for metric, arm in a if metric in margins]
