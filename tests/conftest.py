@@ -11,11 +11,18 @@ from pathlib import Path
 import pytest
 
 from postlab.machine import numerics
+from postlab.runs.workers import WORKERS_VARIABLE
 
 # The whole suite runs on the portable CPU code path, pinned before torch loads, so records
 # made here agree with those of any machine that can run it (and with the bundled run). Tests
 # that need another path start a new process with it.
 PINNED = numerics.pin(numerics.portable_path())
+
+# pytest-xdist already runs one test per core, so a run's own worker processes would only add
+# their server's start (about 4 CPU-seconds a run, measured on 2 cores) and contend for the
+# same cores: runs default to one worker, in this process and in every process a test starts.
+# Tests of several workers ask for them with --workers.
+os.environ.setdefault(WORKERS_VARIABLE, "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT.parent / "shared" / "reference"

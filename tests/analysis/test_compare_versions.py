@@ -160,7 +160,7 @@ def test_compare_reads_a_sweep_and_run_folders(tmp_path, capsys):
     spec.write_text(json.dumps({"base": "base.json", "seeds": [3, 4, 5],
                                 "grid": {"rl_lr": [0.001, 0.01]}}))
     out = tmp_path / "sweep"
-    assert main(["sweep", str(spec), "--out-dir", str(out), "--workers", "2", "--quiet"]) == 0
+    assert main(["sweep", str(spec), "--out-dir", str(out), "--workers", "1", "--quiet"]) == 0
     capsys.readouterr()
 
     assert main(["compare", str(out), "--lang", "en"]) == 0

@@ -79,7 +79,7 @@ def test_answer_9_is_the_ablation_table_of_a_run(tmp_path, capsys):
 
     plan = write_plan(tmp_path / "plan.json", **(SMALL | {"arms": PIPELINE_ARMS}))
     out = tmp_path / "run"
-    assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "2",
+    assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
                  "--quiet"]) == 0
     capsys.readouterr()
     assert main(["exercises", "9", str(out)]) == 0

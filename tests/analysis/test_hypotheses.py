@@ -163,7 +163,7 @@ EXPECTED = {"coverage-narrows": "confirmed", "strict-gains": "refuted",
 @pytest.fixture(scope="module")
 def example_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("hypotheses") / "run"
-    assert main(["run", "--plan", str(EXAMPLE), "--out-dir", str(out), "--workers", "2",
+    assert main(["run", "--plan", str(EXAMPLE), "--out-dir", str(out), "--workers", "1",
                  "--quiet"]) == 0
     return out
 

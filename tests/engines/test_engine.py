@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 import torch
@@ -162,7 +163,17 @@ def test_untrainable_plans_are_refused(tmp_path, capsys, change, field):
     assert not (tmp_path / "run").exists()
 
 
-def test_default_workers_is_the_core_count():
-    from postlab.runs.workers import default_workers
+def test_default_workers_is_the_core_count_or_the_variable(monkeypatch, tmp_path, capsys):
+    from postlab.runs.workers import WORKERS_VARIABLE, default_workers
 
-    assert default_workers() >= 1
+    monkeypatch.delenv(WORKERS_VARIABLE, raising=False)
+    assert default_workers() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv(WORKERS_VARIABLE, "3")
+    assert default_workers() == 3
+    for bad in ("0", "-1", "two", "1.5", "\u00b2"):
+        monkeypatch.setenv(WORKERS_VARIABLE, bad)
+        assert main(["run", "--plan", str(write_plan(tmp_path / f"{bad}.json", **SMALL)),
+                     "--out-dir", str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err
+        assert f"{WORKERS_VARIABLE}=" in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "run").exists()

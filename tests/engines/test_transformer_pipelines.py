@@ -64,7 +64,7 @@ PIPELINES = {**TINY, "clip_high": 0.28, "kl": "k3", "advantage": "leave-one-out"
 def test_arm_pipelines_plot_and_html_on_a_transformer(tmp_path, capsys):
     plan = write_plan(tmp_path / "plan.json", **PIPELINES)
     out = tmp_path / "run"
-    assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "2",
+    assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
                  "--quiet"]) == 0
     record = json.loads((out / "record.json").read_text())
     assert set(record["runs"][0]["checkpoints"]) >= {"initial", "sft-then-rl", "rl-only",

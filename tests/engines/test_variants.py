@@ -13,7 +13,7 @@ from postlab.tasks.contracts import exact, strict, substring
 def _run(tmp_path, **changes):
     plan = write_plan(tmp_path / "plan.json", **(SMALL | changes))
     return run_plan(load_plan(plan), plan.read_bytes(),
-                    RunOptions(out_dir=tmp_path / "run", workers=2))
+                    RunOptions(out_dir=tmp_path / "run", workers=1))
 
 
 def test_pipelines_and_their_compute(tmp_path):

@@ -30,7 +30,7 @@ def test_example_runs_and_reports(path, tmp_path, capsys):
     plan = load_plan(path)
     assert plan.data["parent"]["changes"]
     out = tmp_path / "run"
-    run_plan(plan, path.read_bytes(), RunOptions(out_dir=out, workers=2))
+    run_plan(plan, path.read_bytes(), RunOptions(out_dir=out, workers=1))
     assert main(["verify", str(out)]) == 0, capsys.readouterr().out
     capsys.readouterr()
     assert main(["report", str(out), "--lang", "en"]) == 0
@@ -43,16 +43,15 @@ def test_example_runs_and_reports(path, tmp_path, capsys):
     assert main(["report", str(out), "--format", "markdown", "--lang", "en"]) == 0
     assert "## Compute per seed" in capsys.readouterr().out
     if path.stem.startswith("transformer-"):
-        _learns_and_reproduces(out, data["outcomes"], tmp_path, capsys)
+        _learns(data["outcomes"])
 
 
-def _learns_and_reproduces(out, outcomes, tmp_path, capsys):
+def _learns(outcomes):
     """A transformer example: held-out greedy success after SFT is far above chance
-    (two-digit sums: about 1 in 200 for a uniform guess of the right length), the report
-    shows it, and the run reproduces (the same run the checks above read)."""
+    (two-digit sums: about 1 in 200 for a uniform guess of the right length), and the report
+    shows it. (That transformer runs reproduce bit for bit is shown on smaller plans of both
+    families, in tests/policies/test_transformer_policies.py, where it costs seconds, not a
+    second training of these.)"""
     after_sft = next(o for o in outcomes if (o["stage"], o["split"], o["decoding"], o["metric"])
                      == ("initial", "test", "greedy", "strict_rate"))
     assert min(after_sft["value"]["per_seed"]) > 0.5
-    assert main(["reproduce", str(out), "--out-dir", str(tmp_path / "again"), "--quiet",
-                 "--workers", "2"]) == 0
-    assert "identical: " in capsys.readouterr().out

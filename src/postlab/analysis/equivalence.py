@@ -7,16 +7,16 @@ each metric gets a two one-sided tests procedure (TOST, Schuirmann 1987): the en
 declared equivalent on a metric when the 90% interval of the difference of their means over
 seeds lies inside (-margin, +margin), a test at level 0.05. Margins are fixed before
 looking, each with its reason, in :mod:`postlab.analysis.margins` (:data:`MARGINS` for the
-benchmark's 32 or more seeds per engine, wider :data:`CI_MARGINS` for the test suite's 16), and
-stated wherever results are shown.
+benchmark's 32 or more seeds per engine, wider :data:`CI_MARGINS` for the test suite's 8 paired
+seeds), and stated wherever results are shown.
 
 Two designs. **Independent seeds** (each engine its own seeds): a Welch interval of the
 difference of means. **Paired seeds** (both engines train the same seeds): the engines then
 start from the same initial weights, and a Student t interval over the per-seed differences
 removes the spread that the initial weights cause in both engines alike. Both estimate the
-same difference of means; pairing only narrows the interval where seeds share variation (with
-a two-digit GPT-2, held-out success spreads over seeds about as much as it differs between two
-SFT batch streams of one seed, so pairing is what makes a ±0.03 margin reachable at 32 seeds).
+same difference of means; pairing narrows the interval only as far as a seed's outcomes in the
+two engines are correlated (on the GPT-2 example plan they are nearly not: r = 0.15 for held-out
+success over 32 seeds, so there pairing gains little).
 
 Metrics, per RL arm, from each seed's record (held-out split, sampled answers):
 ``strict_success`` (the reference contract's rate), ``coverage``, ``hacking_gap`` (second
@@ -40,7 +40,7 @@ from postlab.tasks.arithmetic import answer_function
 #: Equivalence margins, on each metric's scale (final_kl: on log KL), with their reasons in
 #: :mod:`postlab.analysis.margins`.
 MARGINS = margins.values(margins.EQUIVALENCE)
-#: Margins for the CI-sized check (16 seeds per engine instead of 32 or more).
+#: Margins for the CI-sized check (8 seeds trained by both engines, paired).
 CI_MARGINS = margins.values(margins.CI_EQUIVALENCE)
 LEVEL = 0.05  # each one-sided test; the interval is 1 - 2 * LEVEL = 90%
 

@@ -34,18 +34,20 @@ EQUIVALENCE: dict[str, Margin] = {
                                       "the 2x steps of a kl_beta sweep"),
 }
 
-#: For the test suite's CI-sized check with 16 seeds per engine: wider where 16 seeds need it.
+#: For the test suite's CI-sized check: 8 seeds trained by both engines, compared seed by seed.
+#: On the teaching plan a seed's success, coverage and hacking gap correlate across the engines
+#: (r = 0.6 to 0.9 over 16 seeds, 2026-12-02), so pairing narrows their intervals two- to
+#: three-fold; final KL correlates little (r near 0.3).
 CI_EQUIVALENCE: dict[str, Margin] = {
-    "strict_success": Margin(0.04, "16 seeds per engine give an interval about 1.4 times as "
-                                   "wide as 32 do, so the margin grows by a third"),
-    "coverage": Margin(0.12, "as strict success, wider for 16 seeds; still under three "
+    "strict_success": Margin(0.04, "8 paired seeds give an interval about 1.5 times as wide "
+                                   "as 16 paired seeds do, so the margin grows by a third"),
+    "coverage": Margin(0.12, "as strict success, wider for 8 seeds; still under three "
                              "held-out questions"),
-    "hacking_gap": Margin(0.03, "the benchmark's: the gap's spread over seeds is small enough "
-                                "for 16 seeds to resolve it"),
+    "hacking_gap": Margin(0.03, "the benchmark's: pairing by seed leaves the gap's interval "
+                                "near +-0.01 at 8 seeds"),
     "final_kl": Margin(math.log(2.0), "a ratio of 2, the step of a kl_beta sweep, for a "
-                                      "quantity this spread over 16 seeds"),
+                                      "quantity that pairing hardly narrows, over 8 seeds"),
 }
-
 
 #: For the GPT-2 example plan (``examples/transformer-gpt2.json``: two-digit sums, the strict
 #: arm), 32 or more seeds per engine. Fixed on 2026-12-02 after two pilot comparisons (the
@@ -63,25 +65,11 @@ GPT2_EXAMPLE_EQUIVALENCE: dict[str, Margin] = EQUIVALENCE | {
                              "held-out questions"),
 }
 
-#: The suite's smaller version of the GPT-2 check: 8 seeds per engine of a shortened GPT-2
-#: example plan (fewer SFT and RL steps).
-CI_GPT2_EXAMPLE_EQUIVALENCE: dict[str, Margin] = {
-    "strict_success": Margin(0.20, "8 seeds per engine give an interval twice as wide as 32 "
-                                   "do, so the benchmark's 0.10 doubles"),
-    "coverage": Margin(0.20, "as strict success: twice the benchmark's for a quarter of the "
-                             "seeds"),
-    "hacking_gap": Margin(0.03, "the benchmark's: the strict arm's gap stays near zero on "
-                                "every seed"),
-    "final_kl": Margin(math.log(2.0), "a ratio of 2, the step of a kl_beta sweep, for a "
-                                      "quantity this spread over 8 seeds"),
-}
-
 #: Each set of margins by the name the benchmark's ``--margins`` takes.
 SETS: dict[str, dict[str, Margin]] = {
     "teaching": EQUIVALENCE,
     "ci": CI_EQUIVALENCE,
     "gpt2-example": GPT2_EXAMPLE_EQUIVALENCE,
-    "ci-gpt2-example": CI_GPT2_EXAMPLE_EQUIVALENCE,
 }
 
 

@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--out-dir", type=Path, required=True,
                            help="new run folder; must not exist")
     reproduce.add_argument("--workers", type=int, default=None,
-                           help="worker processes (default: number of cores)")
+                           help="worker processes (default: POSTLAB_WORKERS, else number of "
+                                "cores)")
     reproduce.add_argument("--quiet", action="store_true", help="print no progress")
     reproduce.add_argument("--cpu-path", metavar="PATH",
                            help="CPU code path to train on (default: the one the record was "
@@ -185,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out-dir", type=Path, required=True,
                      help="run folder; must not exist unless --resume")
     run.add_argument("--workers", type=int, default=None,
-                     help="worker processes (default: number of cores); results do not "
-                          "depend on it")
+                     help="worker processes (default: POSTLAB_WORKERS, else number of "
+                          "cores); results do not depend on it")
     run.add_argument("--resume", action="store_true",
                      help="complete an interrupted run in --out-dir, keeping finished seeds")
     run.add_argument("--quiet", action="store_true", help="print nothing while training")
@@ -224,8 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--address", help="with --executor ray: the cluster's address "
                                          "(HOST:PORT, or auto); default: start a local Ray")
     sweep.add_argument("--workers", type=int, default=None,
-                       help="tasks at a time (default: number of cores; with ray: the "
-                            "cluster's CPUs); results do not depend on it")
+                       help="tasks at a time (default: POSTLAB_WORKERS, else number of "
+                            "cores; with ray: the cluster's CPUs); results do not depend on it")
     sweep.add_argument("--resume", action="store_true",
                        help="complete an interrupted sweep in --out-dir, keeping finished seeds")
     sweep.add_argument("--quiet", action="store_true", help="print nothing while training")
