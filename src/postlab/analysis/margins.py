@@ -58,10 +58,10 @@ GPT2_EXAMPLE_EQUIVALENCE: dict[str, Margin] = EQUIVALENCE | {
                                    "seeds about four times as widely as on the teaching plan "
                                    "(an occasional seed collapses below 0.3), so +-0.03 would "
                                    "take some 300 seeds per engine; 0.10, an eighth of the "
-                                   "success itself and 12 of the 120 held-out questions, still "
+                                   "success itself and 12 of the 119 held-out questions, still "
                                    "rules out a difference that would change whether the "
                                    "transformer learns the task"),
-    "coverage": Margin(0.10, "coverage is near 0.9 on this plan; 0.10 is 12 of its 120 "
+    "coverage": Margin(0.10, "coverage is near 0.9 on this plan; 0.10 is 12 of its 119 "
                              "held-out questions"),
 }
 
