@@ -170,10 +170,16 @@ def test_default_workers_is_the_core_count_or_the_variable(monkeypatch, tmp_path
     assert default_workers() == len(os.sched_getaffinity(0))
     monkeypatch.setenv(WORKERS_VARIABLE, "3")
     assert default_workers() == 3
-    for bad in ("0", "-1", "two", "1.5", "\u00b2"):
+    plan = write_plan(tmp_path / "plan.json", **SMALL)
+    for bad in ("0", "-1", "two", "1.5", "\u00b2", "+2", "5000", "9" * 5000):
         monkeypatch.setenv(WORKERS_VARIABLE, bad)
-        assert main(["run", "--plan", str(write_plan(tmp_path / f"{bad}.json", **SMALL)),
-                     "--out-dir", str(tmp_path / "run")]) == 2
+        assert main(["run", "--plan", str(plan), "--out-dir", str(tmp_path / "run")]) == 2
         err = capsys.readouterr().err
         assert f"{WORKERS_VARIABLE}=" in err and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "run").exists()
+    monkeypatch.delenv(WORKERS_VARIABLE)
+    # a record names at most 4096 workers, so a run asks for no more
+    assert main(["run", "--plan", str(plan), "--out-dir", str(tmp_path / "run"),
+                 "--workers", "5000"]) == 2
+    assert "at most 4096" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

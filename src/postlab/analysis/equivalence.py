@@ -85,7 +85,8 @@ def welch_interval(first: Sequence[float], second: Sequence[float],
 def paired_interval(first: Sequence[float], second: Sequence[float],
                     confidence: float = 1 - 2 * LEVEL) -> tuple[float, float, float]:
     """Mean of the per-seed differences (second minus first, value i of each from the same
-    seed) and its Student t interval; needs two seeds."""
+    seed) and its Student t interval; needs two seeds. Differences that are all equal give an
+    interval of zero width: two engines that agree on every seed."""
     if len(first) != len(second):
         raise ValueError("a paired test needs the same seeds in both engines")
     if len(first) < 2:
@@ -107,7 +108,7 @@ def tost(metric: str, arm: str, first: Sequence[float], second: Sequence[float],
 
 def seed_metrics(record: dict[str, Any], plan: dict[str, Any], split: str = "test"
                  ) -> dict[tuple[str, str], list[float]]:
-    """(metric, arm) -> one value per seed of the record, in seed order."""
+    """(metric, arm) -> one value per seed of the record, in the record's order of runs."""
     contracts = plan_contracts(plan)
     answer = answer_function(plan)
     samples = plan["eval_samples"]

@@ -39,8 +39,10 @@ EQUIVALENCE: dict[str, Margin] = {
 #: (r = 0.6 to 0.9 over 16 seeds, 2026-12-02), so pairing narrows their intervals two- to
 #: three-fold; final KL correlates little (r near 0.3).
 CI_EQUIVALENCE: dict[str, Margin] = {
-    "strict_success": Margin(0.04, "8 paired seeds give an interval about 1.5 times as wide "
-                                   "as 16 paired seeds do, so the margin grows by a third"),
+    "strict_success": Margin(0.04, "8 paired seeds resolve success about as finely as the "
+                                   "benchmark's 32 independent ones (r = 0.89), and the margin "
+                                   "is the benchmark's widened by a third, so the suite's "
+                                   "check is a coarser version of it, never a finer one"),
     "coverage": Margin(0.12, "as strict success, wider for 8 seeds; still under three "
                              "held-out questions"),
     "hacking_gap": Margin(0.03, "the benchmark's: pairing by seed leaves the gap's interval "
@@ -53,7 +55,7 @@ CI_EQUIVALENCE: dict[str, Margin] = {
 #: arm), 32 or more seeds per engine. Fixed on 2026-12-02 after two pilot comparisons (the
 #: exact engine on seeds 1-32, the ensemble on seeds 1-64) had shown the spread, and before the
 #: comparison on fresh seeds that the README reports.
-GPT2_EXAMPLE_EQUIVALENCE: dict[str, Margin] = EQUIVALENCE | {
+GPT2_EXAMPLE_EQUIVALENCE: dict[str, Margin] = {
     "strict_success": Margin(0.10, "strict success is near 0.8 on this plan and spreads over "
                                    "seeds about four times as widely as on the teaching plan "
                                    "(an occasional seed collapses below 0.3), so +-0.03 would "
@@ -63,6 +65,11 @@ GPT2_EXAMPLE_EQUIVALENCE: dict[str, Margin] = EQUIVALENCE | {
                                    "transformer learns the task"),
     "coverage": Margin(0.10, "coverage is near 0.9 on this plan; 0.10 is 12 of its 119 "
                              "held-out questions"),
+    "hacking_gap": Margin(0.03, "the strict arm's gap is near 0.001 on this plan; 0.03, the "
+                                "teaching plan's margin, still catches a gap as large as a "
+                                "substring-trained arm's there"),
+    "final_kl": Margin(math.log(1.5), "as on the teaching plan: compared as log KL, a ratio of "
+                                      "1.5, under the 2x steps of a kl_beta sweep"),
 }
 
 #: Each set of margins by the name the benchmark's ``--margins`` takes.

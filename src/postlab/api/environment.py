@@ -151,7 +151,8 @@ def worker_count(workers: int | None, device: str = "cpu") -> int:
     On CUDA a run has one worker: processes sharing one GPU would split its memory and gain
     little on models this size, and one process keeps the GPU's state in one place.
     """
-    from postlab.runs.workers import default_workers, start_worker_server
+    from postlab.records.record import MAX_WORKERS
+    from postlab.runs.workers import WORKERS_VARIABLE, default_workers, start_worker_server
 
     if device == "cuda":
         if workers is not None and workers > 1:
@@ -162,6 +163,9 @@ def worker_count(workers: int | None, device: str = "cpu") -> int:
         count = workers if workers is not None else default_workers()
     if count < 1:
         raise UserError(f"--workers must be at least 1, got {count}")
+    if count > MAX_WORKERS:
+        named = f"--workers {count}" if workers is not None else f"{WORKERS_VARIABLE}={count}"
+        raise UserError(f"{named}: at most {MAX_WORKERS} workers (a record names no more)")
     if count > 1:
         start_worker_server()
     return count

@@ -22,6 +22,9 @@ from postlab.jsonio import parse_json, read_bytes
 from postlab.plan.frozen import LoadedPlan
 from postlab.tasks.rows import Row
 
+#: The most worker processes a record may name (and so a run may use).
+MAX_WORKERS = 4096
+
 BUNDLED_RUN = "teaching-run"
 RECORD_NAMES = ("record.json", "record.json.gz")
 
@@ -320,7 +323,7 @@ def check_record(record: Any, source: str) -> None:
                                               else {}),
         "python": plain, "torch": plain, "platform": plain, "postlab_version": plain,
         "device": _choice(DEVICES), "dtype": _choice(DTYPES),
-        "threads": _integer(1, 256), "workers": _integer(1, 4096),
+        "threads": _integer(1, 256), "workers": _integer(1, MAX_WORKERS),
         "parameters": _integer(1, MAX_COUNT),
         "wall_seconds": _number(0.0, 10.0**9),
         "numerics": _numerics,

@@ -25,7 +25,8 @@ def default_workers() -> int:
     """``POSTLAB_WORKERS`` when set, else one worker per core this process may use."""
     chosen = os.environ.get(WORKERS_VARIABLE, "").strip()
     if chosen:
-        if not (chosen.isascii() and chosen.isdigit()) or int(chosen) < 1:
+        # at most a few digits: int() of thousands of them is an error of its own
+        if not (chosen.isascii() and chosen.isdigit() and len(chosen) <= 6) or int(chosen) < 1:
             raise UserError(f"{WORKERS_VARIABLE}={chosen[:40]!r}: expected a whole number of "
                             "worker processes, at least 1")
         return int(chosen)
