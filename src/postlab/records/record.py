@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from postlab.errors import UserError
-from postlab.jsonio import parse_json, read_bytes
+from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
 from postlab.plan.frozen import LoadedPlan
 from postlab.tasks.rows import Row
 
@@ -509,8 +509,6 @@ def kept_result_path(out_dir: Path, seed: int, stage: str) -> Path:
 def keep_results(results: dict[tuple[str, int, str], dict[str, Any]]) -> None:
     """Write finished stages' results, (run folder, seed, stage) -> result, into their run
     folders' kept results, so an interrupted run resumes without training them again."""
-    from postlab.jsonio import dump_json, replace_bytes
-
     for (out_dir, seed, stage), result in results.items():
         replace_bytes(kept_result_path(Path(out_dir), seed, stage), dump_json(result))
 
@@ -524,8 +522,6 @@ def resume_settings(out_dir: Path) -> dict[str, Any] | None:
         return load_record(record_path)
     kept = out_dir / KEPT_DIR / KEPT_SETTINGS
     if kept.is_file():
-        from postlab.jsonio import parse_json, read_bytes
-
         data = parse_json(read_bytes(kept, "kept settings"), str(kept))
         if isinstance(data, dict) and isinstance(data.get("numerics"), dict):
             return data
