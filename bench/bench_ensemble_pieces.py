@@ -1,21 +1,24 @@
 """The ensemble engine checked piece by piece against the exact one, for any policy kind.
 
-    python bench/bench_ensemble_pieces.py [--policy gru|gpt2|llama] [--seeds 32]
+    python bench/bench_ensemble_pieces.py [--policy gru|gpt2|llama] [--plan FILE] [--seeds 32]
+                                          [--checks 1,2,3,4,5]
 
 Outcomes over seeds (``bench_ensemble.py``) are noisy for policies whose results vary a lot
 between seeds; these checks take the randomness out one piece at a time:
 
 1. SFT of one seed through the ensemble, fed the exact engine's batches: its losses.
-2. RL of one seed (substring arm) through the ensemble, fed the exact engine's prompts and
+2. RL of one seed (the RL arm, below) through the ensemble, fed the exact engine's prompts and
    rollouts step by step: its update statistics, until float32 rounding drifts apart.
 3. Sampling: 4,000 answers to each of six held-out questions from the same weights, drawn by
    each engine; a chi-squared test over the answers seen at least 20 times.
 4. RL from the same SFT checkpoints (``--seeds`` of them, trained by the exact engine): final
-   KL and held-out hacking gap of each engine's substring arm, paired by checkpoint.
+   KL and held-out hacking gap of each engine's RL arm, paired by checkpoint.
 5. SFT by each engine from the same initial weights (the exact engine twice, with two streams
    of batches, as a control), then the same RL for all three: held-out success after SFT and
    held-out hacking gap after RL, paired by seed.
 
+The plan is the teaching plan with ``--policy``, or ``--plan`` (an example's, say). RL runs the
+plan's substring arm, or its first arm where it has none. ``--checks`` picks some of the five.
 Prints each result; a difference is given as mean ± its standard error over seeds.
 """
 
@@ -26,6 +29,7 @@ import copy
 import math
 import statistics
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -62,6 +66,7 @@ class Setup:
         self.net = net_for(plan, "cpu")
         self.tables = engine.Tables(plan, torch.device("cpu"), self.net.tokenizer)
         self.width = plan["max_new_tokens"]
+        self.arm = "substring" if "substring" in plan["arms"] else plan["arms"][0]
 
     def tokens_of(self, rows: list) -> tuple[torch.Tensor, torch.Tensor]:
         """Recorded rows back to the token and mask tensors decoding gave ([1, batch, T])."""
@@ -125,7 +130,7 @@ def rl_replay(setup: Setup, seed: int):
     model = setup.built(seed)
     supervised(model, plan, seed)
     reference = copy.deepcopy(model)
-    trained, history, _ = reinforce(model, reference, plan, seed, "substring")
+    trained, history, _ = reinforce(model, reference, plan, seed, setup.arm)
     group, train = plan["group_size"], setup.tables.train
     draws, decode = counter.integers, engine.decode
 
@@ -142,7 +147,7 @@ def rl_replay(setup: Setup, seed: int):
     try:
         params = setup.net.stack([model.state_dict()])
         ours = engine.reinforce(params, setup.net.stack([reference.state_dict()]), setup.net,
-                                setup.tables, [plan], torch.tensor([seed]), ["substring"])[0]
+                                setup.tables, [plan], torch.tensor([seed]), [setup.arm])[0]
     finally:
         counter.integers, engine.decode = draws, decode
     agree = 0
@@ -203,16 +208,16 @@ def rl_from_same_starts(setup: Setup, seeds: list[int]) -> None:
         model = setup.built(seed)
         supervised(model, plan, seed)
         starts.append({k: v.clone() for k, v in model.state_dict().items()})
-        trained, history, _ = reinforce(model, copy.deepcopy(model), plan, seed, "substring")
+        trained, history, _ = reinforce(model, copy.deepcopy(model), plan, seed, setup.arm)
         exact_kl.append(final_kl(history))
         exact_rows.append(evaluate_model(trained, plan, seed))
     params = setup.net.stack(starts)
     seed_tensor = torch.tensor(seeds)
     plans = [plan] * len(seeds)
     histories = engine.reinforce(params, {k: v.clone() for k, v in params.items()}, setup.net,
-                                 setup.tables, plans, seed_tensor, ["substring"] * len(seeds))
+                                 setup.tables, plans, seed_tensor, [setup.arm] * len(seeds))
     rows = engine.evaluate(params, setup.net, setup.tables, plans, seed_tensor)
-    print(f"4. RL (substring arm) from the same {len(seeds)} SFT checkpoints, paired by "
+    print(f"4. RL ({setup.arm} arm) from the same {len(seeds)} SFT checkpoints, paired by "
           "checkpoint:")
     labels = ("exact", "ensemble")
     _paired("log final KL", exact_kl, [final_kl(h) for h in histories], labels)
@@ -247,7 +252,7 @@ def sft_then_same_rl(setup: Setup, seeds: list[int]) -> None:
         rows = engine.evaluate(params, net, tables, plans, seed_tensor)
         success[name] = [_accepted(r["test"]["sampled"], "strict") for r in rows]
         engine.reinforce(params, {k: v.clone() for k, v in params.items()}, net, tables, plans,
-                         rl_seeds, ["substring"] * len(seeds))
+                         rl_seeds, [setup.arm] * len(seeds))
         rows = engine.evaluate(params, net, tables, plans, rl_seeds)
         gaps[name] = [_gap(r["test"]["sampled"]) for r in rows]
     print(f"5. SFT by each engine from the same {len(seeds)} initial weights (the exact engine "
@@ -262,26 +267,43 @@ def sft_then_same_rl(setup: Setup, seeds: list[int]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", choices=["gru", *TRANSFORMERS], default="gpt2")
+    parser.add_argument("--plan", type=Path, help="a plan file instead of the teaching plan "
+                        "(--policy is then ignored)")
     parser.add_argument("--seeds", type=int, default=32,
                         help="checkpoints and seeds of checks 4 and 5 (at least 2)")
+    parser.add_argument("--first-seed", type=int, default=501,
+                        help="the first seed of checks 4 and 5")
+    parser.add_argument("--checks", default="1,2,3,4,5", help="which checks, comma-separated")
     args = parser.parse_args()
     if args.seeds < 2:
         parser.error("--seeds must be at least 2: differences need a standard error")
-    from postlab.plan.frozen import teaching_plan
+    checks = set(args.checks.split(","))
+    if not checks or not checks <= {"1", "2", "3", "4", "5"}:
+        parser.error("--checks takes numbers from 1 to 5, comma-separated")
+    from postlab.plan.frozen import load_plan, teaching_plan
     from postlab.runs.orchestration import configure_torch
 
-    plan = teaching_plan()
-    if args.policy != "gru":
-        plan["policy"] = TRANSFORMERS[args.policy]
+    if args.plan is not None:
+        plan, name = load_plan(args.plan).data, str(args.plan)
+    else:
+        plan, name = teaching_plan(), "teaching plan"
+        if args.policy != "gru":
+            plan["policy"] = TRANSFORMERS[args.policy]
     configure_torch(plan["threads"])
-    print(f"teaching plan, policy {plan.get('policy', 'gru')}; torch {torch.__version__}")
+    print(f"{name}, policy {plan.get('policy', 'gru')}; torch {torch.__version__}")
     setup = Setup(plan)
-    sft_with_exact_batches(setup, 7)
-    trained = rl_replay(setup, 5)
-    sampling(setup, trained)
-    seeds = list(range(501, 501 + args.seeds))
-    rl_from_same_starts(setup, seeds)
-    sft_then_same_rl(setup, seeds)
+    print(f"RL arm: {setup.arm}")
+    if "1" in checks:
+        sft_with_exact_batches(setup, 7)
+    if checks & {"2", "3"}:
+        trained = rl_replay(setup, 5)
+        if "3" in checks:
+            sampling(setup, trained)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    if "4" in checks:
+        rl_from_same_starts(setup, seeds)
+    if "5" in checks:
+        sft_then_same_rl(setup, seeds)
 
 
 if __name__ == "__main__":
