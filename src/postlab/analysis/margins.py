@@ -72,11 +72,37 @@ GPT2_EXAMPLE_EQUIVALENCE: dict[str, Margin] = {
                                       "1.5, under the 2x steps of a kl_beta sweep"),
 }
 
+#: For the test suite's CI-sized check on the GPT-2 example plan: 8 seeds trained by both
+#: engines and paired, on the plan shortened to 600 SFT and 20 RL steps (about 12 CPU-seconds
+#: a seed for both engines, against 38 for the full plan). Fixed on 2026-12-02 from the spread
+#: of the per-seed differences over 16 paired seeds of that shortened plan (seeds 1-16; the
+#: standard deviation of the difference: success 0.12, coverage 0.27, hacking gap 0.002, log
+#: KL 0.48), before the suite's seeds were run. Each margin is about 4.4 standard errors of
+#: the 8-seed mean difference (the 90% interval's half-width, 1.9 of them, plus 2.5), so
+#: engines that agree pass all four with about 95% probability: the check catches gross
+#: differences (an engine that stops learning, a KL off by a factor of two), not the ones the
+#: benchmark's 96 seeds resolve.
+CI_GPT2_EXAMPLE_EQUIVALENCE: dict[str, Margin] = {
+    "strict_success": Margin(0.19, "4.4 standard errors of the 8-seed paired difference "
+                                   "(0.12 / sqrt 8): enough to catch an engine whose "
+                                   "transformer does not learn the sums, whose success is "
+                                   "then a third of the other's or less"),
+    "coverage": Margin(0.42, "4.4 standard errors (0.27 / sqrt 8): coverage after 600 SFT "
+                             "steps swings with whether a seed has converged, so 8 seeds "
+                             "bound it only coarsely"),
+    "hacking_gap": Margin(0.03, "the benchmark's: the strict arm's gap is near 0.001 and its "
+                                "paired differences are tiny (0.002)"),
+    "final_kl": Margin(math.log(2.1), "4.4 standard errors of the paired difference of log "
+                                      "KL (0.48 / sqrt 8), about log 2.1: a KL off by a "
+                                      "factor of more than two is caught"),
+}
+
 #: Each set of margins by the name the benchmark's ``--margins`` takes.
 SETS: dict[str, dict[str, Margin]] = {
     "teaching": EQUIVALENCE,
     "ci": CI_EQUIVALENCE,
     "gpt2-example": GPT2_EXAMPLE_EQUIVALENCE,
+    "gpt2-ci": CI_GPT2_EXAMPLE_EQUIVALENCE,
 }
 
 
