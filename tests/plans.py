@@ -39,3 +39,24 @@ def rows(record: dict) -> list[dict]:
     return [{key: run[key] for key in ("seed", "sft_loss", "evaluations", "training")}
             | {"reload_equal": {k: v["reload_equal"] for k, v in run["checkpoints"].items()}}
             for run in record["runs"]]
+
+
+def check_example(plan: dict, out: Path, capsys) -> dict:
+    """A trained example plan: it verifies, and its report renders as text (a line per stage
+    of every seed), JSON (compute per stage) and markdown. Returns the JSON report."""
+    import json
+
+    from postlab.cli import main
+
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    assert main(["report", str(out), "--lang", "en"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("\n") >= 5 + (1 + len(plan["arms"])) * len(plan["seeds"])
+    assert main(["report", str(out), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["compute"]) == 1 + len(plan["arms"])
+    assert main(["report", str(out), "--format", "markdown", "--lang", "en"]) == 0
+    assert "## Compute per seed" in capsys.readouterr().out
+    return data

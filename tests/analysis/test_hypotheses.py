@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from plans import check_example
 
 from postlab.analysis.hypotheses import decide
 from postlab.cli import main
@@ -171,9 +172,9 @@ def example_run(tmp_path_factory):
 @pytest.mark.slow
 def test_the_example_decides_one_of_each_and_every_form_shows_it(example_run, capsys,
                                                                     tmp_path):
-    capsys.readouterr()
-    assert main(["report", str(example_run), "--format", "json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    """The example plan verifies and reports as every example does (it is trained here, not
+    in tests/project/test_examples.py), and decides one hypothesis of each outcome."""
+    data = check_example(json.loads(EXAMPLE.read_text()), example_run, capsys)
     assert {v["id"]: v["outcome"] for v in data["verdicts"]} == EXPECTED
     for verdict in data["verdicts"]:
         assert len(verdict["per_seed"]) == 3 and 0 < verdict["level"] <= 0.05

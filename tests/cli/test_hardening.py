@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from plans import SMALL, write_plan
@@ -11,6 +12,8 @@ from postlab.plan.frozen import load_plan, teaching_plan
 from postlab.plan.schema import validate_plan
 from postlab.records.record import bundled_run_dir
 from postlab.runs.orchestration import RunOptions, run_plan
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +120,81 @@ def test_reproduce_notices_removed_and_changed_parts(run_copy, tmp_path, capsys)
     assert out.splitlines()[1].startswith("DIFFERENT")
     assert "structure: 2 of" in out and "compute: 1 of" in out
     assert "dynamic sampling: 1 of" in out
+
+
+def test_a_spot_check_reproduces_the_chosen_seed_only(run_copy, tmp_path, capsys):
+    """--seed trains one seed of the record under a derived plan and compares its rows and
+    checkpoints bit for bit; a change to that seed is found, one to another seed is not looked
+    at."""
+    def change(record, seed, text):
+        run = next(r for r in record["runs"] if r["seed"] == seed)
+        run["evaluations"]["strict"]["test"]["sampled"][0][2] = text
+
+    again = tmp_path / "again"
+    assert main(["reproduce", str(run_copy), "--seed", "4", "--out-dir", str(again),
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "seeds 4 (1 of the record's 2; a spot check" in out
+    assert out.splitlines()[-1].startswith("identical:")
+    plan = json.loads((again / "plan.json").read_text())
+    recorded = load_plan(run_copy / "plan.json")
+    assert plan["seeds"] == [4] and plan["version"] == recorded.data["version"] + 1
+    assert plan["parent"] == {"sha256": recorded.sha256, "changes": ["seeds"]}
+    assert [r["seed"] for r in json.loads((again / "record.json").read_text())["runs"]] == [4]
+
+    _edit(run_copy, lambda record: change(record, 3, "not compared"))
+    assert main(["reproduce", str(run_copy), "--seed", "4", "--out-dir",
+                 str(tmp_path / "other-seed"), "--quiet"]) == 0
+    capsys.readouterr()
+    _edit(run_copy, lambda record: change(record, 4, "changed"))
+    assert main(["reproduce", str(run_copy), "--seed", "4", "--out-dir",
+                 str(tmp_path / "same-seed"), "--quiet"]) == 1
+    first = capsys.readouterr().out.splitlines()[2]
+    assert first.startswith("DIFFERENT: first divergence at seed 4, stage strict")
+
+
+def test_a_spot_check_compares_the_checkpoints_weights(run_copy, tmp_path, capsys):
+    """A spot check's checkpoints hold the derived plan, so they are compared by the bytes they
+    would have under the recorded one: a recorded hash that matches no such bytes differs."""
+    def change(record):
+        record["runs"][1]["checkpoints"]["strict"]["sha256"] = "0" * 64
+
+    _edit(run_copy, change)
+    assert main(["reproduce", str(run_copy), "--seed", "4", "--out-dir",
+                 str(tmp_path / "again"), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "seed 4, stage strict checkpoint sha256" in out.splitlines()[2]
+    assert "checkpoints: 1 of 6 differ" in out
+
+
+def test_a_spot_check_of_a_plan_with_hypotheses_leaves_them_out(tmp_path, capsys):
+    """Hypotheses are decided over all of a run's seeds (at least two): one seed's spot check
+    trains the plan without them, which changes no bit."""
+    hypotheses = json.loads((ROOT / "examples" / "hypotheses.json").read_text())["hypotheses"]
+    plan = write_plan(tmp_path / "plan.json", **(SMALL | {"rl_steps": 2, "seeds": [3, 4],
+                                                          "hypotheses": hypotheses}))
+    run = tmp_path / "run"
+    assert main(["run", "--plan", str(plan), "--out-dir", str(run), "--quiet"]) == 0
+    again = tmp_path / "again"
+    assert main(["reproduce", str(run), "--seed", "3", "--out-dir", str(again),
+                 "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("identical:")
+    derived = json.loads((again / "plan.json").read_text())
+    assert derived["hypotheses"] is None and derived["seeds"] == [3]
+    assert derived["parent"]["changes"] == ["seeds", "hypotheses"]
+
+
+@pytest.mark.parametrize(("seeds", "needle"), [
+    (["7"], "--seed 7: "), (["3", "3"], "--seed 3: given twice")])
+def test_a_spot_check_of_a_seed_not_recorded_is_refused(run_copy, tmp_path, capsys, seeds,
+                                                         needle):
+    args = ["reproduce", str(run_copy), "--out-dir", str(tmp_path / "again"), "--quiet"]
+    for seed in seeds:
+        args += ["--seed", seed]
+    err = _one_line_exit_2(capsys, args)
+    assert needle in err and ("its seeds: 3, 4" in err or "twice" in err)
+    assert not (tmp_path / "again").exists()
+    assert capsys.readouterr().out == ""
 
 
 def test_resume_refuses_a_foreign_seed(run_copy, capsys):

@@ -74,6 +74,15 @@ def test_reproduce_uses_the_record_s_engine(ensemble_run, tmp_path, capsys):
     assert load_record(tmp_path / "again" / "record.json")["engine"] == "ensemble"
 
 
+def test_a_spot_check_of_one_member_is_identical(ensemble_run, tmp_path, capsys):
+    """A member's bits do not depend on the members trained beside it: one seed alone
+    reproduces its rows and checkpoints."""
+    assert main(["reproduce", str(ensemble_run), "--seed", "4", "--out-dir",
+                 str(tmp_path / "again"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "seeds 4 (1 of the record's 2;" in out and out.splitlines()[-1].startswith("identical")
+
+
 def test_workers_processes_and_resume_give_the_same_bits(ensemble_run, tmp_path, capsys):
     other = tmp_path / "two"
     plan = ensemble_run / "plan.json"

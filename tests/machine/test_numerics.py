@@ -19,10 +19,11 @@ from plans import SMALL, write_plan
 from postlab.cli import main
 from postlab.errors import UserError
 from postlab.machine import numerics
-from postlab.plan.frozen import load_plan
+from postlab.plan.frozen import load_plan, teaching_plan
 from postlab.runs.orchestration import RunOptions, run_plan
 
 SUPPORTED = numerics.supported_paths() or []
+BUNDLED_SEEDS = teaching_plan()["seeds"]
 
 
 def _postlab(*args: str, env: dict[str, str] | None = None,
@@ -157,12 +158,16 @@ def test_reproduce_refuses_a_path_this_machine_cannot_run(small_run, tmp_path, c
 @pytest.mark.parametrize("ambient", SUPPORTED)
 def test_bundled_run_reproduces_whatever_path_the_machine_would_pick(ambient, tmp_path):
     """Force each path this CPU supports as the process's own setting: reproduce pins the
-    bundled record's recorded path over it and gets every bit back."""
+    bundled record's recorded path over it and gets every bit back. Each setting spot-checks
+    one seed, another for each (the whole run is reproduced in test_conformance)."""
     env = dict(numerics.CODE_PATHS[ambient].environment)
-    done = _postlab("reproduce", "--out-dir", str(tmp_path / "again"), "--quiet", env=env)
+    seed = BUNDLED_SEEDS[SUPPORTED.index(ambient) % len(BUNDLED_SEEDS)]
+    done = _postlab("reproduce", "--out-dir", str(tmp_path / "again"), "--quiet",
+                    "--seed", str(seed), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("code path: avx2 (") and "(the record's, pinned)" in lines[0]
+    assert lines[1].startswith(f"seeds {seed} (1 of the record's {len(BUNDLED_SEEDS)};")
     assert lines[-1].startswith("identical:")
 
 

@@ -13,6 +13,7 @@ from plans import VARIANT_A, VARIANT_B, rows, write_plan
 
 from postlab.cli import main
 from postlab.plan.frozen import freeze, load_plan
+from postlab.records.compare import compare_records
 from postlab.records.record import bundled_record_path
 from postlab.runs.orchestration import RunOptions, run_plan
 
@@ -65,3 +66,29 @@ def test_report_with_no_arguments_reads_the_bundled_record(reference_teaching_ru
     assert main(["report", "--lang", "zh"]) == 0
     assert capsys.readouterr().out == reference_report(plan,
                                                        reference_teaching_run / "record.json")
+
+
+def test_chinese_report_equals_the_reference(reference_teaching_run, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    freeze(plan)
+    record = reference_teaching_run / "record.json"
+    assert main(["report", "--plan", str(plan), "--record", str(record), "--lang", "zh"]) == 0
+    ours = capsys.readouterr().out
+    assert ours == reference_report(plan, record)
+    assert main(["report", "--record", str(record), "--lang", "en"]) == 0
+    english = capsys.readouterr().out.splitlines()
+    # The same rows; only the SFT stage's name differs (the reference's Chinese says initial).
+    theirs_rows = [line for line in ours.splitlines() if line[:2].strip().isdigit()]
+    assert [line.replace(" SFT       ", " initial   ", 1) for line in english
+            if line[:2].strip().isdigit()] == theirs_rows
+
+
+@needs_bundled_path
+def test_the_bundled_run_is_reproduced_row_for_row(postlab_teaching_run):
+    """A fresh run of the teaching plan (two workers) equals the bundled record in every row,
+    statistic and checkpoint hash, as ``postlab reproduce`` compares them (its command line is
+    run on each seed in tests/machine/test_numerics.py)."""
+    bundled = json.loads(gzip.decompress(bundled_record_path().read_bytes()))
+    comparison = compare_records(bundled, _load(postlab_teaching_run / "record.json"))
+    assert comparison.identical, comparison.first
+    assert comparison.compared["checkpoints"] == 2 * 3 * 3  # seeds x stages x (hash, reload)

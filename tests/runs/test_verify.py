@@ -191,12 +191,6 @@ def test_reproduce_identical_for_a_fresh_run(small_run, tmp_path, capsys):
     assert out.splitlines()[-1].startswith("identical:")
 
 
-@needs_bundled_path
-def test_reproduce_identical_for_the_teaching_plan(tmp_path, capsys):
-    assert main(["reproduce", "--out-dir", str(tmp_path / "again"), "--quiet"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1].startswith("identical:")
-
-
 def test_bundled_record_is_compressed_and_complete():
     folder = bundled_run_dir()
     record = json.loads(gzip.decompress((folder / "record.json.gz").read_bytes()))

@@ -12,7 +12,7 @@ device) go to ``say`` and the cost estimate to ``say_cost``; progress events go 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -166,10 +166,15 @@ class ReproduceResult:
 
 def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | None = None,
               cpu_path: str | None = None, device: str | None = None,
-              allow_large: bool = False, say: Say = _silent, say_cost: Say = _silent,
-              display: Quiet | None = None, progress_every: int = 0) -> ReproduceResult:
+              seeds: Sequence[int] = (), allow_large: bool = False, say: Say = _silent,
+              say_cost: Say = _silent, display: Quiet | None = None,
+              progress_every: int = 0) -> ReproduceResult:
     """Train the recorded plan of ``run`` (default: the bundled run) again into ``out_dir``
-    on the record's own code path, device and engine, and compare every raw row."""
+    on the record's own code path, device and engine, and compare every raw row.
+
+    ``seeds``: only these of the record's seeds, a spot check of a large run (each seed's
+    bits do not depend on the others it was trained with). The new folder then holds the
+    plan with just these seeds, derived from the recorded one (its parent)."""
     from postlab.plan.frozen import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
     from postlab.records.compare import compare_records
     from postlab.records.record import check_plan_link, load_record, locate_run
@@ -177,6 +182,7 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
     environment.check_cpu_path(cpu_path)
     files = locate_run(None if run is None else Path(run))
     record = load_record(files.record)
+    _check_seeds(record, seeds, str(files.record))  # a refusal before any line is printed
     # Before torch loads: the record's code path, or a clear refusal before training.
     note = environment.pin_for_record(record, cpu_path, strict=True)
     chosen = environment.device_for_record(record, device)
@@ -189,6 +195,17 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
     else:
         plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
     check_plan_link(record, plan, str(files.record))
+    recorded_plan = plan.data
+    if seeds:
+        picked = [seed for seed in plan.data["seeds"] if seed in seeds]  # the plan's order
+        if len(picked) != len(seeds):
+            stray = next(seed for seed in seeds if seed not in picked)
+            raise UserError(f"{files.record}: seed {stray} has a run in the record but is not "
+                            "in its plan (a damaged record: verify it)")
+        say(f"seeds {', '.join(map(str, picked))} ({len(picked)} of the record's "
+            f"{len(record['runs'])}; a spot check: the others are not trained)")
+        record = dict(record, runs=[run for run in record["runs"] if run["seed"] in seeds])
+        plan, raw = _plan_of_seeds(plan, picked, str(files.record))
     from postlab.runs.estimate import render_estimate
 
     say_cost(render_estimate(check_size(plan, allow_large)))
@@ -196,8 +213,60 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
     check_engine(engine, plan.data, str(files.record))
     fresh = train(plan, raw, Path(out_dir), workers=count, device=chosen, engine=engine,
                   display=display, progress_every=progress_every)
-    return ReproduceResult(comparison=compare_records(record, fresh), record=fresh,
+    compared = fresh
+    if plan.data is not recorded_plan:
+        compared = _rehashed(fresh, Path(out_dir), recorded_plan)
+    return ReproduceResult(comparison=compare_records(record, compared), record=fresh,
                            environment_hint=environment_hint(record, fresh))
+
+
+def _check_seeds(record: dict[str, Any], seeds: Sequence[int], source: str) -> None:
+    recorded = [run["seed"] for run in record["runs"]]
+    for seed in seeds:
+        if seed not in recorded:
+            raise UserError(f"--seed {seed}: {source} has no run of seed {seed} (its seeds: "
+                            f"{', '.join(map(str, recorded)) or 'none'})")
+    twice = sorted({seed for seed in seeds if list(seeds).count(seed) > 1})
+    if twice:
+        raise UserError(f"--seed {twice[0]}: given twice")
+
+
+def _plan_of_seeds(plan: LoadedPlan, seeds: list[int], source: str
+                   ) -> tuple[LoadedPlan, bytes]:
+    """The recorded plan with only ``seeds`` (in its order), as a version derived from it; the
+    plan itself where they are all of its seeds. Preregistered hypotheses are left out of the
+    derived version: they are decided over all of a run's seeds, and they change no bit."""
+    import datetime
+    import json
+
+    from postlab.plan.frozen import derive_plan, parse_plan, plan_bytes
+
+    if seeds == plan.data["seeds"]:
+        return plan, plan.raw or plan_bytes(plan.data)
+    today = datetime.date.today().isoformat()
+    settings = [f"seeds={json.dumps(seeds)}"]
+    if plan.data.get("hypotheses") is not None:
+        settings.append("hypotheses=null")
+    raw = plan_bytes(derive_plan(plan, settings, today))
+    return parse_plan(raw, f"{source}: the plan of seeds {seeds}", plan.path), raw
+
+
+def _rehashed(fresh: dict[str, Any], out_dir: Path, plan: dict[str, Any]) -> dict[str, Any]:
+    """``fresh`` with each checkpoint's sha256 as if saved under ``plan``: a checkpoint holds
+    its plan, so a spot check's (of a derived plan) is compared by what it would be under the
+    recorded one: the same weights and kind, bit for bit."""
+    import copy
+    import hashlib
+
+    from postlab.policies.checkpoint import checkpoint_bytes, load_checkpoint
+
+    compared = copy.deepcopy(fresh)
+    for run in compared["runs"]:
+        for info in run.get("checkpoints", {}).values():
+            payload = load_checkpoint(out_dir / info["file"], info["sha256"])
+            data = checkpoint_bytes(plan, payload["state_dict"], payload["kind"])
+            info["sha256"] = hashlib.sha256(data).hexdigest()
+    return compared
 
 
 def environment_hint(recorded: dict[str, Any], fresh: dict[str, Any]) -> str:

@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--workers", type=int, default=None,
                            help="worker processes (default: POSTLAB_WORKERS, else number of "
                                 "cores)")
+    reproduce.add_argument("--seed", dest="seeds", type=int, action="append", default=[],
+                           metavar="N", help="reproduce only this seed of the record "
+                                             "(repeatable): a spot check of a large run")
     reproduce.add_argument("--quiet", action="store_true", help="print no progress")
     reproduce.add_argument("--cpu-path", metavar="PATH",
                            help="CPU code path to train on (default: the one the record was "

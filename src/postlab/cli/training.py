@@ -81,7 +81,7 @@ def reproduce(args: argparse.Namespace) -> int:
     with _training(args.out_dir, args.quiet) as (display, every):
         result = api.reproduce(args.run, args.out_dir, workers=args.workers,
                                cpu_path=args.cpu_path, device=args.device,
-                               allow_large=args.allow_large, say=_print,
+                               seeds=args.seeds, allow_large=args.allow_large, say=_print,
                                say_cost=_say(args), display=display, progress_every=every)
     sys.stdout.write(render_comparison(result.comparison))
     if not result.identical:
