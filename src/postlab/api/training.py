@@ -204,7 +204,7 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
                             "in its plan (a damaged record: verify it)")
         say(f"seeds {', '.join(map(str, picked))} ({len(picked)} of the record's "
             f"{len(record['runs'])}; a spot check: the others are not trained)")
-        record = dict(record, runs=[run for run in record["runs"] if run["seed"] in seeds])
+        record = dict(record, runs=[entry for entry in record["runs"] if entry["seed"] in seeds])
         plan, raw = _plan_of_seeds(plan, picked, str(files.record))
     from postlab.runs.estimate import render_estimate
 
