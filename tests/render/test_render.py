@@ -91,7 +91,7 @@ def test_every_figure_has_data_labels_and_one_legend(bundled_analysis, monkeypat
     captured = []
     real_save = figures_module.save_figure
 
-    def spy(fig, name, title, caption=""):
+    def spy(fig, name, title, caption="", **options):
         captured.append((name, fig))
         legends = len(fig.legends) + sum(ax.get_legend() is not None for ax in fig.axes)
         assert legends <= 1, f"{name}: {legends} legends"
@@ -106,7 +106,7 @@ def test_every_figure_has_data_labels_and_one_legend(bundled_analysis, monkeypat
             assert drawn, f"{name}: an axis without data"
             if name != "pair_success":  # its panels share the row's and column's labels
                 assert ax.get_ylabel(), f"{name}: an axis without a y label"
-        return real_save(fig, name, title, caption)
+        return real_save(fig, name, title, caption, **options)
 
     monkeypatch.setattr(figures_module, "save_figure", spy)
     record = load_record(bundled_record_path())
@@ -123,6 +123,20 @@ def test_every_figure_has_data_labels_and_one_legend(bundled_analysis, monkeypat
         if name in ("outcomes", "generalisation", "pass_at_k"):
             low, high = fig.axes[0].get_ylim()
             assert low >= 0 and high <= 1, name
+
+
+def test_a_png_only_figure_has_the_same_png_and_no_svg():
+    """The HTML pages ask for PNG alone; the PNG is the one a plot writes beside its SVG."""
+    plt = figures_module.pyplot()
+    pngs = []
+    for svg in (True, False):
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.plot([0, 1, 2], [0.2, 0.5, 0.4], label="a")
+        ax.legend()
+        saved = figures_module.save_figure(fig, "f", "F", "caption", svg=svg)
+        assert (saved.svg is not None) == svg and not plt.fignum_exists(fig.number)
+        pngs.append(saved.png)
+    assert pngs[0] == pngs[1] and pngs[0].startswith(b"\x89PNG")
 
 
 def test_chinese_figures_fall_back_without_a_cjk_font(bundled_analysis, monkeypatch):

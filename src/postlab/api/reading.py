@@ -84,14 +84,18 @@ def report_page(opened: OpenedRun, analysis: Analysis, lang: str, split: str) ->
     from postlab.render.figures import draw_figures
     from postlab.render.html import FirstScreen, render_html
     from postlab.render.overview import overview_rows, verification_line
-    from postlab.runs.verify import verify_run
+    from postlab.runs.remembered import verify_remembered
 
     record, plan, source = opened.record, opened.plan.data, opened.source
-    figures = draw_figures(analysis, lang, split, pair_grids(record, plan))
-    # A record in a run folder is verified as 'postlab verify' would; a record alone (no
-    # plan.json beside it) has no checkpoints or summary to check, so it is not marked failed.
-    checks = verify_run(opened.files, record) if opened.files.plan.is_file() else None
-    verification, verified = verification_line(checks, lang)
+    figures = draw_figures(analysis, lang, split, pair_grids(record, plan), svg=False)
+    # A record in a run folder is verified as 'postlab verify' would (or its checks reused
+    # when nothing they depend on changed since, and the page says when they ran); a record
+    # alone (no plan.json beside it) has no checkpoints or summary to check, so it is not
+    # marked failed.
+    checked = verify_remembered(opened.files, record) if opened.files.plan.is_file() else None
+    verification, verified = verification_line(
+        None if checked is None else checked.checks, lang,
+        reused_from=None if checked is None else checked.reused_from)
     written = datetime.fromtimestamp(source.stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC")
     screen = FirstScreen(
         facts=overview_rows(plan, record, written, lang), verification=verification,
@@ -269,7 +273,7 @@ def compare(runs: Sequence[str | Path], *, split: str | None = None, lang: str =
 
         shown = held_out or ["test"]
         figure_split = split or ("test" if "test" in shown else shown[-1])
-        figures = render.draw_figures(result, lang, figure_split)
+        figures = render.draw_figures(result, lang, figure_split, svg=False)
         publish_bytes(page_path, render.render_html(result, figures, lang, split).encode())
     return CompareResult(comparison=result, left_out=left_out, html=page_path)
 

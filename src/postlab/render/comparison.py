@@ -151,10 +151,11 @@ def _points(item: MetricComparison, xs: list[float], paired: bool, base: str
     return xs_out, means, [below, above]
 
 
-def draw_figures(comparison: Comparison, lang: str, split: str = "test") -> list[Figure]:
+def draw_figures(comparison: Comparison, lang: str, split: str = "test", *,
+                 svg: bool = True) -> list[Figure]:
     """Per metric of sampled outputs on ``split``: each stage's mean and interval (left) and
     its paired difference from the base version (right) against the swept value (numbers on
-    a numeric axis, else the version names in order)."""
+    a numeric axis, else the version names in order); PNG only when ``svg`` is False."""
     plt = pyplot()
     figure_lang, font = figure_language(lang)
     fig_words = WORDS[figure_lang]
@@ -198,8 +199,7 @@ def draw_figures(comparison: Comparison, lang: str, split: str = "test") -> list
                                                   split=split, x=x_label)
             fig.suptitle(title, fontsize=10)
             fig.tight_layout()
-            figures.append(save_figure(fig, f"compare_{metric}", title))
-            plt.close(fig)
+            figures.append(save_figure(fig, f"compare_{metric}", title, svg=svg))
     return figures
 
 

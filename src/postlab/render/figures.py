@@ -36,10 +36,23 @@ FIGURE_NAMES = frozenset({"outcomes", "generalisation", "pair_success", "hacking
 
 @dataclass(frozen=True)
 class Figure:
+    """A saved figure; ``svg`` is None where only the PNG was asked for (the HTML pages embed
+    PNG, and the SVG's rendering is about a third of drawing them)."""
+
     name: str
     title: str
     png: bytes
-    svg: bytes
+    svg: bytes | None
+    caption: str = ""
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A matplotlib figure drawn and not yet saved, with what its saved form is called."""
+
+    fig: object
+    name: str
+    title: str
     caption: str = ""
 
 
@@ -80,15 +93,19 @@ def figure_language(lang: str) -> tuple[str, str | None]:
     return ("zh", font) if font else ("en", None)
 
 
-def save_figure(fig, name: str, title: str, caption: str = "") -> Figure:
+def save_figure(fig, name: str, title: str, caption: str = "", *, svg: bool = True) -> Figure:
+    """PNG bytes, and SVG bytes unless ``svg`` is False; the figure is closed."""
     plt = pyplot()
-    png, svg = io.BytesIO(), io.BytesIO()
+    png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
-    # A fixed hash salt and no date keep the SVG bytes the same from run to run.
-    fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})
+    vector = None
+    if svg:
+        out = io.BytesIO()
+        # A fixed hash salt and no date keep the SVG bytes the same from run to run.
+        fig.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
+        vector = out.getvalue()
     plt.close(fig)
-    return Figure(name=name, title=title, png=png.getvalue(), svg=svg.getvalue(),
-                  caption=caption)
+    return Figure(name=name, title=title, png=png.getvalue(), svg=vector, caption=caption)
 
 
 def smoothing_window(steps: int) -> int:
@@ -143,7 +160,7 @@ def _legend_below(fig, ax, columns: int = 2) -> None:
     fig.tight_layout(rect=(0, 0.1, 1, 1))
 
 
-def _outcomes(analysis: Analysis, lang: str, split: str, method: str) -> Figure:
+def _outcomes(analysis: Analysis, lang: str, split: str, method: str) -> Drawn:
     plt = pyplot()
     words, fw = LABELS[lang], FIGURE_WORDS[lang]
     rates = [f"{name}_rate" for name in analysis.contracts]
@@ -161,11 +178,11 @@ def _outcomes(analysis: Analysis, lang: str, split: str, method: str) -> Figure:
     ax.set_ylabel(fw["share_answers"])
     ax.set_title(f"{words['fig_outcomes']} ({split})")
     _legend_below(fig, ax)
-    return save_figure(fig, "outcomes", words["fig_outcomes"],
+    return Drawn(fig, "outcomes", words["fig_outcomes"],
                        fw["fig_outcomes_caption"].format(method=method))
 
 
-def _generalisation(analysis: Analysis, lang: str, split: str) -> Figure | None:
+def _generalisation(analysis: Analysis, lang: str, split: str) -> Drawn | None:
     if not analysis.training_rewards:
         return None
     plt = pyplot()
@@ -185,13 +202,13 @@ def _generalisation(analysis: Analysis, lang: str, split: str) -> Figure | None:
     ax.set_ylabel(fw["share_outputs"])
     ax.set_title(fw["fig_generalisation"])
     _legend_below(fig, ax)
-    return save_figure(fig, "generalisation", fw["fig_generalisation"],
+    return Drawn(fig, "generalisation", fw["fig_generalisation"],
                        fw["fig_generalisation_caption"].format(
                            contract=describe(analysis.contracts[0], lang).name))
 
 
 def heatmap_figure(grids: Sequence[PairGrid], stages: Sequence[str], splits: Sequence[str],
-                   lang: str) -> Figure:
+                   lang: str) -> Drawn:
     """Success by operand pair: one panel per stage (rows) and split (columns)."""
     import numpy as np
     from matplotlib import colormaps
@@ -225,11 +242,11 @@ def heatmap_figure(grids: Sequence[PairGrid], stages: Sequence[str], splits: Seq
     fig.tight_layout(rect=(0, 0, 0.9, 1))
     bar = fig.add_axes((0.92, 0.15, 0.02, 0.7))
     fig.colorbar(image, cax=bar).set_label(fw["share_answers"], fontsize=7)
-    return save_figure(fig, "pair_success", fw["fig_heatmap"], fw["fig_heatmap_caption"].format(
+    return Drawn(fig, "pair_success", fw["fig_heatmap"], fw["fig_heatmap_caption"].format(
         contract=describe(grids[0].contract, lang).name))
 
 
-def _gap(analysis: Analysis, lang: str, split: str) -> Figure | None:
+def _gap(analysis: Analysis, lang: str, split: str) -> Drawn | None:
     gaps = [g for g in analysis.hacking_gaps if g.split == split]
     if not gaps:
         return None
@@ -242,10 +259,10 @@ def _gap(analysis: Analysis, lang: str, split: str) -> Figure | None:
     ax.set_ylabel(fw["gap_axis"])
     ax.set_title(f"{words['fig_gap']} ({split})")
     fig.tight_layout()
-    return save_figure(fig, "hacking_gap", words["fig_gap"], fw["fig_gap_caption"])
+    return Drawn(fig, "hacking_gap", words["fig_gap"], fw["fig_gap_caption"])
 
 
-def _pass_at_k(analysis: Analysis, lang: str, split: str) -> Figure:
+def _pass_at_k(analysis: Analysis, lang: str, split: str) -> Drawn:
     plt = pyplot()
     words, fw = LABELS[lang], FIGURE_WORDS[lang]
     fig, ax = plt.subplots(figsize=(5.6, 3.6))
@@ -265,7 +282,7 @@ def _pass_at_k(analysis: Analysis, lang: str, split: str) -> Figure:
     ax.set_title(f"{words['fig_pass']} ({split})")
     ax.grid(alpha=0.3)
     _legend_below(fig, ax, columns=4)
-    return save_figure(fig, "pass_at_k", words["fig_pass"], fw["fig_pass_caption"])
+    return Drawn(fig, "pass_at_k", words["fig_pass"], fw["fig_pass_caption"])
 
 
 def _smoothed(ax, steps: Sequence[int], band: Band, window: int, colour: str | None,
@@ -277,7 +294,7 @@ def _smoothed(ax, steps: Sequence[int], band: Band, window: int, colour: str | N
     return line
 
 
-def _dynamics(analysis: Analysis, lang: str) -> Figure | None:
+def _dynamics(analysis: Analysis, lang: str) -> Drawn | None:
     if not analysis.dynamics:
         return None
     plt = pyplot()
@@ -313,11 +330,11 @@ def _dynamics(analysis: Analysis, lang: str) -> Figure | None:
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8,
                frameon=False)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return save_figure(fig, "dynamics", words["fig_dynamics"],
+    return Drawn(fig, "dynamics", words["fig_dynamics"],
                        fw["fig_dynamics_caption"].format(window=window))
 
 
-def _sft_loss(analysis: Analysis, lang: str) -> Figure:
+def _sft_loss(analysis: Analysis, lang: str) -> Drawn:
     plt = pyplot()
     words, fw = LABELS[lang], FIGURE_WORDS[lang]
     fig, ax = plt.subplots(figsize=(5.2, 3.2))
@@ -330,13 +347,14 @@ def _sft_loss(analysis: Analysis, lang: str) -> Figure:
     ax.set_title(words["fig_sft"])
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return save_figure(fig, "sft_loss", words["fig_sft"],
+    return Drawn(fig, "sft_loss", words["fig_sft"],
                        fw["fig_sft_caption"].format(window=window))
 
 
 def draw_figures(analysis: Analysis, lang: str, split: str = "test",
-                 grids: Sequence[PairGrid] = ()) -> list[Figure]:
-    """Every figure of a run, in reading order; the pair heatmap when ``grids`` are given."""
+                 grids: Sequence[PairGrid] = (), *, svg: bool = True) -> list[Figure]:
+    """Every figure of a run, in reading order; the pair heatmap when ``grids`` are given;
+    PNG only when ``svg`` is False."""
     import matplotlib
 
     lang, font = figure_language(lang)
@@ -344,15 +362,17 @@ def draw_figures(analysis: Analysis, lang: str, split: str = "test",
     if font:
         style["font.family"] = [font]
     method = LABELS[lang]["rate_method_short"]
-    figures: list[Figure | None] = []
+    drawn: list[Drawn | None] = []
     with matplotlib.rc_context(style):
-        figures.append(_outcomes(analysis, lang, split, method))
-        figures.append(_generalisation(analysis, lang, split))
+        drawn.append(_outcomes(analysis, lang, split, method))
+        drawn.append(_generalisation(analysis, lang, split))
         if grids:
             splits = [s for s in analysis.splits if any(g.split == s for g in grids)]
-            figures.append(heatmap_figure(grids, analysis.stages, splits, lang))
-        figures.append(_gap(analysis, lang, split))
-        figures.append(_pass_at_k(analysis, lang, split))
-        figures.append(_dynamics(analysis, lang))
-        figures.append(_sft_loss(analysis, lang))
-    return [f for f in figures if f is not None]
+            drawn.append(heatmap_figure(grids, analysis.stages, splits, lang))
+        drawn.append(_gap(analysis, lang, split))
+        drawn.append(_pass_at_k(analysis, lang, split))
+        drawn.append(_dynamics(analysis, lang))
+        drawn.append(_sft_loss(analysis, lang))
+        # saved inside the style: the SVG's hash salt is read when it is written
+        return [save_figure(d.fig, d.name, d.title, d.caption, svg=svg)
+                for d in drawn if d is not None]

@@ -38,6 +38,9 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
                     "{skipped} skipped): hashes, checkpoint re-evaluation, summary, counts, "
                     "provenance",
         "not_verified": "NOT VERIFIED: {failed} of {total} checks failed ({names})",
+        "reused": " — checks of {when}, reused: the run's files, postlab's source and the "
+                  "numeric environment are unchanged since ('postlab verify RUN' checks "
+                  "afresh)",
         "not_checked": "not checked: a record without its run folder (plan.json and "
                        "checkpoints beside it) cannot be verified; 'postlab verify RUN' checks "
                        "a run folder",
@@ -66,6 +69,8 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
         "verified": "已核验：没有检查失败（通过 {passed}，警告 {warned}，跳过 {skipped}）："
                     "哈希、检查点重评估、摘要、计数、来源",
         "not_verified": "未通过核验：{total} 项检查中 {failed} 项失败（{names}）",
+        "reused": "——沿用 {when} 的检查结果：此后运行的文件、postlab 源码和数值环境均未改变"
+                  "（“postlab verify RUN” 会重新核验）",
         "not_checked": "未核验：没有运行文件夹（旁边没有 plan.json 和检查点）的记录无法核验；"
                        "“postlab verify RUN” 核验运行文件夹",
         "dynamic_sampling": "动态采样（最多额外 {extra} 组）",
@@ -135,16 +140,19 @@ def overview_rows(plan: dict[str, Any], record: dict[str, Any], written: str | N
     return rows
 
 
-def verification_line(checks: list[Any] | None, lang: str) -> tuple[str, bool | None]:
-    """One line on the run's verification and whether it passed (None: not checked)."""
+def verification_line(checks: list[Any] | None, lang: str, *,
+                      reused_from: str | None = None) -> tuple[str, bool | None]:
+    """One line on the run's verification and whether it passed (None: not checked);
+    ``reused_from`` is when the checks ran, if they were reused rather than run now."""
     words = OVERVIEW_WORDS[lang]
     if checks is None:
         return words["not_checked"], None
+    when = "" if reused_from is None else words["reused"].format(when=reused_from)
     failed = [c for c in checks if c.status == "fail"]
     if failed:
         return words["not_verified"].format(failed=len(failed), total=len(checks),
-                                            names=", ".join(c.name for c in failed)), False
+                                            names=", ".join(c.name for c in failed)) + when, False
     count = {status: sum(c.status == status for c in checks)
              for status in ("pass", "warn", "skip")}
     return words["verified"].format(passed=count["pass"], warned=count["warn"],
-                                    skipped=count["skip"]), True
+                                    skipped=count["skip"]) + when, True

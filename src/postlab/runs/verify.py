@@ -73,7 +73,7 @@ def _first_row_difference(recorded: dict, fresh: dict) -> str:
     return "rows differ"
 
 
-def _device_here(record: dict[str, Any]) -> str:
+def device_here(record: dict[str, Any]) -> str:
     """Re-evaluate on the record's device where this machine has it, else on CPU (and the
     environment check then names the difference)."""
     from postlab.machine.device import cuda_available
@@ -382,7 +382,7 @@ def verify_run(files: RunFiles, record: dict[str, Any], *,
     folder = files.record.parent
     plan, plan_check = _plan_for(files, record)
     plan_data = plan.data if plan is not None else None
-    device = _device_here(record)
+    device = device_here(record)
     configure_torch(plan_data["threads"] if plan_data is not None else 1, device)
     checks = [_check_completeness(record, plan_data), plan_check]
     checks += list(_check_checkpoints(record, plan_data, folder, device))

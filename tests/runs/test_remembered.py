@@ -1,0 +1,138 @@
+"""A run's page reuses an earlier verification only while every input of its checks is
+unchanged, says when the checks ran, and checks afresh after any change; ``postlab verify``
+always checks afresh."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from postlab.cli import main
+from postlab.records.record import bundled_run_dir, load_record, locate_run
+from postlab.render.overview import verification_line
+from postlab.runs import orchestration, remembered
+from postlab.runs.verify import Check
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    """A copy of the bundled run, and a memo folder of this test's own."""
+    monkeypatch.setenv(remembered.CACHE_VARIABLE, str(tmp_path / "memo"))
+    target = tmp_path / "run"
+    shutil.copytree(bundled_run_dir(), target)
+    return target
+
+
+def _opened(folder):
+    files = locate_run(folder)
+    return files, load_record(files.record)
+
+
+def _counting(monkeypatch) -> list[int]:
+    """Count the real verifications the memo asks for."""
+    calls = []
+    real = remembered.verify_run
+
+    def counted(files, record):
+        calls.append(1)
+        return real(files, record)
+
+    monkeypatch.setattr(remembered, "verify_run", counted)
+    return calls
+
+
+def test_the_page_reuses_checks_until_a_file_changes(run, tmp_path, monkeypatch, capsys):
+    calls = _counting(monkeypatch)
+    first = remembered.verify_remembered(*_opened(run))
+    assert calls == [1] and first.reused_from is None
+    # the page, rendered next, reuses them and says when they ran
+    page = tmp_path / "page.html"
+    assert main(["report", str(run), "--html", str(page), "--lang", "en",
+                 "--format", "json"]) == 0
+    assert calls == [1]
+    again = remembered.verify_remembered(*_opened(run))
+    assert again.checks == first.checks and again.reused_from is not None
+    assert f"checks of {again.reused_from}, reused" in page.read_text()
+    # one byte more in a checkpoint: checked afresh, and the damage is found
+    checkpoint = run / "seed-11-strict.pt"
+    checkpoint.write_bytes(checkpoint.read_bytes() + b"x")
+    damaged = remembered.verify_remembered(*_opened(run))
+    assert calls == [1, 1] and damaged.reused_from is None
+    hashes = next(c for c in damaged.checks if c.name == "checkpoint hashes")
+    assert hashes.status == "fail"
+    # 'postlab verify' never reads the memo
+    assert main(["verify", str(run)]) == 1
+    assert calls == [1, 1]
+    assert "NOT VERIFIED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change", ["checkpoint", "summary", "plan", "record",
+                                    "fingerprint file", "source", "code path", "moved"])
+def test_every_input_of_the_checks_is_in_the_key(run, tmp_path, monkeypatch, change):
+    before = remembered.state_key(*_opened(run))
+    assert before is not None and before == remembered.state_key(*_opened(run))
+    folder = run
+    if change == "checkpoint":
+        (run / "seed-22-initial.pt").write_bytes(b"other")
+    elif change == "summary":
+        (run / "summary.json").write_bytes((run / "summary.json").read_bytes() + b" ")
+    elif change == "plan":
+        (run / "plan.json").write_bytes((run / "plan.json").read_bytes() + b" ")
+    elif change == "record":  # the same value, other bytes (compressed afresh)
+        import gzip
+
+        path = next(run.glob("record.json*"))
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        path.write_bytes(gzip.compress(raw, compresslevel=1, mtime=1))
+    elif change == "fingerprint file":
+        (run / "fingerprint.txt").write_text("0" * 64 + "\n")
+    elif change == "source":
+        hashes = orchestration.source_hashes()
+        monkeypatch.setattr(orchestration, "source_hashes",
+                            lambda: hashes | {"postlab/new.py": "0" * 64})
+    elif change == "code path":
+        monkeypatch.setattr(remembered.numerics, "current_pin", lambda: "some-other-path")
+    else:
+        folder = tmp_path / "moved"
+        shutil.copytree(run, folder)
+    assert remembered.state_key(*_opened(folder)) != before, change
+
+
+def test_a_bad_memo_means_the_checks_run_again(run, monkeypatch):
+    fake = [Check(name="plan", status="pass", detail="x")]
+    calls = []
+    monkeypatch.setattr(remembered, "verify_run", lambda files, record: calls.append(1) or fake)
+    files, record = _opened(run)
+    remembered.verify_remembered(files, record)
+    memo = remembered._memo_path(remembered.state_key(files, record))
+    assert memo is not None and memo.is_file()
+    for damage in (b"", b"not json", b"[]", b'{"memo": 1}', memo.read_bytes().replace(
+            b'"pass"', b'"fine"')):
+        memo.write_bytes(damage)
+        result = remembered.verify_remembered(files, record)
+        assert result.reused_from is None and result.checks == fake
+    assert len(calls) == 6
+
+
+def test_an_unwritable_memo_folder_costs_only_the_reuse(run, tmp_path, monkeypatch):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv(remembered.CACHE_VARIABLE, str(blocked))
+    fake = [Check(name="plan", status="pass", detail="x")]
+    monkeypatch.setattr(remembered, "verify_run", lambda files, record: fake)
+    for _ in range(2):
+        result = remembered.verify_remembered(*_opened(run))
+        assert result.checks == fake and result.reused_from is None
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_line_says_when_reused_checks_ran(lang):
+    checks = [Check(name="plan", status="pass", detail=""),
+              Check(name="summary", status="fail", detail="")]
+    fresh, passed = verification_line(checks[:1], lang)
+    reused, again = verification_line(checks[:1], lang, reused_from="2026-12-02 08:00:00 UTC")
+    assert passed is again is True
+    assert reused.startswith(fresh) and "2026-12-02 08:00:00 UTC" in reused
+    failed, verdict = verification_line(checks, lang, reused_from="2026-12-02 08:00:00 UTC")
+    assert verdict is False and "2026-12-02 08:00:00 UTC" in failed
