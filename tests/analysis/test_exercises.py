@@ -143,6 +143,22 @@ def test_the_enumerated_kl_is_the_brute_force_sum_over_completions():
     assert exact_sequence_kl(policy, policy, prompt, 3) == pytest.approx(0.0, abs=1e-12)
 
 
+def test_reading_one_token_after_a_repeated_cache_equals_reading_whole_prefixes():
+    """The GRU enumerates after its repeated state; a kind without a repeatable cache reads
+    each prefix whole. Both give the same KL, up to float32 rounding of the logits (the
+    output layer reads one position instead of a whole row)."""
+    from postlab.analysis.sequence_kl import exact_sequence_kl
+
+    policy, reference, prompt = _two_tiny_policies()
+    cached = [exact_sequence_kl(policy, reference, prompt, budget) for budget in (1, 4)]
+    for model in (policy, reference):
+        model.repeat_cache = lambda cache, times: None
+    whole = [exact_sequence_kl(policy, reference, prompt, budget, batch=7)
+             for budget in (1, 4)]
+    assert cached == pytest.approx(whole, rel=1e-6, abs=1e-12)
+    assert cached[1] > cached[0] > 0
+
+
 def test_sampled_prefix_sums_equal_the_exact_kl_in_expectation_only():
     import statistics
 

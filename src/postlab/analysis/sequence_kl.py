@@ -38,10 +38,48 @@ def _allowed(model: Policy, prompt: torch.Tensor) -> torch.Tensor:
 def exact_sequence_kl(policy: Policy, reference: Policy, prompt: torch.Tensor,
                       max_new_tokens: int, batch: int = 65536) -> float:
     """KL(policy || reference) over whole completions of one prompt (1, L), by enumerating
-    every prefix the policy can reach."""
+    every prefix the policy can reach, level by level.
+
+    Where both policies can repeat their decoding cache, each level reads one token per
+    prefix after its parent's cache; otherwise each prefix is read whole with ``forward``
+    (in chunks of ``batch`` rows). The values agree up to float32 rounding: a policy's
+    cache gives the logits of ``forward`` over the whole prefix, computed in other shapes.
+    On the teaching GRU, 6 tokens, the cache makes it about seven times faster (answer 8 of
+    the lesson: 2.4 s instead of 17.5 s on 2 cores), since the whole-prefix way re-reads
+    100,000 prefixes of about 10 tokens at the deepest level alone."""
     eos = policy.tokenizer.eos_id
     allowed = _allowed(policy, prompt)
     continuing = torch.tensor([t for t in range(allowed.shape[0]) if allowed[t] and t != eos])
+    with torch.no_grad():
+        p_logits, p_cache = policy.start(prompt)
+        q_logits, q_cache = reference.start(prompt)
+    if policy.repeat_cache(p_cache, 1) is None or reference.repeat_cache(q_cache, 1) is None:
+        return _whole_prefix_kl(policy, reference, prompt, max_new_tokens, batch, continuing)
+    last = prompt[:, -1:]  # each prefix's last token, as training's estimators take it
+    weight = torch.ones(1, dtype=torch.float64)  # P(prefix) under the policy
+    total = 0.0
+    for depth in range(max_new_tokens):
+        p = p_logits.double().log_softmax(-1)
+        q = q_logits.double().log_softmax(-1)
+        # the exact KL training uses, at these prefixes (a length-1 response each)
+        total += float((weight * KL_ESTIMATORS["exact"].fn(p[:, None], q[:, None], last)[:, 0])
+                       .sum())
+        if depth == max_new_tokens - 1:
+            break
+        weight = (weight[:, None] * p.exp()[:, continuing]).flatten()
+        last = continuing.repeat(p.shape[0])[:, None]
+        with torch.no_grad():
+            p_logits, p_cache = policy.advance(
+                last, policy.repeat_cache(p_cache, len(continuing)))
+            q_logits, q_cache = reference.advance(
+                last, reference.repeat_cache(q_cache, len(continuing)))
+    return total
+
+
+def _whole_prefix_kl(policy: Policy, reference: Policy, prompt: torch.Tensor,
+                     max_new_tokens: int, batch: int, continuing: torch.Tensor) -> float:
+    """:func:`exact_sequence_kl` for kinds without a repeatable cache: every prefix is read
+    whole, level by level, in chunks of ``batch`` rows."""
     frontier = prompt  # rows: prompt + a prefix of answer characters, none ended
     weight = torch.ones(1, dtype=torch.float64)  # P(prefix) under the policy
     total = 0.0

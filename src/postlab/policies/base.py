@@ -91,6 +91,13 @@ class Policy(nn.Module, ABC):
     def advance(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
         """Read ``tokens`` (batch, time) after ``cache``; return next logits and a new cache."""
 
+    def repeat_cache(self, cache: Any, times: int) -> Any | None:
+        """``cache`` with each sequence's entry repeated ``times`` times in a row (as
+        ``repeat_interleave`` over its sequences), so that many continuations of each prefix
+        are read one token further; None where a kind does not offer it, and callers then read
+        whole prefixes with ``forward``."""
+        return None
+
     @property
     def device(self) -> torch.device:
         """Where the policy's tensors live; the engine makes its tensors there."""

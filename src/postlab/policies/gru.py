@@ -66,6 +66,9 @@ class CharGRU(Policy):
         output, state = self.rnn(self.embed(tokens), cache)
         return self.logits(output[:, -1]), state
 
+    def repeat_cache(self, cache: torch.Tensor, times: int) -> torch.Tensor:
+        return cache.repeat_interleave(times, dim=1)  # the state is (layers, batch, hidden)
+
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
 
