@@ -34,24 +34,30 @@ def start_head(cpus: int = 2) -> tuple[str, Path]:
     started = subprocess.run(
         [ray_command(), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
          f"--num-cpus={cpus}", "--include-dashboard=false", "--disable-usage-stats",
+         # Ray's client server defaults to port 10001, which a concurrent head would share
+         f"--ray-client-server-port={free_port()}",
          f"--temp-dir={temp}"], capture_output=True, text=True, timeout=180)
     assert started.returncode == 0, started.stderr[-3000:]
     return f"127.0.0.1:{port}", temp
 
 
-def _pids_of(temp: Path) -> list[int]:
-    """This head's processes (their command lines name its temp folder), and their children
-    (Ray's workers and agents, whose titles do not)."""
+def _pids_of(temp: Path, address: str) -> list[int]:
+    """This head's processes (their command lines name its temp folder, or, for the Ray
+    client server, which 'ray start' leaves outside the head's process tree, its GCS port),
+    and their children (Ray's workers and agents, whose titles do not)."""
     marker = str(temp).encode()
+    gcs_port = f":{address.rsplit(':', 1)[1]} ".encode()
     found = []
     ours = {os.getpid(), os.getppid()}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) not in ours:
             try:
-                if marker in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
+                line = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
             except OSError:
                 continue
+            client = b"ray.util.client.server" in line and gcs_port in line
+            if marker in line or client:
+                found.append(int(entry.name))
     children = []
     for pid in found:
         for task in Path(f"/proc/{pid}/task").glob("*"):
@@ -62,8 +68,8 @@ def _pids_of(temp: Path) -> list[int]:
     return found + children
 
 
-def stop_head(temp: Path) -> None:
-    pids = _pids_of(temp)
+def stop_head(temp: Path, address: str) -> None:
+    pids = _pids_of(temp, address)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):

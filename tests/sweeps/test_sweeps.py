@@ -151,7 +151,7 @@ def ray_head():
     try:
         yield address
     finally:
-        stop_head(temp)
+        stop_head(temp, address)
 
 
 def test_a_sweep_through_ray_equals_the_local_one(local_sweep, ray_head, tmp_path):
