@@ -18,6 +18,15 @@ from postlab.runs.workers import WORKERS_VARIABLE
 # that need another path start a new process with it.
 PINNED = numerics.pin(numerics.portable_path())
 
+# The test command installs without compiling bytecode (pip's compile step runs on one core
+# over every module of every dependency: about 60 of its 130 seconds on 2 cores). The modules
+# the suite imports are compiled on first import and cached, here and in every process a test
+# starts, even where the environment asks Python not to write bytecode
+# (PYTHONDONTWRITEBYTECODE): there every process would compile torch's modules again, about 9
+# CPU-seconds each time.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 # pytest-xdist already runs one test per core, so a run's own worker processes would only add
 # their server's start (about 4 CPU-seconds a run, measured on 2 cores) and contend for the
 # same cores: runs default to one worker, in this process and in every process a test starts.
@@ -63,6 +72,20 @@ def reference_report(plan: Path, record: Path) -> str:
     done = subprocess.run(["bash", str(ref / "report-reference.sh"), str(plan), str(record)],
                           check=True, env=reference_env(), capture_output=True, text=True)
     return done.stdout
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_verification_memo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Pages remember their runs' verifications (postlab.runs.remembered) in one folder that
+    every test process of the session shares, never in the user's cache."""
+    from postlab.runs.remembered import CACHE_VARIABLE
+
+    base = tmp_path_factory.getbasetemp()
+    # pytest-xdist gives each worker its own base folder inside one shared by the session
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "memo"
+    folder.mkdir(exist_ok=True)
+    os.environ[CACHE_VARIABLE] = str(folder)
+    return folder
 
 
 @pytest.fixture(scope="session")
