@@ -179,7 +179,7 @@ def _outcomes(analysis: Analysis, lang: str, split: str, method: str) -> Drawn:
     ax.set_title(f"{words['fig_outcomes']} ({split})")
     _legend_below(fig, ax)
     return Drawn(fig, "outcomes", words["fig_outcomes"],
-                       fw["fig_outcomes_caption"].format(method=method))
+                 fw["fig_outcomes_caption"].format(method=method))
 
 
 def _generalisation(analysis: Analysis, lang: str, split: str) -> Drawn | None:
@@ -203,8 +203,8 @@ def _generalisation(analysis: Analysis, lang: str, split: str) -> Drawn | None:
     ax.set_title(fw["fig_generalisation"])
     _legend_below(fig, ax)
     return Drawn(fig, "generalisation", fw["fig_generalisation"],
-                       fw["fig_generalisation_caption"].format(
-                           contract=describe(analysis.contracts[0], lang).name))
+                 fw["fig_generalisation_caption"].format(
+                     contract=describe(analysis.contracts[0], lang).name))
 
 
 def heatmap_figure(grids: Sequence[PairGrid], stages: Sequence[str], splits: Sequence[str],
@@ -331,7 +331,7 @@ def _dynamics(analysis: Analysis, lang: str) -> Drawn | None:
                frameon=False)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return Drawn(fig, "dynamics", words["fig_dynamics"],
-                       fw["fig_dynamics_caption"].format(window=window))
+                 fw["fig_dynamics_caption"].format(window=window))
 
 
 def _sft_loss(analysis: Analysis, lang: str) -> Drawn:
@@ -347,8 +347,7 @@ def _sft_loss(analysis: Analysis, lang: str) -> Drawn:
     ax.set_title(words["fig_sft"])
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return Drawn(fig, "sft_loss", words["fig_sft"],
-                       fw["fig_sft_caption"].format(window=window))
+    return Drawn(fig, "sft_loss", words["fig_sft"], fw["fig_sft_caption"].format(window=window))
 
 
 def draw_figures(analysis: Analysis, lang: str, split: str = "test",
