@@ -68,7 +68,8 @@ def test_the_page_reuses_checks_until_a_file_changes(run, tmp_path, monkeypatch,
 
 
 @pytest.mark.parametrize("change", ["checkpoint", "summary", "plan", "record",
-                                    "fingerprint file", "source", "code path", "moved"])
+                                    "fingerprint file", "dangling fingerprint link", "source",
+                                    "code path", "moved"])
 def test_every_input_of_the_checks_is_in_the_key(run, tmp_path, monkeypatch, change):
     before = remembered.state_key(*_opened(run))
     assert before is not None and before == remembered.state_key(*_opened(run))
@@ -87,6 +88,11 @@ def test_every_input_of_the_checks_is_in_the_key(run, tmp_path, monkeypatch, cha
         path.write_bytes(gzip.compress(raw, compresslevel=1, mtime=1))
     elif change == "fingerprint file":
         (run / "fingerprint.txt").write_text("0" * 64 + "\n")
+    elif change == "dangling fingerprint link":
+        (run / "fingerprint.txt").unlink()
+        (run / "fingerprint.txt").symlink_to(run / "nowhere")
+        assert remembered.state_key(*_opened(run)) is None  # verify fails it: no reuse
+        return
     elif change == "source":
         hashes = orchestration.source_hashes()
         monkeypatch.setattr(orchestration, "source_hashes",

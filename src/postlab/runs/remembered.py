@@ -81,7 +81,9 @@ def state_key(files: RunFiles, record: dict[str, Any]) -> str | None:
         fingerprint = run_fingerprint(folder, files.record, record).value
         raw = read_bytes(files.record, "record")
         kept = folder / FINGERPRINT_FILE
-        kept_bytes = read_bytes(kept, "fingerprint") if kept.exists() else None
+        # a dangling link counts as there (verify fails it), and reading it ends the reuse
+        present = kept.exists() or kept.is_symlink()
+        kept_bytes = read_bytes(kept, "fingerprint") if present else None
     except UserError:
         return None
     device = device_here(record)
