@@ -92,10 +92,11 @@ def report_page(opened: OpenedRun, analysis: Analysis, lang: str, split: str) ->
     # when nothing they depend on changed since, and the page says when they ran); a record
     # alone (no plan.json beside it) has no checkpoints or summary to check, so it is not
     # marked failed.
-    checked = verify_remembered(opened.files, record) if opened.files.plan.is_file() else None
-    verification, verified = verification_line(
-        None if checked is None else checked.checks, lang,
-        reused_from=None if checked is None else checked.reused_from)
+    checks, reused_from = None, None
+    if opened.files.plan.is_file():
+        checked = verify_remembered(opened.files, record)
+        checks, reused_from = checked.checks, checked.reused_from
+    verification, verified = verification_line(checks, lang, reused_from=reused_from)
     written = datetime.fromtimestamp(source.stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC")
     screen = FirstScreen(
         facts=overview_rows(plan, record, written, lang), verification=verification,
