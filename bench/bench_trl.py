@@ -165,8 +165,8 @@ def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
     from transformers import PreTrainedTokenizerFast, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from postlab.tasks.arithmetic import task_for
     from postlab.tasks.contracts import score
+    from postlab.tasks.registry import task_for
     from postlab.tasks.rows import Row
 
     task = task_for(plan)

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from postlab.plan.frozen import derive_plan, freeze, split_by_unordered_pair, teaching_plan_loaded
-from postlab.tasks.arithmetic import TASKS
+from postlab.tasks.registry import TASKS
 
 HERE = Path(__file__).resolve().parent
 DATE = "2026-11-29"

@@ -18,6 +18,20 @@ from postlab.policies.base import build_policy
 from postlab.tasks.contracts import CONTRACTS
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Members' bits are independent of their company on one thread, which is how the engine
+    runs (a worker per core, one thread each; it refuses plans of more): with two, a batched
+    product over a transposed operand (a weight's gradient) splits its members between the
+    threads differently from one member alone on some CPUs (seen on an Intel Xeon with
+    AVX-512 under the AVX2 pin; not on AMD EPYC), so the test calls the engine as a worker
+    would."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def plan() -> dict:
     return dict(teaching_plan_loaded().data)

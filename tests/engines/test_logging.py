@@ -21,8 +21,8 @@ from postlab.plan.frozen import load_plan
 from postlab.rl import objective
 from postlab.runs.executors import EXECUTORS, LocalExecutor
 from postlab.runs.orchestration import RunOptions, run_plan
-from postlab.tasks.arithmetic import answer_function
 from postlab.tasks.contracts import score
+from postlab.tasks.registry import answer_function
 from postlab.tasks.rows import Row
 
 #: Every pipeline: an arm from SFT weights, one from untrained weights, one SFT-only.

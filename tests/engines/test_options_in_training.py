@@ -30,8 +30,8 @@ from postlab.policies.checkpoint import load_checkpoint
 from postlab.policies.gru import CharGRU
 from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
 from postlab.runs.orchestration import RunOptions, run_plan
-from postlab.tasks.arithmetic import task_for
 from postlab.tasks.contracts import CONTRACTS
+from postlab.tasks.registry import task_for
 
 pytestmark = pytest.mark.slow
 
@@ -458,8 +458,11 @@ def test_kl_estimator_is_used(runs: Runs, name: str) -> None:
     choice = Choice.of(twin.plan)
     assert choice.kl == name
     first, second = twin.check_updates(choice)
-    # the policy still equals the reference
-    assert first.kl == 0 and twin.step_b["updates"][0]["kl"] == 0
+    # the policy still equals the reference: the plain computation gives exactly 0; the
+    # engine's two forward passes (policy with gradients, reference without) may differ in the
+    # last bit where MKL's results depend on where its buffers sit in memory (seen on an Intel
+    # Xeon under MKL_CBWR=AVX2, not under AVX2,STRICT nor on AMD EPYC)
+    assert first.kl == 0 and abs(twin.step_b["updates"][0]["kl"]) < 1e-9
     if name != TEACHING["kl"]:
         assert differs(second, _counterfactual(twin, choice, kl=TEACHING["kl"]))
 

@@ -6,8 +6,8 @@ from plans import SMALL, write_plan
 from postlab.plan.frozen import load_plan, split_by_unordered_pair
 from postlab.plan.schema import validate_plan
 from postlab.runs.orchestration import RunOptions, run_plan
-from postlab.tasks.arithmetic import TASKS, task_for
 from postlab.tasks.contracts import exact, strict, substring
+from postlab.tasks.registry import TASKS, task_for
 
 
 def _run(tmp_path, **changes):

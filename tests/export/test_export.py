@@ -26,7 +26,7 @@ from postlab.export.files import read_export
 from postlab.export.tables import TABLES, UPDATE_STATISTICS, Source, build_table, to_arrow
 from postlab.plan.frozen import teaching_plan
 from postlab.records.record import bundled_run_dir, load_record
-from postlab.tasks.contracts import CONTRACTS
+from postlab.tasks.contracts import CONTRACTS, contracts_for
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "export.md"
 #: The folder the documented queries read, relative to where they run.
@@ -67,7 +67,7 @@ def test_evaluation_counts_and_scores_equal_the_record(exported, record):
                     key = (run["seed"], stage, split, decoding)
                     expected_rows[key] += len(rows)
                     for a, b, text, terminated in rows:
-                        for contract in CONTRACTS:
+                        for contract in contracts_for("integer"):
                             expected_accepted[(*key, contract)] += _accepts(
                                 contract, a, b, text, terminated)
     rows: Counter = Counter()
@@ -75,7 +75,7 @@ def test_evaluation_counts_and_scores_equal_the_record(exported, record):
     for row in pq.read_table(exported / "eval_samples.parquet").to_pylist():
         key = (row["seed"], row["stage"], row["split"], row["decoding"])
         rows[key] += 1
-        for contract in CONTRACTS:
+        for contract in contracts_for("integer"):
             accepted[(*key, contract)] += row[contract]
     assert rows == expected_rows
     assert accepted == expected_accepted
@@ -90,14 +90,14 @@ def test_rollout_counts_scores_and_rewards_equal_the_record(exported, record):
                 for a, b, text, terminated in step["rows"]:
                     key = (run["seed"], arm, step["step"])
                     expected[(*key, "rows")] += 1
-                    for contract in CONTRACTS:
+                    for contract in contracts_for("integer"):
                         expected[(*key, contract)] += _accepts(contract, a, b, text, terminated)
     found: Counter = Counter()
     for row in pq.read_table(exported / "rollout_samples.parquet").to_pylist():
         assert row["kept"] and row["rewarded_by"] == row["arm"]  # teaching arms: no dropping
         key = (row["seed"], row["arm"], row["step"])
         found[(*key, "rows")] += 1
-        for contract in CONTRACTS:
+        for contract in contracts_for("integer"):
             found[(*key, contract)] += row[contract]
     assert +found == +expected
 
@@ -155,7 +155,7 @@ def test_schema_json_and_parquet_metadata_say_what_the_folder_holds(exported, re
     assert schema["schema"] == "postlab.export/1"
     assert schema["postlab_version"] == postlab.__version__
     assert schema["format"] == "parquet" and schema["sweep"] is False
-    assert schema["contracts"] == CONTRACTS.names()
+    assert schema["contracts"] == contracts_for("integer")
     [run] = schema["runs"]
     assert run["plan_sha256"] == record["plan_sha256"] and run["seeds"] == [11, 22, 33]
     assert sorted(p.name for p in exported.iterdir()) == sorted(
@@ -307,8 +307,8 @@ def test_a_registered_contract_gets_its_own_column():
         return int(len(text) % 2 == 1)
 
     with CONTRACTS.registered("odd_length", odd_length):
-        table = build_table("eval_samples", [_hand_made()], CONTRACTS.names())
-        summary = build_table("summary", [_hand_made()], CONTRACTS.names())
+        table = build_table("eval_samples", [_hand_made()], contracts_for("integer"))
+        summary = build_table("summary", [_hand_made()], contracts_for("integer"))
     assert table.column("odd_length") == [True, False, False, False, True, False]
     assert summary.column("odd_length") == [1, 1]
     assert summary.column("odd_length_rate") == [0.5, 0.25]
@@ -317,7 +317,7 @@ def test_a_registered_contract_gets_its_own_column():
 def test_a_contract_named_like_a_column_is_refused():
     with (CONTRACTS.registered("text", lambda *args: 1),
           pytest.raises(UserError, match=r"clashes .* column text")):
-        build_table("eval_samples", [_hand_made()], CONTRACTS.names())
+        build_table("eval_samples", [_hand_made()], contracts_for("integer"))
 
 
 # --- refusals ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import needs_bundled_path
+from conftest import recomputes_bundled_bits
 from plans import SMALL, write_plan
 
 from postlab.cli import main
@@ -153,7 +153,7 @@ def test_reproduce_refuses_a_path_this_machine_cannot_run(small_run, tmp_path, c
     assert not out_dir.exists()  # refused before training anything
 
 
-@needs_bundled_path
+@recomputes_bundled_bits
 @pytest.mark.slow
 @pytest.mark.parametrize("ambient", SUPPORTED)
 def test_bundled_run_reproduces_whatever_path_the_machine_would_pick(ambient, tmp_path):

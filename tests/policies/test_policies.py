@@ -33,7 +33,7 @@ from postlab.policies.checkpoint import (
     publish_checkpoint,
 )
 from postlab.policies.gru import ANSWER_CHARACTERS, MASKED_LOGIT, CharGRU
-from postlab.tasks.arithmetic import task_for
+from postlab.tasks.registry import task_for
 
 
 class Bigram(Policy):

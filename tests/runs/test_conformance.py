@@ -8,7 +8,7 @@ import gzip
 import json
 
 import pytest
-from conftest import needs_bundled_path, reference_report, run_reference
+from conftest import recomputes_bundled_bits, reference_report, run_reference
 from plans import VARIANT_A, VARIANT_B, rows, write_plan
 
 from postlab.cli import main
@@ -51,7 +51,7 @@ def test_reference_reads_our_record(postlab_teaching_run, tmp_path, capsys):
     assert capsys.readouterr().out == theirs
 
 
-@needs_bundled_path
+@recomputes_bundled_bits
 def test_bundled_record_matches_the_reference(reference_teaching_run):
     path = bundled_record_path()
     assert path is not None
@@ -83,7 +83,7 @@ def test_chinese_report_equals_the_reference(reference_teaching_run, tmp_path, c
             if line[:2].strip().isdigit()] == theirs_rows
 
 
-@needs_bundled_path
+@recomputes_bundled_bits
 def test_the_bundled_run_is_reproduced_row_for_row(postlab_teaching_run):
     """A fresh run of the teaching plan (two workers) equals the bundled record in every row,
     statistic and checkpoint hash, as ``postlab reproduce`` compares them (its command line is

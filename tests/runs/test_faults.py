@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from interrupted import resume_and_compare, start_run, wait_for_first_seed
 from plans import SMALL, rows, write_plan
 
 from postlab.plan.frozen import load_plan
@@ -27,35 +28,12 @@ def uninterrupted(tmp_path_factory):
     return plan, out, record
 
 
-def _as_from_a_terminal() -> None:
-    """In the child, before postlab starts: Ctrl-C deliverable and not ignored, as in a shell's
-    foreground job, whatever this test process inherited (a test runner's worker may block or
-    ignore SIGINT, and a child inherits both)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _start(plan: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "postlab", "run", "--plan", str(plan),
-                             "--out-dir", str(out), "--workers", "2", "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_as_from_a_terminal)
-
-
 def _sigint_state(pid: int) -> str:
     """Whether a process blocks or ignores SIGINT, from /proc (for a failure's message)."""
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     masks = {k: int(v, 16) for k, _, v in (line.partition(":\t") for line in lines)
              if k in ("SigBlk", "SigIgn")}
     return ", ".join(f"{k} {'SIGINT' if v & 2 else '-'}" for k, v in masks.items())
-
-
-def _wait_for_first_seed(process: subprocess.Popen, out: Path) -> None:
-    deadline = time.monotonic() + 120
-    while not (out / "record.json").exists():
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
 
 
 def _children(pid: int) -> list[int]:
@@ -76,38 +54,23 @@ def _workers(pid: int) -> list[int]:
     return workers
 
 
-def _resume_and_compare(plan, out, uninterrupted_record, uninterrupted_out):
-    done = subprocess.run([sys.executable, "-m", "postlab", "run", "--out-dir", str(out),
-                           "--resume", "--workers", "2", "--quiet"],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    record = json.loads((out / "record.json").read_text())
-    assert rows(record) == rows(uninterrupted_record)
-    assert (out / "summary.json").read_bytes() == (uninterrupted_out / "summary.json").read_bytes()
-    checkpoints = sorted(p.name for p in out.glob("*.pt"))
-    assert checkpoints == sorted(p.name for p in uninterrupted_out.glob("*.pt"))
-    for name in checkpoints:
-        assert (out / name).read_bytes() == (uninterrupted_out / name).read_bytes()
-    assert not list(out.glob(".*.partial"))
-
-
 def test_main_process_killed_then_resumed(uninterrupted, tmp_path):
     plan, ref_out, ref_record = uninterrupted
     out = tmp_path / "run"
-    process = _start(plan, out)
-    _wait_for_first_seed(process, out)
+    process = start_run(plan, out)
+    wait_for_first_seed(process, out)
     process.send_signal(signal.SIGKILL)
     process.communicate()
     partial = json.loads((out / "record.json").read_text())
     assert 1 <= len(partial["runs"]) < len(SLOW["seeds"])
-    _resume_and_compare(plan, out, ref_record, ref_out)
+    resume_and_compare(plan, out, ref_record, ref_out)
 
 
 def test_worker_killed_then_resumed(uninterrupted, tmp_path):
     plan, ref_out, ref_record = uninterrupted
     out = tmp_path / "run"
-    process = _start(plan, out)
-    _wait_for_first_seed(process, out)
+    process = start_run(plan, out)
+    wait_for_first_seed(process, out)
     workers = _workers(process.pid)
     assert workers
     os.kill(workers[0], signal.SIGKILL)
@@ -115,7 +78,7 @@ def test_worker_killed_then_resumed(uninterrupted, tmp_path):
     assert process.returncode == 1
     assert "worker process died" in err and "--resume" in err
     assert err.count("\n") == 1
-    _resume_and_compare(plan, out, ref_record, ref_out)
+    resume_and_compare(plan, out, ref_record, ref_out)
 
 
 def test_ctrl_c_keeps_completed_seeds(uninterrupted, tmp_path):
@@ -125,8 +88,8 @@ def test_ctrl_c_keeps_completed_seeds(uninterrupted, tmp_path):
     seen = []
     for attempt in range(3):
         out = tmp_path / f"run-{attempt}"
-        process = _start(plan, out)
-        _wait_for_first_seed(process, out)
+        process = start_run(plan, out)
+        wait_for_first_seed(process, out)
         state = _sigint_state(process.pid)
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=120)
@@ -137,7 +100,7 @@ def test_ctrl_c_keeps_completed_seeds(uninterrupted, tmp_path):
         assert process.returncode == 130, err
         assert "interrupted" in err and "Traceback" not in err
         assert finished  # the seeds completed before the signal are kept
-        _resume_and_compare(plan, out, ref_record, ref_out)
+        resume_and_compare(plan, out, ref_record, ref_out)
         return
     pytest.fail(f"three runs finished before a Ctrl-C sent after their first seed arrived: {seen}")
 

@@ -39,7 +39,8 @@ def test_exact(pair, text, terminated, expected):
 
 
 def test_unknown_contract_lists_known_ones():
-    with pytest.raises(KeyError, match="exact, strict, substring"):
+    known = "exact, rg-score, rg-strict, rg-substring, strict, substring"
+    with pytest.raises(KeyError, match=known):
         score(Row(1, 1, "2", True), "lenient")
 
 

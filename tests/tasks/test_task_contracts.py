@@ -23,8 +23,9 @@ from postlab.plan.arms import plan_contracts
 from postlab.plan.frozen import freeze, teaching_plan
 from postlab.plan.schema import validate_plan
 from postlab.records.record import load_record, record_in
-from postlab.tasks.arithmetic import TASKS, Task
+from postlab.tasks.arithmetic import Task
 from postlab.tasks.contracts import CONTRACT_WORDS, CONTRACTS, ContractWords, describe, score
+from postlab.tasks.registry import TASKS
 from postlab.tasks.rows import Row, iter_rows
 
 TASK = "single_digit_subtraction"

@@ -27,8 +27,8 @@ from postlab.plan.frozen import freeze
 from postlab.policies import POLICIES, PolicyKind
 from postlab.policies.checkpoint import load_checkpoint
 from postlab.records.record import load_record
-from postlab.tasks.arithmetic import TASKS
 from postlab.tasks.contracts import CONTRACTS
+from postlab.tasks.registry import TASKS
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,8 @@ from postlab.records.metrics import (
     question_groups,
     step_series,
 )
-from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, answer_function
+from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
+from postlab.tasks.registry import answer_function
 from postlab.tasks.rows import ROLLOUT, Place, Row, iter_run_rows, rows_by_place
 
 SCHEMA = "postlab.analysis.aggregate/1"

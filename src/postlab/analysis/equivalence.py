@@ -35,7 +35,7 @@ from postlab.analysis import margins
 from postlab.analysis.intervals import interval, t_quantile
 from postlab.plan.arms import plan_contracts, rl_contracts
 from postlab.records.metrics import evaluate
-from postlab.tasks.arithmetic import answer_function
+from postlab.tasks.registry import answer_function
 
 #: Equivalence margins, on each metric's scale (final_kl: on log KL), with their reasons in
 #: :mod:`postlab.analysis.margins`.

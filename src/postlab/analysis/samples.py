@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from postlab.plan.arms import plan_contracts
-from postlab.tasks.arithmetic import answer_function, task_for
 from postlab.tasks.contracts import score
+from postlab.tasks.registry import answer_function, task_for
 from postlab.tasks.rows import ROLLOUT, iter_run_rows
 
 CORRECT, GAMED, WRONG = "correct", "gamed", "wrong"
@@ -38,7 +38,7 @@ class Sample:
     prompt: str
     text: str
     terminated: bool
-    expected: int
+    expected: int | str  # the task's answer as shown (an integer, or an item's answer text)
     accepted: tuple[str, ...]  # the plan's contracts that accept it, in the plan's order
     kind: str
 
@@ -78,14 +78,14 @@ def iter_samples(record: dict[str, Any], plan: dict[str, Any], *,
                 continue
             if decoding is not None and place.decoding != decoding:
                 continue
-            accepted = tuple(c for c in contracts if score(row, c, answer))
+            accepted = tuple(c for c in contracts if score(row, c, answer) >= 1)
             kind = classify(accepted, contracts)
             if wanted_kinds is not None and kind not in wanted_kinds:
                 continue
             yield Sample(seed=place.seed, stage=place.stage, split=place.split,
                          step=place.step, decoding=place.decoding, a=row.a, b=row.b,
                          prompt=task.prompt(row.pair), text=row.text,
-                         terminated=row.terminated, expected=answer(row.pair),
+                         terminated=row.terminated, expected=task.answer_value(row.pair),
                          accepted=accepted, kind=kind)
 
 
@@ -96,7 +96,7 @@ class Example:
     prompt: str
     text: str
     terminated: bool
-    expected: int
+    expected: int | str
     accepted: tuple[str, ...]
     kind: str
     count: int
@@ -136,7 +136,10 @@ class PairGrid:
 
 def pair_grids(record: dict[str, Any], plan: dict[str, Any],
                decoding: str = "sampled") -> list[PairGrid]:
-    """One grid per stage and split, from the evaluation answers of ``decoding``."""
+    """One grid per stage and split, from the evaluation answers of ``decoding``; none for a
+    task whose questions are not operand pairs."""
+    if task_for(plan).operand_limit is None:
+        return []
     contracts = plan_contracts(plan)
     accepted: dict[tuple[str, str], dict[tuple[int, int], list[int]]] = {}
     for sample in iter_samples(record, plan, decoding=decoding):

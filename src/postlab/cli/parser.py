@@ -96,8 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print postlab's version and exit")
     sub = parser.add_commands("command", "what to do; 'postlab COMMAND --help' explains one")
 
-    freeze = sub.add_parser("freeze", help="write the teaching plan, or a new version of a "
-                                           "plan, to PATH (never overwrites)")
+    freeze = sub.add_parser("freeze", help="write the teaching plan, a new version of a plan, "
+                                           "or a draft's complete plan, to PATH (never "
+                                           "overwrites)")
     freeze.add_argument("path", type=Path, metavar="PATH",
                         help="plan file to write; must not exist")
     freeze.add_argument("--from", dest="parent", type=Path,
@@ -105,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     freeze.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="KEY=VALUE", help="change a key (value read as JSON when it "
                                                   "parses); repeatable")
+    freeze.add_argument("--draft", type=Path, help=(
+        "a plan without the parts freeze generates: for the reasoning_gym task, its items "
+        "are generated and pinned (library version, sha256), and the split (and the vocab, "
+        "when the draft has none) written"))
 
     plan = sub.add_parser("plan", help="inspect plans")
     plan_sub = plan.add_commands("plan_command", "what to do with plans")

@@ -11,8 +11,28 @@ from postlab.errors import UserError
 def freeze(args: argparse.Namespace) -> int:
     import datetime
 
-    from postlab.plan.frozen import derive_plan, freeze, load_plan, teaching_plan_loaded
+    from postlab.plan.frozen import (
+        complete_draft,
+        derive_plan,
+        freeze,
+        load_plan,
+        read_draft,
+        teaching_plan_loaded,
+    )
 
+    if args.draft is not None:
+        if args.parent is not None or args.settings:
+            raise UserError("freeze --draft takes no --from or --set: edit the draft instead")
+        if args.path.exists():
+            raise UserError(f"{args.path}: already exists; postlab never overwrites an output")
+        data = complete_draft(read_draft(args.draft))
+        digest = freeze(args.path, data)
+        section = data["reasoning_gym"]
+        sizes = ", ".join(f"{name} {count}" for name, count in section["sizes"].items())
+        print(f"froze {args.path} (sha256 {digest}): {section['dataset']} items ({sizes}) "
+              f"from reasoning-gym {section['version']}, items sha256 "
+              f"{section['items_sha256'][:16]}…")
+        return 0
     if args.parent is None and not args.settings:
         digest = freeze(args.path)
         print(f"froze the teaching plan: {args.path} (sha256 {digest})")

@@ -56,6 +56,7 @@ def report(args: argparse.Namespace) -> int:
     refuse(reading_problems(opened.record, opened.plan.data), opened.source,
            "record does not fit the plan")
     check_unchanged(opened.record, opened.source)
+    _check_contract_kinds(args.contracts, opened.plan.data)
     lang = args.lang or default_lang()
     if args.format_ == "text":
         sys.stdout.write(render_text(build_report(opened.record, opened.plan.data), lang))
@@ -66,7 +67,7 @@ def report(args: argparse.Namespace) -> int:
     if args.contracts:
         from postlab.plan.arms import rl_contracts
         from postlab.records.rescore import render_rescore, rescore
-        from postlab.tasks.arithmetic import answer_function
+        from postlab.tasks.registry import answer_function
 
         contracts = list(dict.fromkeys(args.contracts))
         split = None if args.split == "all" else args.split
@@ -74,6 +75,18 @@ def report(args: argparse.Namespace) -> int:
                          answer_function(opened.plan.data))
         sys.stdout.write("\n" + render_rescore(result, lang))
     return 0
+
+
+def _check_contract_kinds(contracts: list[str], plan: dict) -> None:
+    """Each --contract must read the kind of answer the run's task has."""
+    from postlab.tasks.contracts import contract_answers
+    from postlab.tasks.registry import task_for
+
+    kind = task_for(plan).answer_kind
+    for name in contracts:
+        if contract_answers(name) != kind:
+            raise UserError(f"--contract {name}: judges {contract_answers(name)} answers; "
+                            f"this run's task has {kind} answers")
 
 
 def _verdict_lines(opened, lang: str) -> str:

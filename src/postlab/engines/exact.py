@@ -31,7 +31,7 @@ from postlab.policies.checkpoint import (
     load_checkpoint,
     publish_checkpoint,
 )
-from postlab.tasks.arithmetic import answer_function
+from postlab.tasks.registry import answer_function
 
 
 def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,

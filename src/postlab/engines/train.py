@@ -25,8 +25,9 @@ from postlab.errors import NonFiniteError
 from postlab.policies import Policy
 from postlab.records.metrics import metrics
 from postlab.rl import objective
-from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, task_for
+from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
 from postlab.tasks.contracts import CONTRACTS, score
+from postlab.tasks.registry import task_for
 from postlab.tasks.rows import Row
 
 #: Called after each RL step with (step, rollout rows); used for progress display.
@@ -63,7 +64,8 @@ def supervised(model: Policy, plan: dict[str, Any], seed: int,
     losses = []
     for step in range(plan["sft_steps"] if steps is None else steps):
         pairs = rng.choices(train_pairs, k=plan["sft_batch"])
-        targets = [tokenizer.encode(f"{task.answer(pair)}{plan['eos']}") for pair in pairs]
+        targets = [tokenizer.encode(f"{task.demonstration(pair)}{plan['eos']}")
+                   for pair in pairs]
         width = max(map(len, targets))
         target = torch.tensor([t + [pad] * (width - len(t)) for t in targets],
                               device=model.device)

@@ -53,11 +53,16 @@ def export_files(runs: Sequence[tuple[str | None, LoadedRun]], fmt: str,
                  contracts: Sequence[str] | None = None) -> dict[str, bytes]:
     """File name -> bytes: every table in ``fmt`` and ``schema.json``. ``runs`` pairs each
     checked run with its sweep version (None for a lone run); tables span all of them."""
-    from postlab.tasks.contracts import CONTRACTS
+    from postlab.tasks.contracts import contracts_for
+    from postlab.tasks.registry import task_for
 
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    names = list(CONTRACTS.names() if contracts is None else contracts)
+    kinds = {task_for(run.plan.data).answer_kind for _, run in runs}
+    if len(kinds) > 1:
+        raise UserError("these runs' tasks have different kinds of answer; export them apart")
+    names = list(contracts_for(kinds.pop() if kinds else "integer") if contracts is None
+                 else contracts)
     provenance = _provenance(runs)
     built = build_tables([run.source(version) for version, run in runs], names)
     files: dict[str, bytes] = {}

@@ -65,9 +65,11 @@ class LoadedRun:
     @functools.cached_property
     def _built(self) -> dict[str, TableData]:
         from postlab.export.tables import build_tables
-        from postlab.tasks.contracts import CONTRACTS
+        from postlab.tasks.contracts import contracts_for
+        from postlab.tasks.registry import task_for
 
-        return build_tables([self.source()], CONTRACTS.names())
+        return build_tables([self.source()],
+                            contracts_for(task_for(self.plan.data).answer_kind))
 
     def tables(self) -> dict[str, pa.Table]:
         """Every table as Arrow, with its declared schema."""

@@ -69,6 +69,9 @@ _STEP = Column("step", "int64", "the RL step, from 1")
 _A = Column("a", "int64", "the question's first operand")
 _B = Column("b", "int64", "the question's second operand")
 _ANSWER = Column("answer", "int64", "the task's answer to (a, b), which contracts compare with")
+#: The answer column of a task whose answers are text (reasoning-gym items).
+_ITEM_ANSWER = Column("answer", "string", "the item's reference answer, which contracts compare "
+                                          "with ((a, b) is (0, the item's index))")
 _TEXT = Column("text", "string", "the visible output, EOS excluded")
 _TERMINATED = Column("terminated", "bool", "whether EOS was emitted within the token budget")
 _TOKENS = Column("tokens", "int64", "tokens the answer used: its characters, plus 1 for EOS")
@@ -152,22 +155,33 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
 
 
 def contract_columns(table: str, contracts: Sequence[str]) -> tuple[Column, ...]:
-    """The columns a table gets for each registered contract."""
+    """The columns a table gets for each registered contract (a partial-credit contract's
+    are its rewards and their sums)."""
+    from postlab.tasks.contracts import PARTIAL_CREDIT
+
     if table in ("eval_samples", "rollout_samples"):
-        return tuple(Column(name, "bool", f"whether the {name} contract accepts the answer")
+        return tuple(Column(name, "float64", f"the {name} contract's reward (partial credit)")
+                     if name in PARTIAL_CREDIT else
+                     Column(name, "bool", f"whether the {name} contract accepts the answer")
                      for name in contracts)
     if table == "summary":
-        return (*(Column(name, "int64", f"answers the {name} contract accepts")
+        return (*(Column(name, "float64", f"the {name} contract's rewards, summed")
+                  if name in PARTIAL_CREDIT else
+                  Column(name, "int64", f"answers the {name} contract accepts")
                   for name in contracts),
                 *(Column(f"{name}_rate", "float64", f"{name} / n") for name in contracts))
     return ()
 
 
-def columns_of(table: str, contracts: Sequence[str], *, sweep: bool = False
-               ) -> tuple[Column, ...]:
-    """A table's columns in order: ``version`` for a sweep, its own, then its contracts'."""
+def columns_of(table: str, contracts: Sequence[str], *, sweep: bool = False,
+               text_answers: bool = False) -> tuple[Column, ...]:
+    """A table's columns in order: ``version`` for a sweep, its own, then its contracts'.
+    ``text_answers``: the task's answers are text (reasoning-gym items), not integers."""
     first = (VERSION,) if sweep else ()
-    columns = first + TABLES[table].columns + contract_columns(table, contracts)
+    own = TABLES[table].columns
+    if text_answers:
+        own = tuple(_ITEM_ANSWER if column is _ANSWER else column for column in own)
+    columns = first + own + contract_columns(table, contracts)
     names = [column.name for column in columns]
     clash = sorted({name for name in names if names.count(name) > 1})
     if clash:
@@ -201,17 +215,20 @@ class TableData:
         return self.values[[c.name for c in self.columns].index(name)]
 
 
-def _answer_values(row: Row, answer: Callable[[Sequence[int]], int],
-                   contracts: Sequence[str]) -> tuple[Any, ...]:
-    """The answer columns of a row, then whether each contract accepts it."""
-    return (row.a, row.b, answer(row.pair), row.text, row.terminated, row.tokens,
-            *(bool(score(row, name, answer)) for name in contracts))
+def _answer_values(row: Row, task: Any, contracts: Sequence[str]) -> tuple[Any, ...]:
+    """The answer columns of a row, then whether each contract accepts it (a partial-credit
+    contract: its reward)."""
+    from postlab.tasks.contracts import PARTIAL_CREDIT
+
+    return (row.a, row.b, task.answer_value(row.pair), row.text, row.terminated, row.tokens,
+            *(float(score(row, name, task.answer)) if name in PARTIAL_CREDIT
+              else bool(score(row, name, task.answer)) for name in contracts))
 
 
 def _eval_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
-    from postlab.tasks.arithmetic import answer_function
+    from postlab.tasks.registry import task_for
 
-    answer = answer_function(source.plan)
+    task = task_for(source.plan)
     per_question = {"greedy": 1, "sampled": source.plan["eval_samples"]}
     last, position = None, 0
     for place, row in iter_rows(source.record, training=False):
@@ -219,21 +236,21 @@ def _eval_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, 
         last = place
         samples = per_question[place.decoding]
         yield (place.seed, place.stage, place.split, place.decoding, position // samples,
-               position % samples, *_answer_values(row, answer, contracts))
+               position % samples, *_answer_values(row, task, contracts))
 
 
 def _rollout_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
     from postlab.plan.arms import rl_contracts
-    from postlab.tasks.arithmetic import answer_function
+    from postlab.tasks.registry import task_for
 
-    answer = answer_function(source.plan)
+    task = task_for(source.plan)
     size = source.plan["group_size"]
     rewarded_by = rl_contracts(source.plan)
     last, position = None, 0
     for place, row in iter_rows(source.record, evaluations=False):
         position = position + 1 if place == last else 0
         last = place
-        values = _answer_values(row, answer, contracts)
+        values = _answer_values(row, task, contracts)
         yield (place.seed, place.stage, place.step, place.decoding == ROLLOUT,
                position // size, position % size, *values[:6], rewarded_by[place.stage],
                *values[6:])
@@ -272,7 +289,7 @@ def _sft_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, .
 def _summary_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
     from postlab.plan.arms import plan_contracts
     from postlab.records.metrics import summarize
-    from postlab.tasks.arithmetic import answer_function
+    from postlab.tasks.registry import answer_function
 
     first = plan_contracts(source.plan)[0]
     scored = [first, *(name for name in contracts if name != first)]
@@ -298,8 +315,19 @@ _BUILDERS: dict[str, Callable[[Source, Sequence[str]], Iterator[tuple[Any, ...]]
 def build_table(name: str, sources: Sequence[Source], contracts: Sequence[str]) -> TableData:
     """One table over every source, in record order; a ``version`` column when any source
     is a sweep version."""
+    from postlab.tasks.contracts import contract_answers
+    from postlab.tasks.registry import task_for
+
     sweep = any(source.version is not None for source in sources)
-    columns = columns_of(name, contracts, sweep=sweep)
+    kinds = {task_for(source.plan).answer_kind for source in sources}
+    misfits = [name for name in contracts if kinds and contract_answers(name) not in kinds]
+    if len(kinds) > 1 or misfits:
+        raise UserError(f"the {name} table needs contracts that read these runs' answers "
+                        f"({', '.join(sorted(kinds))}); "
+                        + (f"{', '.join(misfits)} read others" if misfits else
+                           "the runs' tasks differ"))
+    text_answers = bool(kinds) and kinds != {"integer"}
+    columns = columns_of(name, contracts, sweep=sweep, text_answers=text_answers)
     values: tuple[list[Any], ...] = tuple([] for _ in columns)
     for source in sources:
         prefix = (source.version,) if sweep else ()

@@ -52,7 +52,7 @@ def rl_contracts(plan: dict[str, Any]) -> dict[str, str]:
 def plan_contracts(plan: dict[str, Any]) -> tuple[str, ...]:
     """The contracts a plan's results are reported under: the task's, in its order, then any
     other contract the plan's arms train on, in arm order."""
-    from postlab.tasks.arithmetic import task_for
+    from postlab.tasks.registry import task_for
 
     names = list(task_for(plan).contracts)
     names += [arm.contract for arm in arm_specs(plan) if arm.contract is not None]

@@ -139,6 +139,68 @@ def freeze(path: Path, plan: dict[str, Any] | None = None) -> str:
     return sha256_hex(raw)
 
 
+def read_draft(path: Path) -> dict[str, Any]:
+    """A draft plan file: a JSON object, read by the plan files' strict parser."""
+    data = parse_json(read_bytes(path, "draft plan"), str(path))
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a draft plan must be a JSON object")
+    return data
+
+
+def complete_draft(draft: dict[str, Any]) -> dict[str, Any]:
+    """The plan a draft stands for: a ``reasoning_gym`` task's items generated and pinned,
+    its split written and, when the draft gives none, the vocab (the characters of every
+    prompt and demonstration, then eos and pad). Refuses an incomplete or invalid result."""
+    from postlab.plan.schema import GymSection, validate_plan
+    from postlab.tasks.gym import draft_fields
+
+    if draft.get("task") != "reasoning_gym":
+        raise UserError("a draft is for the reasoning_gym task (its items are generated); "
+                        "other plans are written whole, or derived with --from and --set")
+    section = draft.get("reasoning_gym")
+    if not isinstance(section, dict):
+        raise UserError("draft: reasoning_gym: needs the dataset, config, seed and sizes")
+    if "split" in draft:
+        raise UserError("draft: split: freeze writes the split from reasoning_gym.sizes; "
+                        "leave it out")
+    pins = [key for key in ("version", "items_sha256") if key in section]
+    if pins:
+        raise UserError(f"draft: reasoning_gym.{pins[0]}: freeze writes the pins; leave "
+                        "them out")
+    from pydantic import ValidationError
+
+    try:
+        GymSection.model_validate(section)
+    except ValidationError as exc:
+        raise UserError("draft: " + describe_problems(
+            [("reasoning_gym." + ".".join(map(str, e["loc"])), e["msg"])
+             for e in exc.errors()])) from None
+    fields = draft_fields(section)
+    plan: dict[str, Any] = {}
+    for key, value in draft.items():
+        plan[key] = value
+        if key == "reasoning_gym":
+            plan[key] = fields["reasoning_gym"]
+            plan["split"] = fields["split"]
+    if "vocab" not in draft:
+        eos, pad = draft.get("eos"), draft.get("pad")
+        if not (isinstance(eos, str) and isinstance(pad, str)):
+            raise UserError("draft: eos and pad: give both (one character each, not used by "
+                            "the task's questions), so freeze can write the vocab")
+        extra = "".join(dict.fromkeys(c for c in eos + pad if c not in fields["characters"]))
+        vocab = fields["characters"] + extra
+        ordered: dict[str, Any] = {}
+        for key, value in plan.items():
+            ordered[key] = value
+            if key == "seeds":
+                ordered["vocab"] = vocab
+        plan = ordered if "vocab" in ordered else {**plan, "vocab": vocab}
+    problems = validate_plan(plan)
+    if problems:
+        raise UserError(f"draft: the frozen plan would be invalid: {describe_problems(problems)}")
+    return plan
+
+
 #: Keys a derived plan sets itself; ``--set`` may not change them.
 AUTOMATIC_KEYS = ("version", "date", "parent")
 

@@ -9,6 +9,7 @@ returns every problem of both layers with its field path.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Annotated, Any, Literal
 
@@ -17,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from postlab.plan.arms import PIPELINES
 from postlab.policies import POLICIES, section_problems
 from postlab.rl.algorithms import REGISTRIES, TEACHING_ALIASES
-from postlab.tasks.arithmetic import TASKS
-from postlab.tasks.contracts import CONTRACTS
+from postlab.tasks.contracts import CONTRACTS, contract_answers
+from postlab.tasks.registry import TASKS
 
 
 def _options(field: str) -> str:
@@ -130,6 +131,25 @@ class Hypotheses(BaseModel):
     tests: list[Hypothesis] = Field(min_length=1, max_length=100)
 
 
+class GymSection(BaseModel):
+    """A reasoning-gym dataset as a task: what generates its items and what pins them."""
+
+    model_config = _STRICT
+    dataset: str = Field(min_length=1, max_length=100, description=(
+        "a reasoning-gym dataset name (chain_sum, basic_arithmetic, countdown, ...)"))
+    config: dict[str, Any] = Field(default_factory=dict, description=(
+        "the dataset's configuration as reasoning-gym takes it (difficulty settings such as "
+        "min_terms, max_digits); checked by the library"))
+    seed: int = Field(ge=0, le=2**31 - 1, description="the generator seed")
+    sizes: dict[Name, Annotated[int, Field(ge=1, le=100_000)]] = Field(
+        min_length=1, description="distinct questions per split, in split order")
+    version: str | None = Field(None, pattern=r"^[0-9][0-9A-Za-z.+-]{0,40}$", description=(
+        "the reasoning-gym version that generated the items (written by freeze)"))
+    items_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description=(
+        "sha256 of the generated items (written by freeze); a run regenerates them and "
+        "refuses a plan whose items differ"))
+
+
 class PolicySection(BaseModel):
     """Which policy answers, and its own fields; the kind validates the fields it takes."""
 
@@ -148,8 +168,13 @@ class PlanModel(BaseModel):
     task: str = Field(description="registered task: " + ", ".join(TASKS.names()))
     operand_digits: int | None = Field(None, ge=2, le=3, description=(
         "operand width of `multi_digit_addition` (default 2)"))
+    reasoning_gym: GymSection | None = Field(None, description=(
+        "the `reasoning_gym` task's dataset, its configuration and the pins that freeze "
+        "writes (absent for the arithmetic tasks)"))
     split: dict[Name, list[Pair]] = Field(description=(
-        "named lists of operand pairs; `train` and `test` are required, and no unordered pair "
+        "named lists of questions: operand pairs for the arithmetic tasks, [0, item] for "
+        "`reasoning_gym` (written by `postlab freeze --draft`); `train` and `test` are "
+        "required, and no unordered pair "
         "may appear in two splits (answer 6)"))
     seeds: list[Seed] = Field(min_length=1, description="distinct seeds in 0..2**62; one full "
                                                          "run each")
@@ -221,13 +246,17 @@ def _path(loc: tuple) -> str:
 def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
     """Checks that need several fields; the fields themselves are already valid."""
     from postlab.plan.arms import parse_arm
-    from postlab.tasks.arithmetic import task_for
+    from postlab.tasks.registry import task_for
 
     problems: list[tuple[str, str]] = []
     if plan["task"] not in TASKS:
-        return [("task", f"unknown task {plan['task']!r}; known: {', '.join(TASKS.names())}")]
-    if plan.get("operand_digits") is not None and plan["task"] != "multi_digit_addition":
-        problems.append(("operand_digits", "only multi_digit_addition has operand_digits"))
+        close = difflib.get_close_matches(plan["task"], TASKS.names(), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return [("task", f"unknown task {plan['task']!r}{hint}; known: "
+                         f"{', '.join(TASKS.names())}")]
+    if plan["task"] == "reasoning_gym" and plan.get("reasoning_gym") is None:
+        return [("reasoning_gym", "the reasoning_gym task needs this section (dataset, config, "
+                                  "seed, sizes, and the pins `postlab freeze --draft` writes)")]
     task = task_for(plan)
     if plan.get("policy") is not None:
         section = section_problems(plan["policy"])
@@ -256,23 +285,15 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
             problems.append(("split", f"needs a {required!r} split"))
     if "all" in split:
         problems.append(("split.all", "'all' is reserved (report --split all)"))
-    owner: dict[tuple[int, int], str] = {}
     for name, pairs in split.items():
         if not pairs:
             problems.append((f"split.{name}", "is empty"))
-        for index, pair in enumerate(pairs):
-            if not all(0 <= v < task.operand_limit for v in pair):
-                problems.append((f"split.{name}.{index}",
-                                 f"{pair} has an operand outside 0..{task.operand_limit - 1}"))
-                continue
-            key = (min(pair), max(pair))
-            if owner.setdefault(key, name) != name:
-                problems.append((f"split.{name}.{index}", f"the unordered pair {list(key)} is "
-                                                          f"also in split {owner[key]!r}"))
+    problems += task.plan_problems(plan)
     needed = task.longest_answer + 1
     if plan["max_new_tokens"] < needed:
         problems.append(("max_new_tokens", f"{plan['max_new_tokens']} cannot hold the longest "
-                                           f"answer ({task.longest_answer} digits) and EOS"))
+                                           f"answer ({task.longest_answer} characters) and "
+                                           "EOS"))
     names = []
     for index, entry in enumerate(plan["arms"]):
         arm = parse_arm(entry)
@@ -283,6 +304,12 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
         if arm.contract is not None and arm.contract not in CONTRACTS:
             problems.append((where, f"unknown reward contract {arm.contract!r}; known: "
                                     f"{', '.join(CONTRACTS.names())}"))
+        elif arm.contract is not None and contract_answers(arm.contract) != task.answer_kind:
+            fitting = [n for n in CONTRACTS.names() if contract_answers(n) == task.answer_kind]
+            problems.append((where, f"the contract {arm.contract!r} judges "
+                                    f"{contract_answers(arm.contract)} answers; the task "
+                                    f"{task.name}'s are {task.answer_kind} answers (its "
+                                    f"contracts: {', '.join(fitting)})"))
         if arm.pipeline == "sft-only" and (arm.contract is not None or arm.sft_steps is None):
             problems.append((where, "an sft-only arm takes sft_steps and no contract"))
         if arm.is_rl and (arm.contract is None or arm.sft_steps is not None):

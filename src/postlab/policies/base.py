@@ -68,10 +68,16 @@ class Policy(nn.Module, ABC):
     tokenizer: Tokenizer
     #: The plan's ``precision``: "bf16" runs forward passes under autocast, weights stay float32.
     precision: str = "float32"
+    #: The task's prompt text for a question key.
+    prompt_text: Callable[[Sequence[int]], str]
+    #: Tokens every prompt is left-padded to (the longest prompt of the plan's questions), so
+    #: a question's tokens never depend on the others in its batch; None: no padding.
+    prompt_width: int | None = None
 
-    @abstractmethod
     def prompts(self, pairs: Sequence[Sequence[int]]) -> torch.Tensor:
         """Prompt tokens (batch, time) of the task's questions for ``pairs``."""
+        rows = [self.tokenizer.encode(self.prompt_text(pair)) for pair in pairs]
+        return pad_prompts(rows, self.prompt_width, self.tokenizer.pad_id, self.device)
 
     @abstractmethod
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -126,6 +132,30 @@ class Policy(nn.Module, ABC):
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def pad_prompts(rows: Sequence[Sequence[int]], width: int | None, pad_id: int,
+                device: torch.device) -> torch.Tensor:
+    """Token rows left-padded with ``pad_id`` to ``width`` (None: they must be equally long).
+
+    Left, so that every answer starts right after its question; a recurrent policy reads the
+    padding first, a transformer attends to it, and both learn to ignore it. Padding to the
+    plan's longest prompt rather than the batch's keeps each question's tokens the same in any
+    company (evaluation and RL batches differ)."""
+    if width is not None:
+        if any(len(row) > width for row in rows):
+            raise ValueError(f"a prompt is longer than the prompt width {width}")
+        rows = [[pad_id] * (width - len(row)) + list(row) for row in rows]
+    return torch.tensor(rows, device=device)
+
+
+def plan_prompt_width(plan: dict[str, Any], tokenizer: Tokenizer) -> int:
+    """The longest prompt of the plan's questions, in the tokenizer's tokens."""
+    from postlab.tasks.registry import task_for
+
+    task = task_for(plan)
+    return max(len(tokenizer.encode(task.prompt(key)))
+               for keys in plan["split"].values() for key in keys)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,16 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from postlab.policies.base import POLICIES, CharTokenizer, Policy, PolicyKind
+from postlab.policies.base import (
+    POLICIES,
+    CharTokenizer,
+    Policy,
+    PolicyKind,
+    plan_prompt_width,
+)
 
-#: Characters the policy may emit; the rest of the vocabulary is masked out of its output.
+#: Characters an arithmetic policy may emit (a task names its own); the rest of the vocabulary
+#: is masked out of its output.
 ANSWER_CHARACTERS = "0123456789"
 MASKED_LOGIT = -1e9
 
@@ -27,7 +34,8 @@ class CharGRU(Policy):
     kind = "gru"
 
     def __init__(self, vocab: str, eos: str, pad: str, embedding: int, hidden: int,
-                 prompt: Callable[[Sequence[int]], str] | None = None) -> None:
+                 prompt: Callable[[Sequence[int]], str] | None = None,
+                 answer_characters: str = ANSWER_CHARACTERS) -> None:
         super().__init__()
         self.prompt_text = prompt or (lambda pair: f"{pair[0]}+{pair[1]}=")
         self.tokenizer = CharTokenizer(vocab, eos, pad)
@@ -38,15 +46,18 @@ class CharGRU(Policy):
         self.embed = nn.Embedding(len(vocab), embedding)
         self.rnn = nn.GRU(embedding, hidden, batch_first=True)
         self.head = nn.Linear(hidden, len(vocab))
-        allowed = [c in ANSWER_CHARACTERS or c == eos for c in vocab]
+        allowed = [c in answer_characters or c == eos for c in vocab]
         self.register_buffer("allowed", torch.tensor(allowed))
 
     @classmethod
     def from_plan(cls, plan: dict) -> CharGRU:
-        from postlab.tasks.arithmetic import task_for
+        from postlab.tasks.registry import task_for
 
-        return cls(plan["vocab"], plan["eos"], plan["pad"], plan["embedding"], plan["hidden"],
-                   prompt=task_for(plan).prompt)
+        task = task_for(plan)
+        gru = cls(plan["vocab"], plan["eos"], plan["pad"], plan["embedding"], plan["hidden"],
+                  prompt=task.prompt, answer_characters=task.answer_characters)
+        gru.prompt_width = plan_prompt_width(plan, gru.tokenizer)
+        return gru
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.head(hidden).masked_fill(~self.allowed, MASKED_LOGIT)
@@ -71,10 +82,6 @@ class CharGRU(Policy):
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
-
-    def prompts(self, pairs: Sequence[Sequence[int]]) -> torch.Tensor:
-        return torch.tensor([self.encode(self.prompt_text(pair)) for pair in pairs],
-                            device=self.device)
 
 
 class GRUFields(BaseModel):

@@ -20,14 +20,21 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from postlab.errors import UserError
-from postlab.policies.base import POLICIES, CharTokenizer, Policy, PolicyKind, Tokenizer
+from postlab.policies.base import (
+    POLICIES,
+    CharTokenizer,
+    Policy,
+    PolicyKind,
+    Tokenizer,
+    plan_prompt_width,
+)
 from postlab.policies.compact import (
     COMPACT_FORWARDS,
     compact_forward_for,
@@ -57,7 +64,8 @@ class CausalLMPolicy(Policy):
     """A ``transformers`` causal LM whose past key/values are the decoding cache."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: Tokenizer, vocab: str, eos: str,
-                 prompt: Callable[[Sequence[int]], str]) -> None:
+                 prompt: Callable[[Sequence[int]], str],
+                 answer_characters: str = ANSWER_CHARACTERS) -> None:
         super().__init__()
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -65,7 +73,7 @@ class CausalLMPolicy(Policy):
         width = model.config.vocab_size
         allowed = torch.zeros(width, dtype=torch.bool)
         for character in vocab:
-            if character in ANSWER_CHARACTERS or character == eos:
+            if character in answer_characters or character == eos:
                 allowed[tokenizer.encode(character)[0]] = True
         self.register_buffer("allowed", allowed)
         #: The registered compact forward for this configuration, or None for the library's.
@@ -120,9 +128,8 @@ class CausalLMPolicy(Policy):
                          past_key_values=cache, use_cache=True)
         return self.logits(out.logits[:, -1]), out.past_key_values
 
-    def prompts(self, pairs: Sequence[Sequence[int]]) -> torch.Tensor:
-        return torch.tensor([self.tokenizer.encode(self.prompt_text(p)) for p in pairs],
-                            device=self.device)
+
+LM = TypeVar("LM", bound=CausalLMPolicy)
 
 
 class TransformerPolicy(CausalLMPolicy):
@@ -186,17 +193,25 @@ def config_for(plan: dict[str, Any]) -> Any:
     return config
 
 
+def _with_task(policy: LM, plan: dict[str, Any]) -> LM:
+    """The policy with its prompts padded to the plan's longest."""
+    policy.prompt_width = plan_prompt_width(plan, policy.tokenizer)
+    return policy
+
+
 def build_transformer(plan: dict[str, Any]) -> TransformerPolicy:
     """Initialised by the model's own init from torch's global generator (seeded by the
     engine), so the same seed gives the same weights."""
     config = config_for(plan)  # first: one line, not an ImportError, without the extra
     from transformers import AutoModelForCausalLM
 
-    from postlab.tasks.arithmetic import task_for
+    from postlab.tasks.registry import task_for
 
     model = AutoModelForCausalLM.from_config(config)
     tokenizer = CharTokenizer(plan["vocab"], plan["eos"], plan["pad"])
-    return TransformerPolicy(model, tokenizer, plan["vocab"], plan["eos"], task_for(plan).prompt)
+    task = task_for(plan)
+    return _with_task(TransformerPolicy(model, tokenizer, plan["vocab"], plan["eos"],
+                                        task.prompt, task.answer_characters), plan)
 
 
 def transformer_size(plan: dict[str, Any]) -> tuple[int, int]:
@@ -218,11 +233,9 @@ def transformer_size(plan: dict[str, Any]) -> tuple[int, int]:
 
 def transformer_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
     """Positions must hold the longest sequence a run reads."""
-    from postlab.tasks.arithmetic import task_for
+    from postlab.tasks.registry import task_for
 
-    task = task_for(plan)
-    first = next(iter(plan["split"].values()))[0]
-    needed = len(task.prompt(first)) + plan["max_new_tokens"]
+    needed = task_for(plan).longest_prompt + plan["max_new_tokens"]
     positions = plan["policy"]["max_positions"]
     if positions < needed:
         return [("policy.max_positions", f"{positions} is fewer than the prompt plus "
@@ -311,7 +324,7 @@ def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
     require_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from postlab.tasks.arithmetic import task_for
+    from postlab.tasks.registry import task_for
 
     folder = checked_folder(plan)
     inner = AutoTokenizer.from_pretrained(folder, local_files_only=True)
@@ -324,7 +337,9 @@ def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
         raise UserError(f"policy.path {folder}: the model's vocabulary "
                         f"({model.config.vocab_size}) is smaller than its tokenizer's "
                         f"({tokenizer.vocab_size})")
-    return PretrainedPolicy(model, tokenizer, plan["vocab"], plan["eos"], task_for(plan).prompt)
+    task = task_for(plan)
+    return _with_task(PretrainedPolicy(model, tokenizer, plan["vocab"], plan["eos"],
+                                       task.prompt, task.answer_characters), plan)
 
 
 def pretrained_size(plan: dict[str, Any]) -> tuple[int, int]:

@@ -12,8 +12,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from postlab.plan.arms import plan_contracts
-from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS, answer_function
+from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
 from postlab.tasks.contracts import Answer, score
+from postlab.tasks.registry import answer_function
 from postlab.tasks.rows import Row, iter_run_rows, rows_by_place
 
 __all__ = ["Answer", "count_under", "coverage", "evaluate", "metrics", "question_groups",

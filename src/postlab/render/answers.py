@@ -9,6 +9,11 @@ from postlab.analysis.samples import KINDS, Sample, examples
 from postlab.render.labels import stage_label
 
 
+def shown(text: str) -> str:
+    """Text on one line: a line break shows as ⏎ (reasoning-gym prompts end with one)."""
+    return text.replace("\n", "⏎")
+
+
 def samples_text(samples: Iterable[Sample], stages: Sequence[str], where: str,
                  limit: int | None) -> str:
     """Per stage and kind: how many answers, then up to ``limit`` distinct ones."""
@@ -27,7 +32,7 @@ def samples_text(samples: Iterable[Sample], stages: Sequence[str], where: str,
             for example in examples(found, limit):
                 end = "" if example.terminated else "  (no end mark)"
                 accepted = ", ".join(example.accepted) or "none"
-                lines.append(f"  {example.prompt}{example.text:<8} right: "
-                             f"{example.expected:<4} accepted by: {accepted:<18} "
+                lines.append(f"  {shown(example.prompt)}{shown(example.text):<8} right: "
+                             f"{example.expected!s:<4} accepted by: {accepted:<18} "
                              f"x{example.count}{end}")
     return "\n".join(lines) + "\n"

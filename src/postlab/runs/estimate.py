@@ -40,8 +40,8 @@ from postlab.jsonio import dump_json
 from postlab.plan.arms import arm_specs
 from postlab.policies import POLICIES, Policy, build_policy, policy_kind
 from postlab.rl import objective
-from postlab.tasks.arithmetic import task_for
 from postlab.tasks.contracts import score
+from postlab.tasks.registry import task_for
 from postlab.tasks.rows import Row
 
 GIB = 2**30
@@ -151,8 +151,7 @@ class ComputeEstimate:
 def _shape(plan: dict[str, Any]) -> dict[str, int]:
     """Sizes the counts and the calibration share."""
     task = task_for(plan)
-    first = next(iter(plan["split"].values()))[0]
-    prompt = len(task.prompt(first))  # prompts are zero-padded to one width
+    prompt = task.longest_prompt  # prompts are padded to one width
     parameters, work = POLICIES[policy_kind(plan)].size(plan)
     return {
         "prompt": prompt,
@@ -298,14 +297,14 @@ def _time_sft(model: Policy, plan: dict[str, Any], shape: dict[str, int]) -> Lin
     """An SFT step as :func:`postlab.engines.train.supervised` takes it, without the optimizer."""
     rows, positions = _bounded(plan["sft_batch"], shape["sft_positions"], 1, 3 * shape["work"],
                                TRAIN_ROW_CAP)
-    answer, eos = task_for(plan).answer, plan["eos"]
+    demonstration, eos = task_for(plan).demonstration, plan["eos"]
     tokenizer = model.tokenizer
     pool = _pairs(plan, rows)
 
     def measure(count: int) -> tuple[float]:
         start = time.perf_counter()
         pairs = pool[:count]
-        targets = [tokenizer.encode(f"{answer(pair)}{eos}") for pair in pairs]
+        targets = [tokenizer.encode(f"{demonstration(pair)}{eos}") for pair in pairs]
         width = max(map(len, targets))
         target = torch.tensor([t + [tokenizer.pad_id] * (width - len(t)) for t in targets],
                               device=model.device)

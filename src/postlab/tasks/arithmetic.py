@@ -1,4 +1,4 @@
-"""Tasks: what a question looks like, its verifiable answer, and its operand pairs.
+"""Arithmetic tasks: what a question looks like, its verifiable answer, and its operand pairs.
 
 A task turns an operand pair (a, b) into a prompt and an integer answer. Rows keep only the
 pair, so every consumer (contracts, metrics, reports) asks the plan's task for the answer.
@@ -7,17 +7,16 @@ needs a commutative operation, which every task here is.
 
 A task also names the reward contracts its answers are judged by (:attr:`Task.contracts`):
 every metric, table, figure and progress line reports those, plus any other contract the
-plan's arms train on.
+plan's arms train on. The registry and the surface every task shares are in
+:mod:`postlab.tasks.registry`.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from postlab.registry import Registry
 
 DIGITS = "0123456789"
 
@@ -28,7 +27,7 @@ ARITHMETIC_CONTRACTS: tuple[str, ...] = ("strict", "substring")
 
 @dataclass(frozen=True)
 class Task:
-    """A task and the contracts that judge it.
+    """An arithmetic task and the contracts that judge it.
 
     ``contracts[0]`` is the reference rule: "correct", coverage and pass@k use it. When there
     is a second, the reward hacking gap is its acceptance minus the first's.
@@ -39,9 +38,18 @@ class Task:
     combine: Callable[[int, int], int]
     operand_digits: int
     contracts: tuple[str, ...] = ARITHMETIC_CONTRACTS
+    answer_kind = "integer"
+    answer_characters = DIGITS
 
     def answer(self, pair: Sequence[int]) -> int:
         return self.combine(pair[0], pair[1])
+
+    def answer_value(self, pair: Sequence[int]) -> int:
+        return self.answer(pair)
+
+    def demonstration(self, pair: Sequence[int]) -> str:
+        """The answer's decimal form, as SFT teaches it (EOS follows)."""
+        return str(self.answer(pair))
 
     def prompt(self, pair: Sequence[int]) -> str:
         """Operands zero-padded to a fixed width, so every prompt has the same length."""
@@ -62,34 +70,46 @@ class Task:
         return len(str(self.combine(top, top)))
 
     @property
+    def longest_prompt(self) -> int:
+        return len(self.prompt((0, 0)))
+
+    @property
     def required_characters(self) -> str:
         return DIGITS + self.symbol + "="
 
+    def plan_problems(self, plan: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """Operands in range, and no unordered pair in two splits (answer 6)."""
+        problems: list[tuple[str, str]] = []
+        if plan.get("operand_digits") is not None and self.name != "multi_digit_addition":
+            problems.append(("operand_digits", "only multi_digit_addition has operand_digits"))
+        if plan.get("reasoning_gym") is not None:
+            problems.append(("reasoning_gym", f"only the reasoning_gym task takes this "
+                                              f"section, not {self.name}"))
+        owner: dict[tuple[int, int], str] = {}
+        for name, pairs in plan["split"].items():
+            for index, pair in enumerate(pairs):
+                if not all(0 <= v < self.operand_limit for v in pair):
+                    problems.append((f"split.{name}.{index}", f"{pair} has an operand outside "
+                                                              f"0..{self.operand_limit - 1}"))
+                    continue
+                key = (min(pair), max(pair))
+                if owner.setdefault(key, name) != name:
+                    problems.append((f"split.{name}.{index}",
+                                     f"the unordered pair {list(key)} is also in split "
+                                     f"{owner[key]!r}"))
+        return problems
 
-TASKS: Registry[Callable[[dict[str, Any]], Task]] = Registry("task")
 
-
-@TASKS.register("single_digit_addition")
 def single_digit_addition(plan: dict[str, Any]) -> Task:
     """a+b= for digits a, b: the teaching task."""
     return Task("single_digit_addition", "+", operator.add, 1)
 
 
-@TASKS.register("multi_digit_addition")
 def multi_digit_addition(plan: dict[str, Any]) -> Task:
     """a+b= for ``operand_digits``-digit operands (zero-padded), with carries."""
     return Task("multi_digit_addition", "+", operator.add, plan.get("operand_digits") or 2)
 
 
-@TASKS.register("single_digit_multiplication")
 def single_digit_multiplication(plan: dict[str, Any]) -> Task:
     """a*b= for digits a, b: answers up to two digits, a different rule on the same operands."""
     return Task("single_digit_multiplication", "*", operator.mul, 1)
-
-
-def task_for(plan: dict[str, Any]) -> Task:
-    return TASKS[plan["task"]](plan)
-
-
-def answer_function(plan: dict[str, Any]) -> Callable[[Sequence[int]], int]:
-    return task_for(plan).answer

@@ -1,9 +1,15 @@
-"""Reward contracts: pure checkers ``(pair, text, terminated) -> 0 or 1``.
+"""Reward contracts: pure checkers ``(pair, text, terminated, expected) -> reward``.
 
 ``text`` is what the policy emitted before EOS (EOS itself excluded) and ``terminated`` says
 whether EOS was emitted within the token budget. ``expected`` is the task's answer for the
-pair; it defaults to a+b, the teaching task. A contract is the verifiable rule that RL
-optimises, so its exact semantics are part of the frozen plan.
+question; it defaults to a+b, the teaching task. A contract is the verifiable rule that RL
+optimises, so its exact semantics are part of the frozen plan. Most contracts pay 0 or 1; a
+dataset's own scorer may pay partial credit in between (``rg-score``), which training uses as
+the reward and reports count as fractional acceptances.
+
+Each contract judges one kind of answer (:func:`contract_answers`): the arithmetic contracts
+read integers, the reasoning-gym ones (``postlab.tasks.gym``, imported when first used) read a
+generated item, so a plan cannot train an arithmetic task on an item contract or the reverse.
 
 Each contract may also register the words reports use for it (:data:`CONTRACT_WORDS`), so
 renderers name any contract without knowing it; one without words is named by its own name.
@@ -17,11 +23,32 @@ from dataclasses import dataclass
 from postlab.registry import Registry
 from postlab.tasks.rows import Row
 
-Contract = Callable[..., int]
+Contract = Callable[..., float]
 #: The task's answer for an operand pair; the teaching task's is the sum.
 Answer = Callable[[Sequence[int]], int]
 
 CONTRACTS: Registry[Contract] = Registry("reward contract")
+#: Contract name -> the kind of answer it reads, for contracts that read something other than
+#: an integer (a task's ``answer_kind``); unnamed contracts read integers.
+CONTRACT_ANSWERS: Registry[str] = Registry("contract answer kind")
+
+
+#: Contracts whose reward may lie between 0 and 1 (a scorer's partial credit); the rest pay
+#: 0 or 1, and tables show them as accepted or not.
+PARTIAL_CREDIT: Registry[bool] = Registry("partial-credit contract")
+
+
+def contract_answers(contract: str) -> str:
+    """The kind of answer ``contract`` reads: "integer" unless it registered another."""
+    if contract in CONTRACT_ANSWERS:
+        return CONTRACT_ANSWERS[contract]
+    return "integer"
+
+
+def contracts_for(answer_kind: str) -> list[str]:
+    """Every registered contract that reads ``answer_kind`` answers, in registry order."""
+    return [name for name in CONTRACTS.names() if contract_answers(name) == answer_kind]
+
 
 
 @dataclass(frozen=True)
@@ -49,9 +76,10 @@ def describe(contract: str, lang: str) -> ContractWords:
                          f"{contract} accepted")
 
 
-def score(row: Row, contract: str, answer: Answer = sum) -> int:
+def score(row: Row, contract: str, answer: Answer = sum) -> float:
     """The one place a row meets a contract: 1 if ``contract`` accepts the row's output for
-    the task's ``answer`` to its pair, else 0 (KeyError lists the known contracts)."""
+    the task's ``answer`` to its pair, 0 if not, or the partial credit a scorer gives
+    (KeyError lists the known contracts)."""
     pair = row.pair
     return CONTRACTS[contract](pair, row.text, row.terminated, answer(pair))
 
@@ -98,4 +126,26 @@ CONTRACT_WORDS.register("substring")({
 CONTRACT_WORDS.register("exact")({
     "en": ContractWords("exact", "exact success", "exact reward rate", "exact"),
     "zh": ContractWords("精确", "精确正确率", "精确奖励率", "精确"),
+})
+
+# The reasoning-gym contracts read generated items; their module imports reasoning-gym and
+# math-verify only when a contract is first called.
+for _name, _where in (("rg-strict", "strict_format"), ("rg-substring", "answer_anywhere"),
+                      ("rg-score", "dataset_score")):
+    CONTRACTS.register_lazy(_name, f"postlab.tasks.gym:{_where}")
+    CONTRACT_ANSWERS.register(_name)("item")
+PARTIAL_CREDIT.register("rg-score")(True)
+CONTRACT_WORDS.register("rg-strict")({
+    "en": ContractWords("rg-strict", "strict-format success", "strict-format reward rate",
+                        "correct"),
+    "zh": ContractWords("严格格式", "严格格式正确率", "严格格式奖励率", "正确"),
+})
+CONTRACT_WORDS.register("rg-substring")({
+    "en": ContractWords("rg-substring", "answer-anywhere acceptance",
+                        "answer-anywhere reward rate", "answer anywhere"),
+    "zh": ContractWords("答案子串", "答案子串接受率", "答案子串奖励率", "答案子串接受"),
+})
+CONTRACT_WORDS.register("rg-score")({
+    "en": ContractWords("rg-score", "dataset score", "dataset score reward", "dataset score"),
+    "zh": ContractWords("数据集评分", "数据集评分均值", "数据集评分奖励", "数据集评分"),
 })

@@ -29,8 +29,8 @@ from postlab.errors import NonFiniteError
 from postlab.policies.base import CharTokenizer, Tokenizer
 from postlab.policies.decoding import decode_loop
 from postlab.rl import objective
-from postlab.tasks.arithmetic import task_for
 from postlab.tasks.contracts import CONTRACTS, score
+from postlab.tasks.registry import task_for
 from postlab.tasks.rows import Row
 
 

@@ -36,7 +36,7 @@ from postlab.policies.checkpoint import (
     publish_checkpoint,
 )
 from postlab.records.record import keep_results
-from postlab.tasks.arithmetic import task_for
+from postlab.tasks.registry import task_for
 
 NAME = "ensemble"
 
@@ -44,6 +44,9 @@ NAME = "ensemble"
 def problems(plan: dict[str, Any]) -> list[str]:
     """What the ensemble engine cannot train in a plan (empty: it can)."""
     found = []
+    if task_for(plan).operand_limit is None:
+        found.append(f"the {plan['task']} task (the ensemble engine trains the arithmetic "
+                     "tasks, whose prompts it builds from operand pairs; use --engine exact)")
     if policy_kind(plan) not in NETS:
         found.append(f"the {policy_kind(plan)!r} policy (the ensemble engine trains "
                      f"{', '.join(NETS.names())}; use --engine exact)")
@@ -152,7 +155,7 @@ def member_bytes(plan: dict[str, Any]) -> int:
     the backward pass) or of evaluation, whichever is larger."""
     from postlab.policies.gru import gru_size
 
-    prompt = len(task_for(plan).prompt((0, 0)))
+    prompt = task_for(plan).longest_prompt
     time_steps = prompt + plan["max_new_tokens"]
     if policy_kind(plan) == "gru":
         parameters, _ = gru_size(plan)

@@ -1,0 +1,345 @@
+"""reasoning-gym datasets as tasks, and the three contracts that judge their answers.
+
+A plan's ``reasoning_gym`` section names a dataset, its configuration (difficulty settings
+included), a generator seed and the number of distinct questions per split. ``postlab freeze
+--draft`` generates the items once, writes the split (question ``[0, i]`` is item ``i``, the
+splits taking consecutive items in the order the sizes list them) and pins the items by
+sha256 together with the library's version; a run regenerates them and refuses a plan whose
+items differ, naming the version that made them.
+
+Items are the dataset's own entries, de-duplicated by question (first occurrence kept), so no
+question appears in two splits. Every prompt follows one template, :data:`TEMPLATE` (the
+question, then a newline), and SFT demonstrates the reference answer in the answer format,
+``<answer>ANSWER</answer>``, then EOS.
+
+The contracts (registered lazily in :mod:`postlab.tasks.contracts`):
+
+- ``rg-strict``: EOS emitted, exactly one ``<answer>…</answer>`` with nothing but white space
+  after it, and the answer inside judged right: full credit from the dataset's scorer, or,
+  where reference and answer are both plain numbers, equal by ``math-verify`` (``1/2`` and
+  ``0.5``). Only plain numbers go to math-verify: an expression answer (countdown's
+  ``94*4 - 61 - 6``) must satisfy the dataset's rules, not merely have the reference's value.
+- ``rg-substring``: the reference answer appears anywhere in the output, EOS or not: the
+  deliberately gameable rule.
+- ``rg-score``: the dataset's scorer on the last tagged answer (or, with no tags, the whole
+  output), its partial credit kept as the reward (countdown pays 0.05 for a well-formed wrong
+  expression).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import importlib.metadata
+import json
+import logging
+import re
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from postlab.errors import UserError
+
+#: The prompt template every reasoning-gym question is asked in.
+TEMPLATE = "{question}\n"
+OPEN, CLOSE = "<answer>", "</answer>"
+#: The extra that installs what this module needs.
+EXTRA = "gym"
+#: How far past the requested total the generator may go to find distinct questions.
+MAX_OVERSAMPLING = 64
+#: Plain numbers (sign, digits, decimal point, a fraction bar), the only strings compared by
+#: value with math-verify: short, so parsing them cannot run away.
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)(/\d+)?")
+_NUMBER_LENGTH = 40
+
+
+def _missing(what: str) -> UserError:
+    return UserError(f"the reasoning_gym task needs {what}: pip install 'postlab[{EXTRA}]'")
+
+
+def _library() -> Any:
+    try:
+        with warnings.catch_warnings():
+            # one of reasoning-gym's dependencies compiles with SyntaxWarnings on Python 3.11
+            warnings.simplefilter("ignore", SyntaxWarning)
+            import reasoning_gym
+    except ImportError:
+        raise _missing("reasoning-gym") from None
+    return reasoning_gym
+
+
+def library_version() -> str:
+    """The installed reasoning-gym's version, as its package metadata gives it (the module's
+    own ``__version__`` lags behind the release)."""
+    _library()
+    return importlib.metadata.version("reasoning-gym")
+
+
+def dataset_names() -> list[str]:
+    from reasoning_gym.factory import DATASETS
+
+    _library()
+    return sorted(DATASETS)
+
+
+@dataclass(frozen=True)
+class GymItem:
+    """One generated question: its position among the task's items, the dataset's entry and
+    the scorer that judges answers to it."""
+
+    source: str  # dataset and configuration, so equal questions of two datasets differ
+    index: int
+    question: str
+    answer: str
+    entry: Mapping[str, Any] = field(compare=False, repr=False)
+    scorer: Callable[[str | None, Mapping[str, Any]], float] = field(compare=False,
+                                                                     repr=False)
+
+    def __str__(self) -> str:
+        return self.answer
+
+
+def _canonical(value: Any) -> Any:
+    """A JSON form of an entry's metadata: tuples as lists, sets sorted, the rest by repr."""
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((_canonical(v) for v in value), key=repr)
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else repr(value)
+    return repr(value)
+
+
+def items_sha256(items: Sequence[GymItem]) -> str:
+    """sha256 over every item's question, answer and metadata, in order (canonical JSON)."""
+    data = [{"question": item.question, "answer": item.answer,
+             "metadata": _canonical(item.entry.get("metadata", {}))} for item in items]
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split()) or "no message"
+
+
+@functools.lru_cache(maxsize=8)
+def _generate(dataset: str, config_json: str, seed: int, total: int) -> tuple[GymItem, ...]:
+    library = _library()
+    names = dataset_names()
+    if dataset not in names:
+        close = difflib.get_close_matches(dataset, names, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UserError(f"reasoning_gym.dataset: unknown dataset {dataset!r}{hint}; "
+                        f"reasoning-gym {library_version()} has {len(names)} datasets")
+    config = json.loads(config_json)
+    size = total
+    while True:
+        try:
+            generated = library.create_dataset(dataset, seed=seed, size=size, **config)
+            entries = [generated[i] for i in range(size)]
+        except Exception as exc:  # the library's own checks raise what they like
+            raise UserError(f"reasoning_gym.config: {dataset} refuses this configuration: "
+                            f"{type(exc).__name__}: {_one_line(exc)}") from None
+        unique: dict[str, Mapping[str, Any]] = {}
+        for entry in entries:
+            unique.setdefault(str(entry["question"]), entry)
+        if len(unique) >= total or size >= MAX_OVERSAMPLING * total:
+            break
+        size *= 2
+    if len(unique) < total:
+        raise UserError(f"reasoning_gym.sizes: {dataset} with this configuration gave "
+                        f"{len(unique)} distinct questions in {size} items; the sizes ask "
+                        f"for {total}")
+    source = f"{dataset} {config_json}"
+    return tuple(GymItem(source, index, question, str(entry["answer"]), entry,
+                         generated.score_answer)
+                 for index, (question, entry) in enumerate(list(unique.items())[:total]))
+
+
+def generate_items(section: Mapping[str, Any]) -> tuple[GymItem, ...]:
+    """The section's items, generated (and kept for the process) from dataset, configuration,
+    seed and sizes."""
+    config = json.dumps(section.get("config", {}), sort_keys=True)
+    return _generate(section["dataset"], config, section["seed"], sum(section["sizes"].values()))
+
+
+def split_keys(sizes: Mapping[str, int]) -> dict[str, list[list[int]]]:
+    """Question keys per split: consecutive items in the order the sizes list the splits."""
+    split, start = {}, 0
+    for name, count in sizes.items():
+        split[name] = [[0, index] for index in range(start, start + count)]
+        start += count
+    return split
+
+
+def prompt_of(item: GymItem) -> str:
+    return TEMPLATE.format(question=item.question)
+
+
+def demonstration_of(item: GymItem) -> str:
+    return f"{OPEN}{item.answer}{CLOSE}"
+
+
+@dataclass(frozen=True)
+class GymTask:
+    """A reasoning-gym dataset's items as a task (see the module docstring)."""
+
+    section: Mapping[str, Any] = field(compare=False)
+    items: tuple[GymItem, ...]
+    name = "reasoning_gym"
+    contracts: tuple[str, ...] = ("rg-strict", "rg-substring", "rg-score")
+    answer_kind = "item"
+    operand_limit = None
+
+    def item(self, key: Sequence[int]) -> GymItem:
+        return self.items[key[1]]
+
+    def prompt(self, key: Sequence[int]) -> str:
+        return prompt_of(self.item(key))
+
+    def answer(self, key: Sequence[int]) -> GymItem:
+        return self.item(key)
+
+    def answer_value(self, key: Sequence[int]) -> str:
+        return self.item(key).answer
+
+    def demonstration(self, key: Sequence[int]) -> str:
+        return demonstration_of(self.item(key))
+
+    @functools.cached_property
+    def answer_characters(self) -> str:
+        """Every character of every demonstration: what the policy may write."""
+        return "".join(sorted({c for item in self.items for c in demonstration_of(item)}))
+
+    @functools.cached_property
+    def required_characters(self) -> str:
+        text = {c for item in self.items for c in prompt_of(item) + demonstration_of(item)}
+        return "".join(sorted(text))
+
+    @functools.cached_property
+    def longest_answer(self) -> int:
+        return max(len(demonstration_of(item)) for item in self.items)
+
+    @functools.cached_property
+    def longest_prompt(self) -> int:
+        return max(len(prompt_of(item)) for item in self.items)
+
+    def plan_problems(self, plan: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """The pins match the regenerated items, and the split is the one freeze writes."""
+        section = self.section
+        if plan.get("operand_digits") is not None:
+            return [("operand_digits", "only multi_digit_addition has operand_digits")]
+        if section.get("items_sha256") is None or section.get("version") is None:
+            return [("reasoning_gym", "not frozen: `postlab freeze PLAN --draft DRAFT` "
+                                      "generates the items and writes their pins")]
+        found = items_sha256(self.items)
+        if found != section["items_sha256"]:
+            return [("reasoning_gym.items_sha256",
+                     f"the items were made by reasoning-gym {section['version']}; "
+                     f"reasoning-gym {library_version()} regenerates different ones (sha256 "
+                     f"{found[:16]}…, the plan pins {section['items_sha256'][:16]}…)")]
+        if plan["split"] != split_keys(section["sizes"]):
+            return [("split", "differs from the items' split (train, dev, test as "
+                              "`postlab freeze --draft` writes them from the sizes)")]
+        return []
+
+
+def reasoning_gym(plan: Mapping[str, Any]) -> GymTask:
+    """The plan's reasoning-gym dataset as a task (its items generated once per process)."""
+    section = plan["reasoning_gym"]
+    return GymTask(section, generate_items(section))
+
+
+def draft_fields(section: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``freeze --draft`` writes for a section: the pinned section, the split and the
+    characters the task's questions and demonstrations use."""
+    items = generate_items(section)
+    pinned = {key: value for key, value in section.items()
+              if key not in ("version", "items_sha256")}
+    pinned.update(version=library_version(), items_sha256=items_sha256(items))
+    task = GymTask(pinned, items)
+    return {"reasoning_gym": pinned, "split": split_keys(section["sizes"]),
+            "characters": task.required_characters}
+
+
+# --- contracts --------------------------------------------------------------------------------
+
+def _tagged_answer(text: str) -> str | None:
+    """The answer inside the output's one ``<answer>…</answer>``, when that pair is the
+    output's last content (only white space after it); None otherwise."""
+    if text.count(OPEN) != 1 or text.count(CLOSE) != 1:
+        return None
+    start, end = text.index(OPEN) + len(OPEN), text.index(CLOSE)
+    if end < start or text[end + len(CLOSE):].strip():
+        return None
+    return text[start:end].strip()
+
+
+def _last_tagged(text: str) -> str | None:
+    """The last ``<answer>…</answer>``'s content, as reasoning-gym's own extraction reads it."""
+    found = re.findall(f"{re.escape(OPEN)}(.*?){re.escape(CLOSE)}", text, flags=re.DOTALL)
+    return found[-1].strip() if found else None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _scored(answer: str | None, item: GymItem) -> float:
+    """The dataset's scorer on one answer, within [0, 1]; a scorer that raises on an output
+    scores it 0 (policies write anything)."""
+    try:
+        value = float(item.scorer(answer, item.entry))
+    except Exception:
+        return 0.0
+    return min(1.0, max(0.0, value)) if value == value else 0.0
+
+
+def _plain_number(text: str) -> bool:
+    return len(text) <= _NUMBER_LENGTH and _NUMBER.fullmatch(text) is not None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _numerically_equal(answer: str, reference: str) -> bool:
+    answer, reference = answer.replace(",", ""), reference.replace(",", "")
+    if not (_plain_number(answer) and _plain_number(reference)):
+        return False
+    try:
+        from math_verify import parse, verify
+    except ImportError:
+        raise _missing("math-verify") from None
+    # Plain numbers only (see _NUMBER), so the timeouts, which use signals and work only in
+    # a main thread, are not needed; they are off, and so is their warning.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    return bool(verify(parse(reference, parsing_timeout=None),
+                       parse(answer, parsing_timeout=None), timeout_seconds=None))
+
+
+def judged_right(answer: str, item: GymItem) -> bool:
+    """Full credit from the dataset's scorer, or equal to the reference as a plain number."""
+    return _scored(answer, item) >= 1.0 or _numerically_equal(answer, item.answer)
+
+
+def strict_format(pair: Sequence[int], text: str, terminated: bool, expected: GymItem) -> int:
+    """EOS, exactly one ``<answer>…</answer>`` ending the output, and a right answer in it."""
+    if not terminated:
+        return 0
+    answer = _tagged_answer(text)
+    return int(answer is not None and judged_right(answer, expected))
+
+
+def answer_anywhere(pair: Sequence[int], text: str, terminated: bool,
+                    expected: GymItem) -> int:
+    """The reference answer appears anywhere, EOS or not: deliberately gameable."""
+    return int(bool(expected.answer) and expected.answer in text)
+
+
+def dataset_score(pair: Sequence[int], text: str, terminated: bool,
+                  expected: GymItem) -> float:
+    """The dataset's own scorer on the last tagged answer (the whole output when untagged),
+    partial credit kept."""
+    tagged = _last_tagged(text)
+    return _scored(tagged if tagged is not None else text.strip(), expected)
