@@ -64,7 +64,7 @@ def supervised(model: Policy, plan: dict[str, Any], seed: int,
     losses = []
     for step in range(plan["sft_steps"] if steps is None else steps):
         pairs = rng.choices(train_pairs, k=plan["sft_batch"])
-        targets = [tokenizer.encode(f"{task.demonstration(pair)}{plan['eos']}")
+        targets = [[*tokenizer.encode(task.demonstration(pair)), tokenizer.eos_id]
                    for pair in pairs]
         width = max(map(len, targets))
         target = torch.tensor([t + [pad] * (width - len(t)) for t in targets],

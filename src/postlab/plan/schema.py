@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from postlab.plan.arms import PIPELINES
-from postlab.policies import POLICIES, section_problems
+from postlab.policies import POLICIES, policy_kind, section_problems
 from postlab.rl.algorithms import REGISTRIES, TEACHING_ALIASES
 from postlab.tasks.contracts import CONTRACTS, contract_answers
 from postlab.tasks.registry import TASKS
@@ -150,6 +150,19 @@ class GymSection(BaseModel):
         "refuses a plan whose items differ"))
 
 
+class TokenizerSection(BaseModel):
+    """How text becomes tokens, when not one token per character of ``vocab``."""
+
+    model_config = _STRICT
+    kind: Literal["bpe"] = Field(description=(
+        "`bpe`: a byte-level BPE (Hugging Face tokenizers) trained on the prompts and "
+        "demonstrations of the train split, with pad and eos as its special tokens; the same "
+        "plan gives the same tokenizer bytes, kept in the run folder as tokenizer.json"))
+    vocab_size: int = Field(ge=258, le=65_536, description=(
+        "the BPE's largest vocabulary: 256 bytes, pad and eos, then merges (a small corpus "
+        "may stop earlier)"))
+
+
 class PolicySection(BaseModel):
     """Which policy answers, and its own fields; the kind validates the fields it takes."""
 
@@ -186,6 +199,9 @@ class PlanModel(BaseModel):
     policy: PolicySection | None = Field(None, description=(
         "the policy: `{\"kind\": name, ...its fields}`; absent means the `gru` policy with "
         "the top-level vocab, eos, pad, embedding and hidden, as in the teaching plan"))
+    tokenizer: TokenizerSection | None = Field(None, description=(
+        "absent: one token per character of `vocab` (the teaching plan); or a BPE trained on "
+        "the plan's training questions"))
     threads: int = Field(ge=1, le=256, description="torch threads per worker process")
     precision: Literal["float32", "bf16"] | None = Field(None, description=(
         "what forward passes compute in: `float32` (absent means this, as in the teaching "
@@ -258,6 +274,8 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
         return [("reasoning_gym", "the reasoning_gym task needs this section (dataset, config, "
                                   "seed, sizes, and the pins `postlab freeze --draft` writes)")]
     task = task_for(plan)
+    if plan.get("tokenizer") is not None and policy_kind(plan) == "pretrained":
+        problems.append(("tokenizer", "a pretrained policy reads with its own tokenizer"))
     if plan.get("policy") is not None:
         section = section_problems(plan["policy"])
         problems += section

@@ -19,8 +19,10 @@ from postlab.policies.base import (
     CharTokenizer,
     Policy,
     PolicyKind,
+    Tokenizer,
     plan_prompt_width,
 )
+from postlab.policies.tokenizers import allowed_tokens, plan_tokenizer, vocab_size
 
 #: Characters an arithmetic policy may emit (a task names its own); the rest of the vocabulary
 #: is masked out of its output.
@@ -35,18 +37,20 @@ class CharGRU(Policy):
 
     def __init__(self, vocab: str, eos: str, pad: str, embedding: int, hidden: int,
                  prompt: Callable[[Sequence[int]], str] | None = None,
-                 answer_characters: str = ANSWER_CHARACTERS) -> None:
+                 answer_characters: str = ANSWER_CHARACTERS,
+                 tokenizer: Tokenizer | None = None) -> None:
         super().__init__()
         self.prompt_text = prompt or (lambda pair: f"{pair[0]}+{pair[1]}=")
-        self.tokenizer = CharTokenizer(vocab, eos, pad)
+        self.tokenizer = tokenizer or CharTokenizer(vocab, eos, pad)
         # The GRU's own names for its tokenizer's parts, kept for code written against them.
         self.vocab = vocab
         self.eos = self.tokenizer.eos_id
         self.pad = self.tokenizer.pad_id
-        self.embed = nn.Embedding(len(vocab), embedding)
+        size = self.tokenizer.vocab_size
+        self.embed = nn.Embedding(size, embedding)
         self.rnn = nn.GRU(embedding, hidden, batch_first=True)
-        self.head = nn.Linear(hidden, len(vocab))
-        allowed = [c in answer_characters or c == eos for c in vocab]
+        self.head = nn.Linear(hidden, size)
+        allowed = allowed_tokens(self.tokenizer, answer_characters)
         self.register_buffer("allowed", torch.tensor(allowed))
 
     @classmethod
@@ -55,7 +59,8 @@ class CharGRU(Policy):
 
         task = task_for(plan)
         gru = cls(plan["vocab"], plan["eos"], plan["pad"], plan["embedding"], plan["hidden"],
-                  prompt=task.prompt, answer_characters=task.answer_characters)
+                  prompt=task.prompt, answer_characters=task.answer_characters,
+                  tokenizer=plan_tokenizer(plan))
         gru.prompt_width = plan_prompt_width(plan, gru.tokenizer)
         return gru
 
@@ -93,7 +98,7 @@ class GRUFields(BaseModel):
 
 def gru_size(plan: dict[str, Any]) -> tuple[int, int]:
     """Parameters, and multiply-adds of one forward step of one sequence."""
-    vocab, emb, hid = len(plan["vocab"]), plan["embedding"], plan["hidden"]
+    vocab, emb, hid = vocab_size(plan), plan["embedding"], plan["hidden"]
     parameters = vocab * emb + 3 * hid * (emb + hid + 2) + vocab * (hid + 1)
     return parameters, 3 * hid * (emb + hid) + hid * vocab
 

@@ -29,7 +29,6 @@ from torch import nn
 from postlab.errors import UserError
 from postlab.policies.base import (
     POLICIES,
-    CharTokenizer,
     Policy,
     PolicyKind,
     Tokenizer,
@@ -42,6 +41,7 @@ from postlab.policies.compact import (
     start_logits,
 )
 from postlab.policies.gru import ANSWER_CHARACTERS, MASKED_LOGIT
+from postlab.policies.tokenizers import allowed_tokens, plan_tokenizer, vocab_size
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -65,16 +65,22 @@ class CausalLMPolicy(Policy):
 
     def __init__(self, model: PreTrainedModel, tokenizer: Tokenizer, vocab: str, eos: str,
                  prompt: Callable[[Sequence[int]], str],
-                 answer_characters: str = ANSWER_CHARACTERS) -> None:
+                 answer_characters: str = ANSWER_CHARACTERS,
+                 allowed_ids: Sequence[bool] | None = None) -> None:
+        """``allowed_ids``: per token, may the policy emit it (a trained tokenizer's rule);
+        None: the token of each answer character of ``vocab``, and EOS."""
         super().__init__()
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.prompt_text = prompt
         width = model.config.vocab_size
         allowed = torch.zeros(width, dtype=torch.bool)
-        for character in vocab:
-            if character in answer_characters or character == eos:
-                allowed[tokenizer.encode(character)[0]] = True
+        if allowed_ids is not None:
+            allowed[:len(allowed_ids)] = torch.tensor(list(allowed_ids))
+        else:
+            for character in vocab:
+                if character in answer_characters or character == eos:
+                    allowed[tokenizer.encode(character)[0]] = True
         self.register_buffer("allowed", allowed)
         #: The registered compact forward for this configuration, or None for the library's.
         self.compact = compact_forward_for(model)
@@ -176,9 +182,9 @@ def config_for(plan: dict[str, Any]) -> Any:
     require_transformers()
     from transformers import GPT2Config, LlamaConfig
 
-    fields, vocab = _section(plan), plan["vocab"]
-    common = {"vocab_size": len(vocab), "pad_token_id": vocab.index(plan["pad"]),
-              "eos_token_id": vocab.index(plan["eos"]), "bos_token_id": vocab.index(plan["eos"])}
+    fields, tokenizer = _section(plan), plan_tokenizer(plan)
+    common = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_id,
+              "eos_token_id": tokenizer.eos_id, "bos_token_id": tokenizer.eos_id}
     if fields.architecture == "gpt2":
         config = GPT2Config(n_layer=fields.layers, n_head=fields.heads, n_embd=fields.width,
                             n_positions=fields.max_positions, resid_pdrop=0.0,
@@ -208,15 +214,17 @@ def build_transformer(plan: dict[str, Any]) -> TransformerPolicy:
     from postlab.tasks.registry import task_for
 
     model = AutoModelForCausalLM.from_config(config)
-    tokenizer = CharTokenizer(plan["vocab"], plan["eos"], plan["pad"])
+    tokenizer = plan_tokenizer(plan)
     task = task_for(plan)
     return _with_task(TransformerPolicy(model, tokenizer, plan["vocab"], plan["eos"],
-                                        task.prompt, task.answer_characters), plan)
+                                        task.prompt, task.answer_characters,
+                                        allowed_tokens(tokenizer, task.answer_characters)),
+                      plan)
 
 
 def transformer_size(plan: dict[str, Any]) -> tuple[int, int]:
     """Parameters counted from the plan; multiply-adds of one token at the longest position."""
-    fields, vocab = _section(plan), len(plan["vocab"])
+    fields, vocab = _section(plan), vocab_size(plan)
     w, n, positions = fields.width, fields.layers, fields.max_positions
     if fields.architecture == "gpt2":
         # blocks: two layer norms, qkv and output projections, a 4x MLP, all with biases;

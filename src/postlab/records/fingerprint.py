@@ -7,7 +7,8 @@ log, a message) when it finishes. ``postlab verify --expect FINGERPRINT`` recomp
 any change to any of those files is found, however carefully the inner hashes were rewritten.
 
 The fingerprint covers ``plan.json``, the record's JSON (decompressed, so a gzipped copy keeps
-the fingerprint), ``summary.json`` and the checkpoint files the record names, sorted by name.
+the fingerprint), ``summary.json``, ``tokenizer.json`` where the record names a trained
+tokenizer, and the checkpoint files the record names, sorted by name.
 Nothing else in the folder is evidence: live training logs (``logs/``, ``engines.steplog``) are
 a view of numbers the record holds, and are neither hashed nor verified.
 """
@@ -47,6 +48,9 @@ def run_fingerprint(folder: Path, record_path: Path, record: dict[str, Any]) -> 
     parts = [("plan.json", _sha256(read_bytes(folder / "plan.json", "plan"))),
              ("record.json", _sha256(raw)),
              ("summary.json", _sha256(read_bytes(folder / "summary.json", "summary")))]
+    if "tokenizer_sha256" in record:
+        parts.append(("tokenizer.json", _sha256(read_bytes(folder / "tokenizer.json",
+                                                           "tokenizer"))))
     names = sorted({info["file"] for run in record["runs"]
                     for info in run.get("checkpoints", {}).values()})
     parts += [(name, _sha256(read_bytes(folder / name, "checkpoint"))) for name in names]

@@ -317,6 +317,7 @@ def check_record(record: Any, source: str) -> None:
     _object(record, source, {
         "plan_sha256": _sha,
         "engine": _engine_name,
+        "tokenizer_sha256": _sha,
         "source_sha256": lambda v, w: _object(v, w, dict.fromkeys(v, _sha)
                                               if isinstance(v, dict) and all(
                                                   FILE_PATH.fullmatch(k) for k in v)

@@ -39,6 +39,7 @@ from postlab.errors import UserError
 from postlab.jsonio import dump_json
 from postlab.plan.arms import arm_specs
 from postlab.policies import POLICIES, Policy, build_policy, policy_kind
+from postlab.policies.tokenizers import vocab_size
 from postlab.rl import objective
 from postlab.tasks.contracts import score
 from postlab.tasks.registry import task_for
@@ -155,7 +156,7 @@ def _shape(plan: dict[str, Any]) -> dict[str, int]:
     parameters, work = POLICIES[policy_kind(plan)].size(plan)
     return {
         "prompt": prompt,
-        "vocab": len(plan["vocab"]),
+        "vocab": vocab_size(plan),
         # inputs of one SFT step: the prompt and the target (answer and EOS) less its last
         "sft_positions": prompt + task.longest_answer,
         # positions a full decode reads, and an RL forward over prompt and response
@@ -168,14 +169,14 @@ def _shape(plan: dict[str, Any]) -> dict[str, int]:
 
 def _train_bytes(plan: dict[str, Any], rows: int, positions: int, vocab_tensors: int) -> int:
     per_position = (plan["embedding"] + HIDDEN_TENSORS * plan["hidden"]
-                    + vocab_tensors * len(plan["vocab"]))
+                    + vocab_tensors * vocab_size(plan))
     return rows * positions * per_position * FLOAT_BYTES * 2  # activations and their gradients
 
 
 def _decode_bytes(plan: dict[str, Any], rows: int, prompt: int) -> int:
     """A decode keeps the prompt pass, a few per-step tensors, the emitted tokens and masks
     (as tensors and as Python lists) and one row per sequence."""
-    emb, hid, vocab = plan["embedding"], plan["hidden"], len(plan["vocab"])
+    emb, hid, vocab = plan["embedding"], plan["hidden"], vocab_size(plan)
     floats = prompt * (emb + 4 * hid) + 4 * vocab + 4 * hid
     return rows * (floats * FLOAT_BYTES + 40 * plan["max_new_tokens"] + ROW_BYTES)
 
@@ -297,14 +298,14 @@ def _time_sft(model: Policy, plan: dict[str, Any], shape: dict[str, int]) -> Lin
     """An SFT step as :func:`postlab.engines.train.supervised` takes it, without the optimizer."""
     rows, positions = _bounded(plan["sft_batch"], shape["sft_positions"], 1, 3 * shape["work"],
                                TRAIN_ROW_CAP)
-    demonstration, eos = task_for(plan).demonstration, plan["eos"]
+    demonstration = task_for(plan).demonstration
     tokenizer = model.tokenizer
     pool = _pairs(plan, rows)
 
     def measure(count: int) -> tuple[float]:
         start = time.perf_counter()
         pairs = pool[:count]
-        targets = [tokenizer.encode(f"{demonstration(pair)}{eos}") for pair in pairs]
+        targets = [[*tokenizer.encode(demonstration(pair)), tokenizer.eos_id] for pair in pairs]
         width = max(map(len, targets))
         target = torch.tensor([t + [tokenizer.pad_id] * (width - len(t)) for t in targets],
                               device=model.device)

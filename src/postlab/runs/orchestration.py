@@ -47,6 +47,12 @@ from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, parse_plan
 from postlab.policies import policy_placement
 from postlab.policies.checkpoint import checkpoint_name, load_checkpoint
+from postlab.policies.tokenizers import (
+    TOKENIZER_FILE,
+    tokenizer_sha256,
+    trained_bytes,
+    uses_bpe,
+)
 from postlab.records.fingerprint import (
     FINGERPRINT_FILE,
     fingerprint_file_bytes,
@@ -126,12 +132,20 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
         except OSError as exc:
             raise UserError(f"{out_dir}: cannot create the run folder: {exc.strerror}") from None
         publish_bytes(out_dir / PLAN_FILE, raw_plan)
+        if uses_bpe(plan.data):
+            publish_bytes(out_dir / TOKENIZER_FILE, trained_bytes(plan.data))
         return plan, None
     plan_path = out_dir / PLAN_FILE
     stored = parse_plan(read_bytes(plan_path, "plan"), str(plan_path), plan_path)
     if plan is not None and stored.sha256 != plan.sha256:
         raise UserError(f"{plan_path}: the run folder's plan (sha256 {stored.sha256}) is not "
                         f"the plan given (sha256 {plan.sha256})")
+    if uses_bpe(stored.data):
+        kept = out_dir / TOKENIZER_FILE
+        if not kept.exists():  # interrupted between the plan and the tokenizer
+            publish_bytes(kept, trained_bytes(stored.data))
+        elif read_bytes(kept, "tokenizer") != trained_bytes(stored.data):
+            raise UserError(f"{kept}: not the tokenizer the plan trains; cannot resume")
     for leftover in out_dir.glob(".*.partial"):
         # an interrupted atomic write (a file) or folder publication (a folder, e.g. a
         # killed 'postlab plot RUN'); what it was writing was never published
@@ -170,6 +184,8 @@ def new_record(plan: LoadedPlan, workers: int, device: str = "cpu",
     engine is named only when it is not the exact one, so exact records keep their form."""
     dtype, compute_dtype = policy_placement(plan.data)
     named = {} if engine == DEFAULT_ENGINE else {"engine": engine}
+    if uses_bpe(plan.data):
+        named["tokenizer_sha256"] = tokenizer_sha256(plan.data)
     return {"plan_sha256": plan.sha256, **named, "source_sha256": source_hashes(),
             "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform(), "device": device, "dtype": dtype,

@@ -10,6 +10,7 @@ code path) or that a check needs input only the user can give (the expected fing
 
 from __future__ import annotations
 
+import hashlib
 import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -374,6 +375,39 @@ def _check_source(record: dict[str, Any]) -> Check:
     return Check(name="source", status="pass", detail="postlab's source is the recording one")
 
 
+def _check_tokenizer(record: dict[str, Any], plan_data: dict[str, Any] | None,
+                     folder: Path) -> Check | None:
+    """A trained tokenizer's file is the one the record names and the plan trains; None (no
+    line) for a run that reads characters."""
+    from postlab.policies.tokenizers import TOKENIZER_FILE, tokenizer_sha256, uses_bpe
+
+    recorded = record.get("tokenizer_sha256")
+    trains = plan_data is not None and uses_bpe(plan_data)
+    if recorded is None and not trains:
+        return None
+    if plan_data is None:
+        return Check(name="tokenizer", status="skip", detail="needs the record's plan")
+    if recorded is None or not trains:
+        return Check(name="tokenizer", status="fail", detail=(
+            "the plan trains a BPE tokenizer and the record names none" if trains else
+            "the record names a trained tokenizer and the plan trains none"))
+    path = folder / TOKENIZER_FILE
+    if not path.is_file():
+        return Check(name="tokenizer", status="fail", detail=f"{TOKENIZER_FILE} is missing")
+    actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    if actual != recorded:
+        return Check(name="tokenizer", status="fail", detail=(
+            f"{TOKENIZER_FILE} has sha256 {actual[:16]}…, the record names {recorded[:16]}…: "
+            "changed after the run"))
+    trained = tokenizer_sha256(plan_data)
+    if trained != recorded:
+        return Check(name="tokenizer", status="fail", detail=(
+            f"the plan trains a tokenizer with sha256 {str(trained)[:16]}… here, not the "
+            f"recorded {recorded[:16]}… (another tokenizers library?)"))
+    return Check(name="tokenizer", status="pass", detail=(
+        f"{TOKENIZER_FILE} is the one the plan trains (sha256 {recorded[:16]}…)"))
+
+
 def verify_run(files: RunFiles, record: dict[str, Any], *,
                expect: str | None = None) -> list[Check]:
     """Run every check on a run folder or record (already strictly loaded)."""
@@ -385,6 +419,9 @@ def verify_run(files: RunFiles, record: dict[str, Any], *,
     device = device_here(record)
     configure_torch(plan_data["threads"] if plan_data is not None else 1, device)
     checks = [_check_completeness(record, plan_data), plan_check]
+    tokenizer = _check_tokenizer(record, plan_data, folder)
+    if tokenizer is not None:
+        checks.append(tokenizer)
     checks += list(_check_checkpoints(record, plan_data, folder, device))
     checks.append(_check_summary(record, plan_data, folder))
     if plan_data is None:

@@ -47,6 +47,9 @@ def problems(plan: dict[str, Any]) -> list[str]:
     if task_for(plan).operand_limit is None:
         found.append(f"the {plan['task']} task (the ensemble engine trains the arithmetic "
                      "tasks, whose prompts it builds from operand pairs; use --engine exact)")
+    if plan.get("tokenizer") is not None:
+        found.append("a trained tokenizer (the ensemble engine reads the plan's characters; "
+                     "use --engine exact)")
     if policy_kind(plan) not in NETS:
         found.append(f"the {policy_kind(plan)!r} policy (the ensemble engine trains "
                      f"{', '.join(NETS.names())}; use --engine exact)")
