@@ -268,3 +268,14 @@ def test_the_example_is_its_draft_frozen() -> None:
     plan = json.loads(frozen)
     assert validate_plan(plan) == []
     assert plan["arms"] == ["rg-strict", "rg-substring"] and len(plan["seeds"]) == 3
+
+
+def test_tables_and_sentences_show_a_long_prompt_by_its_end(plan) -> None:
+    from postlab.render.labels import BRIEF_PROMPT, brief
+
+    prompt = task_for(plan).prompt([0, 0])
+    shown = brief(prompt)
+    assert len(prompt) > BRIEF_PROMPT and shown.startswith("…") and shown.endswith("=⏎")
+    assert len(shown) == BRIEF_PROMPT + 1 and "\n" not in shown
+    assert prompt.rstrip("\n").endswith(shown[1:-1])
+    assert brief("3+4=") == "3+4="  # arithmetic prompts are shown whole

@@ -6,12 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from postlab.analysis.samples import KINDS, Sample, examples
-from postlab.render.labels import stage_label
-
-
-def shown(text: str) -> str:
-    """Text on one line: a line break shows as ⏎ (reasoning-gym prompts end with one)."""
-    return text.replace("\n", "⏎")
+from postlab.render.labels import shown, stage_label
 
 
 def samples_text(samples: Iterable[Sample], stages: Sequence[str], where: str,

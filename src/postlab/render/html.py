@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from postlab.analysis.aggregate import Analysis
 from postlab.analysis.samples import CORRECT, GAMED, WRONG, Example, KindExamples
 from postlab.render.figures import Figure
-from postlab.render.labels import LABELS, stage_label
+from postlab.render.labels import LABELS, brief, stage_label
 from postlab.render.tables import Table, build_tables
 
 STYLE = """
@@ -42,6 +42,7 @@ img { max-width: 100%; height: auto; }
 .wide { grid-column: 1 / -1; }
 .answers { display: grid; grid-template-columns: repeat(auto-fit, minmax(22em, 1fr));
            gap: 1em; }
+.answers > div { min-width: 0; overflow-x: auto; }
 code { background: #f5f5f5; padding: 0 0.2em; }
 .kind-gamed { color: #a33; } .kind-wrong { color: #666; } .kind-correct { color: #276b27; }
 """
@@ -99,7 +100,8 @@ def _answer(example: Example, lang: str) -> str:
     words = LABELS[lang]
     ending = "" if example.terminated else f" <span class=\"note\">{esc(words['no_eos'])}</span>"
     accepted = ", ".join(example.accepted) or "—"
-    return (f"<tr><td><code>{esc(example.prompt)}</code></td><td><code>{esc(example.text)}"
+    return (f"<tr><td><code title=\"{esc(example.prompt)}\">{esc(brief(example.prompt))}</code>"
+            f"</td><td><code>{esc(example.text)}"
             f"</code>{ending}</td><td>{example.expected}</td><td>{esc(accepted)}</td>"
             f"<td>{example.count}</td></tr>")
 

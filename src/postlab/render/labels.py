@@ -392,3 +392,22 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
                        "图中标注使用英文。",
     },
 }
+
+
+def shown(text: str) -> str:
+    """Text on one line: a line break shows as ⏎ (reasoning-gym prompts end with one)."""
+    return text.replace("\n", "⏎")
+
+
+#: Characters of a prompt that tables and sentences show; a longer one keeps its end, where
+#: a question's operands sit ("…problem: 9 - 8 =").
+BRIEF_PROMPT = 24
+
+
+def brief(prompt: str) -> str:
+    """A prompt short enough for a table cell: the whole of it, or "…" and its end, on one
+    line (the full text stays in ``postlab samples``)."""
+    text = prompt.rstrip("\n")
+    if len(text) > BRIEF_PROMPT:
+        text = "…" + text[-(BRIEF_PROMPT - 1):]
+    return shown(text) + ("⏎" if prompt.endswith("\n") else "")
