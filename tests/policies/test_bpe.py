@@ -154,3 +154,18 @@ def test_a_bpe_run_reproduces(trained, tmp_path, capsys) -> None:
     assert "identical" in capsys.readouterr().out
     assert (tmp_path / "again" / TOKENIZER_FILE).read_bytes() == \
         (trained / TOKENIZER_FILE).read_bytes()
+
+
+def test_byte_tokens_of_a_character_outside_ascii_may_be_written() -> None:
+    from postlab.policies.tokenizers import _train
+
+    serialised = _train(("an angle of 30°", "<answer>30°</answer>"), 258, "~", "_")
+    tokenizer = BPETokenizer(serialised, "~", "_")
+    allowed = allowed_tokens(tokenizer, "<answer>/30°")
+    degree = "°".encode()
+    byte_tokens = [i for i in range(tokenizer.vocab_size) if tokenizer.token_bytes(i) in
+                   (degree[:1], degree[1:])]
+    assert len(byte_tokens) == 2 and all(allowed[i] for i in byte_tokens)
+    assert tokenizer.decode(tokenizer.encode("30°")) == "30°"
+    other = [i for i in range(tokenizer.vocab_size) if tokenizer.token_bytes(i) == b"\xc3"]
+    assert other and not allowed[other[0]]  # the first byte of another character

@@ -111,7 +111,7 @@ class _Rollout:
         self.tokens, self.mask = generate(model, pairs, plan["max_new_tokens"],
                                           plan["temperature"], generator)
         self.rows = to_rows(model, pairs, self.tokens, self.mask)
-        self.rewards = rewards_of(self.rows)
+        self.rewards = rewards_of(self.rows, self.mask)
 
 
 def _resample_constant_groups(batch: _Rollout, model: Policy, plan: dict[str, Any],
@@ -185,10 +185,12 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
     compute = {"completions": 0, "tokens_generated": 0, "gradient_steps": 0,
                "examples_seen": 0}
 
-    def rewards_of(rows: list) -> torch.Tensor:
+    def rewards_of(rows: list, mask: torch.Tensor) -> torch.Tensor:
         typed = [Row.of(r) for r in rows]
         compute["completions"] += len(typed)
-        compute["tokens_generated"] += sum(row.tokens for row in typed)
+        # tokens sampled, EOS included: a row's characters plus EOS under the character
+        # tokenizer, fewer under a BPE
+        compute["tokens_generated"] += int(mask.sum())
         return torch.tensor([score(row, contract_name, answer) for row in typed],
                             dtype=torch.float32, device=model.device)
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from postlab.plan.arms import PIPELINES
 from postlab.policies import POLICIES, policy_kind, section_problems
+from postlab.policies.tokenizers import longest_in_tokens
 from postlab.rl.algorithms import REGISTRIES, TEACHING_ALIASES
 from postlab.tasks.contracts import CONTRACTS, contract_answers
 from postlab.tasks.registry import TASKS
@@ -307,11 +308,10 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
         if not pairs:
             problems.append((f"split.{name}", "is empty"))
     problems += task.plan_problems(plan)
-    needed = task.longest_answer + 1
-    if plan["max_new_tokens"] < needed:
+    longest = longest_in_tokens(plan)[1] if not problems else task.longest_answer
+    if plan["max_new_tokens"] < longest + 1:
         problems.append(("max_new_tokens", f"{plan['max_new_tokens']} cannot hold the longest "
-                                           f"answer ({task.longest_answer} characters) and "
-                                           "EOS"))
+                                           f"answer ({longest} tokens) and EOS"))
     names = []
     for index, entry in enumerate(plan["arms"]):
         arm = parse_arm(entry)

@@ -52,6 +52,27 @@ class BPETokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return self.inner.decode(list(ids), skip_special_tokens=False)
 
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes a token stands for (a byte-level token may be part of a character)."""
+        piece = self.inner.id_to_token(token) or ""
+        table = _byte_level_table()
+        return bytes(table[c] for c in piece if c in table)
+
+
+@functools.cache
+def _byte_level_table() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in for each byte -> the byte (the GPT-2 layout that
+    ``tokenizers``' ByteLevel uses: printable Latin-1 bytes stand for themselves, the other
+    bytes take the code points from 256 up, in byte order)."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    table = {chr(b): b for b in kept}
+    extra = 0
+    for b in range(256):
+        if b not in kept:
+            table[chr(256 + extra)] = b
+            extra += 1
+    return table
+
 
 def bpe_corpus(plan: dict[str, Any]) -> list[str]:
     """What the BPE is trained on: each training question's prompt, then its demonstration,
@@ -115,10 +136,35 @@ def vocab_size(plan: dict[str, Any]) -> int:
 
 def allowed_tokens(tokenizer: Tokenizer, answer_characters: str) -> list[bool]:
     """Per token id: may the policy emit it? EOS, and tokens whose text is made only of
-    answer characters."""
+    answer characters; for a byte-level token that is part of a character (its text alone is
+    not one), the bytes must all occur in the answer characters' UTF-8 (so ``°`` can be
+    written from two byte tokens when no merge joins them)."""
     allowed_set = set(answer_characters)
+    answer_bytes = set(answer_characters.encode("utf-8"))
+    byte_level = getattr(tokenizer, "token_bytes", None)
     flags = []
     for token in range(tokenizer.vocab_size):
         text = tokenizer.decode([token])
-        flags.append(token == tokenizer.eos_id or (bool(text) and set(text) <= allowed_set))
+        if token == tokenizer.eos_id or (bool(text) and set(text) <= allowed_set):
+            flags.append(True)
+        elif byte_level is not None and "\ufffd" in text and token != tokenizer.pad_id:
+            raw = byte_level(token)
+            flags.append(bool(raw) and set(raw) <= answer_bytes)
+        else:
+            flags.append(False)
     return flags
+
+
+def longest_in_tokens(plan: dict[str, Any]) -> tuple[int, int]:
+    """(longest prompt, longest demonstration) of the plan's questions in its tokenizer's
+    tokens: characters for the character tokenizer, fewer or more for a BPE (a character
+    outside ASCII is several bytes)."""
+    from postlab.tasks.registry import task_for
+
+    task = task_for(plan)
+    if not uses_bpe(plan):
+        return task.longest_prompt, task.longest_answer
+    tokenizer = plan_tokenizer(plan)
+    keys = [key for keys in plan["split"].values() for key in keys]
+    return (max(len(tokenizer.encode(task.prompt(key))) for key in keys),
+            max(len(tokenizer.encode(task.demonstration(key))) for key in keys))

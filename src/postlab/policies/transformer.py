@@ -41,7 +41,12 @@ from postlab.policies.compact import (
     start_logits,
 )
 from postlab.policies.gru import ANSWER_CHARACTERS, MASKED_LOGIT
-from postlab.policies.tokenizers import allowed_tokens, plan_tokenizer, vocab_size
+from postlab.policies.tokenizers import (
+    allowed_tokens,
+    longest_in_tokens,
+    plan_tokenizer,
+    vocab_size,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -241,9 +246,7 @@ def transformer_size(plan: dict[str, Any]) -> tuple[int, int]:
 
 def transformer_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
     """Positions must hold the longest sequence a run reads."""
-    from postlab.tasks.registry import task_for
-
-    needed = task_for(plan).longest_prompt + plan["max_new_tokens"]
+    needed = longest_in_tokens(plan)[0] + plan["max_new_tokens"]
     positions = plan["policy"]["max_positions"]
     if positions < needed:
         return [("policy.max_positions", f"{positions} is fewer than the prompt plus "

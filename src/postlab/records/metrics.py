@@ -17,8 +17,8 @@ from postlab.tasks.contracts import Answer, score
 from postlab.tasks.registry import answer_function
 from postlab.tasks.rows import Row, iter_run_rows, rows_by_place
 
-__all__ = ["Answer", "count_under", "coverage", "evaluate", "metrics", "question_groups",
-           "summarize", "summary_for"]
+__all__ = ["Answer", "count_text", "count_under", "coverage", "evaluate", "metrics",
+           "question_groups", "summarize", "summary_for"]
 
 #: Keys of a metrics entry that are not contract counts; a contract may not take these names.
 RESERVED = frozenset({"n", "mean_tokens", "truncated", "covered", "questions"})
@@ -46,6 +46,12 @@ def metrics(rows: Sequence[Sequence[Any]], answer: Answer = sum,
     return {"n": n, **counts, **{f"{name}_rate": count / n for name, count in counts.items()},
             "mean_tokens": sum(row.tokens for row in typed) / n,
             "truncated": sum(not row.terminated for row in typed)}
+
+
+def count_text(value: float) -> str:
+    """A count under a contract as reports print it: whole answers as an integer, a sum of
+    partial credits (``rg-score``) to two decimals."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
 
 
 def question_groups(rows: Sequence[Sequence[Any]], samples: int) -> list[list[Row]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from postlab.records.metrics import count_text
 from postlab.tasks.contracts import CONTRACTS, Answer, score
 from postlab.tasks.rows import iter_run_rows, rows_by_place
 
@@ -69,7 +70,7 @@ def rescore(record: dict[str, Any], trained: dict[str, str], contracts: list[str
                 for i, first in enumerate(contracts):
                     for second in contracts[i + 1:]:
                         for looser, stricter in ((first, second), (second, first)):
-                            if verdicts[looser] and not verdicts[stricter]:
+                            if verdicts[looser] >= 1 and verdicts[stricter] < 1:
                                 key = (looser, stricter)
                                 only, zeros = gap_counts.get(key, (0, 0))
                                 gap_counts[key] = (only + 1, zeros + _leading_zero(row.text))
@@ -109,7 +110,7 @@ def render_rescore(result: Rescore, lang: str) -> str:
         cells = []
         for name in result.contracts:
             mark = words["mark"] if name == row.trained_on else ""
-            cells.append(f"{name}={row.accepted[name]}/{row.n}{mark}")
+            cells.append(f"{name}={count_text(row.accepted[name])}/{row.n}{mark}")
         stage = words.get("stages", {}).get(row.stage, row.stage)
         lines.append(f"{row.seed:2d} {stage:9s} ({trained}) {row.split} {row.decoding:7s} "
                      + " ".join(cells))

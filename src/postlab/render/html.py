@@ -102,7 +102,7 @@ def _answer(example: Example, lang: str) -> str:
     accepted = ", ".join(example.accepted) or "—"
     return (f"<tr><td><code title=\"{esc(example.prompt)}\">{esc(brief(example.prompt))}</code>"
             f"</td><td><code>{esc(example.text)}"
-            f"</code>{ending}</td><td>{example.expected}</td><td>{esc(accepted)}</td>"
+            f"</code>{ending}</td><td>{esc(str(example.expected))}</td><td>{esc(accepted)}</td>"
             f"<td>{example.count}</td></tr>")
 
 

@@ -101,7 +101,7 @@ def _task_words(plan: dict[str, Any], task: Any, words: dict[str, str]) -> str:
     if task.operand_limit is not None:
         return f"{task.name} ({words['operands'].format(top=task.operand_limit - 1)})"
     section = plan["reasoning_gym"]
-    config = ", ".join(f"{key} {value}" for key, value in section["config"].items())
+    config = ", ".join(f"{key} {value}" for key, value in section.get("config", {}).items())
     return (f"{task.name}: {section['dataset']}"
             + (f" ({config})" if config else "")
             + f"; {words['gym_items'].format(version=section['version'], seed=section['seed'])}")

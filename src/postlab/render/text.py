@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from postlab.plan.arms import plan_contracts
-from postlab.records.metrics import summary_for
+from postlab.records.metrics import count_text, summary_for
 from postlab.rl.groups import contrast_probability
 from postlab.tasks.contracts import describe
 
@@ -99,7 +99,8 @@ def render_text(report: Report, lang: str) -> str:
     stages = words.get("stages", {})
     for row in report.held_out:
         stage = stages.get(row.stage, row.stage)
-        sampled = " ".join(f"{count}/{row.sampled_n}" for count in row.sampled_accepted)
-        lines.append(f"{row.seed:2d} {stage:9s} {row.greedy_correct}/{row.greedy_n} "
+        sampled = " ".join(f"{count_text(count)}/{row.sampled_n}"
+                           for count in row.sampled_accepted)
+        lines.append(f"{row.seed:2d} {stage:9s} {count_text(row.greedy_correct)}/{row.greedy_n} "
                      f"{sampled} {row.covered}/{row.questions}")
     return "\n".join(lines) + "\n"

@@ -52,6 +52,8 @@ MAX_OVERSAMPLING = 64
 #: Plain numbers (sign, digits, decimal point, a fraction bar), the only strings compared by
 #: value with math-verify: short, so parsing them cannot run away.
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)(/\d+)?")
+#: A number written with thousands separators ("1,000,000"), whose commas may go.
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
 _NUMBER_LENGTH = 40
 
 
@@ -78,9 +80,9 @@ def library_version() -> str:
 
 
 def dataset_names() -> list[str]:
+    _library()
     from reasoning_gym.factory import DATASETS
 
-    _library()
     return sorted(DATASETS)
 
 
@@ -156,7 +158,7 @@ def _generate(dataset: str, config_json: str, seed: int, total: int) -> tuple[Gy
         raise UserError(f"reasoning_gym.sizes: {dataset} with this configuration gave "
                         f"{len(unique)} distinct questions in {size} items; the sizes ask "
                         f"for {total}")
-    source = f"{dataset} {config_json}"
+    source = f"{dataset} {config_json} seed {seed}"
     return tuple(GymItem(source, index, question, str(entry["answer"]), entry,
                          generated.score_answer)
                  for index, (question, entry) in enumerate(list(unique.items())[:total]))
@@ -239,6 +241,11 @@ class GymTask:
             return [("reasoning_gym", "not frozen: `postlab freeze PLAN --draft DRAFT` "
                                       "generates the items and writes their pins")]
         found = items_sha256(self.items)
+        if found != section["items_sha256"] and section["version"] == library_version():
+            return [("reasoning_gym.items_sha256",
+                     f"the dataset, configuration, seed and sizes give other items than the "
+                     f"plan pins (sha256 {found[:16]}…, pinned {section['items_sha256'][:16]}…)"
+                     "; a changed section needs `postlab freeze --draft` again")]
         if found != section["items_sha256"]:
             return [("reasoning_gym.items_sha256",
                      f"the items were made by reasoning-gym {section['version']}; "
@@ -302,9 +309,14 @@ def _plain_number(text: str) -> bool:
     return len(text) <= _NUMBER_LENGTH and _NUMBER.fullmatch(text) is not None
 
 
+def _without_separators(text: str) -> str:
+    """``1,000`` as ``1000``; any other comma stays (``3,4`` is no number)."""
+    return text.replace(",", "") if _THOUSANDS.fullmatch(text) else text
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _numerically_equal(answer: str, reference: str) -> bool:
-    answer, reference = answer.replace(",", ""), reference.replace(",", "")
+    answer, reference = _without_separators(answer), _without_separators(reference)
     if not (_plain_number(answer) and _plain_number(reference)):
         return False
     try:
