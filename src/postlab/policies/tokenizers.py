@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from postlab.errors import UserError
-from postlab.policies.base import CharTokenizer, Tokenizer
+from postlab.policies.base import CharTokenizer, Tokenizer, plan_prompt_width
 
 #: The file a run keeps a trained tokenizer in, beside its plan.
 TOKENIZER_FILE = "tokenizer.json"
@@ -41,7 +41,6 @@ class BPETokenizer:
 
     def __init__(self, serialised: str, eos: str, pad: str) -> None:
         self.inner = _tokenizers().Tokenizer.from_str(serialised)
-        self.serialised = serialised
         self.eos_id = self.inner.token_to_id(eos)
         self.pad_id = self.inner.token_to_id(pad)
         self.vocab_size = self.inner.get_vocab_size()
@@ -166,5 +165,5 @@ def longest_in_tokens(plan: dict[str, Any]) -> tuple[int, int]:
         return task.longest_prompt, task.longest_answer
     tokenizer = plan_tokenizer(plan)
     keys = [key for keys in plan["split"].values() for key in keys]
-    return (max(len(tokenizer.encode(task.prompt(key))) for key in keys),
+    return (plan_prompt_width(plan, tokenizer),
             max(len(tokenizer.encode(task.demonstration(key))) for key in keys))
