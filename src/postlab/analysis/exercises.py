@@ -187,8 +187,9 @@ def exercise_8(record: dict[str, Any], plan: dict[str, Any], folder: Any,
 
     from postlab.analysis.sequence_kl import exact_sequence_kl, sampled_prefix_kl
     from postlab.plan.arms import arm_specs
-    from postlab.policies import build_policy, policy_kind
+    from postlab.policies import policy_kind
     from postlab.policies.checkpoint import load_checkpoint
+    from postlab.policies.restore import policy_from_checkpoint
 
     run = record["runs"][0]
     seed = run["seed"]
@@ -197,9 +198,7 @@ def exercise_8(record: dict[str, Any], plan: dict[str, Any], folder: Any,
         info = run["checkpoints"][stage]
         payload = load_checkpoint(folder / info["file"], info["sha256"],
                                   kind=policy_kind(plan))
-        model = build_policy(plan)
-        model.load_state_dict(payload["state_dict"])
-        return model.eval()
+        return policy_from_checkpoint(plan, payload, seed, folder, run["checkpoints"]).eval()
 
     reference = load("initial")
     pairs = plan["split"]["test"][:prompts]

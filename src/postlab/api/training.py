@@ -264,7 +264,8 @@ def _rehashed(fresh: dict[str, Any], out_dir: Path, plan: dict[str, Any]) -> dic
     for run in compared["runs"]:
         for info in run.get("checkpoints", {}).values():
             payload = load_checkpoint(out_dir / info["file"], info["sha256"])
-            data = checkpoint_bytes(plan, payload["state_dict"], payload["kind"])
+            data = checkpoint_bytes(plan, payload["state_dict"], payload["kind"],
+                                    base=payload.get("base"))
             info["sha256"] = hashlib.sha256(data).hexdigest()
     return compared
 

@@ -31,16 +31,24 @@ from postlab.policies.checkpoint import (
     load_checkpoint,
     publish_checkpoint,
 )
+from postlab.policies.restore import UNTRAINED, attach_plan_adapters, policy_from_checkpoint
+from postlab.policies.restore import untrained_weights as untrained_weights
 from postlab.tasks.registry import answer_function
 
 
 def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
-                    out_dir: Path, rows: dict[str, Any]) -> dict[str, Any]:
-    """Publish the stage's checkpoint, reload it from disk by hash, and re-evaluate it."""
+                    out_dir: Path, rows: dict[str, Any], base: dict[str, str] | None = None,
+                    inputs: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Publish the stage's checkpoint, reload it from disk by hash, and re-evaluate it.
+
+    ``base``: an adapter checkpoint's base (stage and weights digest); ``inputs``: the
+    checkpoints it may name, as a record lists them."""
     path = out_dir / checkpoint_name(seed, stage)
-    digest = publish_checkpoint(path, checkpoint_bytes(plan, model.state_dict(), model.kind))
-    restored = place_policy(build_policy(plan), str(model.device.type))
-    restored.load_state_dict(load_checkpoint(path, digest, kind=policy_kind(plan))["state_dict"])
+    data = checkpoint_bytes(plan, model.checkpoint_state(), model.kind, base=base)
+    digest = publish_checkpoint(path, data)
+    payload = load_checkpoint(path, digest, kind=policy_kind(plan))
+    restored = place_policy(policy_from_checkpoint(plan, payload, seed, out_dir, inputs or {}),
+                            str(model.device.type))
     equal = evaluate_model(restored, plan, seed) == rows
     if not equal:
         raise RunFailed(f"seed {seed}, stage {stage}: the reloaded checkpoint {path.name} "
@@ -80,11 +88,17 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
              out_dir: Path, every: int, emit: Emit, device: str = "cpu",
              log: tuple[str, ...] = ()) -> dict[str, Any]:
     arm = next(a for a in arm_specs(plan) if a.name == arm_name)
-    start = place_policy(build_policy(plan), device)
+    start = build_policy(plan)
     if arm.pipeline == "rl-only":
         start.load_state_dict(sft["untrained_state_dict"])
     else:
         start.load_state_dict(sft["state_dict"])
+    base = None
+    if arm.is_rl and plan.get("lora") is not None:
+        # adapters on CPU, before placing, so their initial values are the same everywhere
+        base = {"stage": UNTRAINED if arm.pipeline == "rl-only" else "initial",
+                "weights_sha256": attach_plan_adapters(start, plan, seed)}
+    place_policy(start, device)
     result: dict[str, Any] = {"seed": seed, "arm": arm.name, "capability": cpu_capability()}
     with StepLogs(log, out_dir, seed, arm.name) as logs:
         if arm.pipeline == "sft-only":
@@ -98,7 +112,7 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
                                             steps=arm.sft_steps, rng_offset=5000)
             result["compute"] = sft_compute(plan, arm.sft_steps)
         else:
-            reference = copy.deepcopy(start).requires_grad_(False)
+            reference = start.reference_policy()
             total = plan["rl_steps"]
             answer = answer_function(plan)
             contracts = plan_contracts(plan)
@@ -116,7 +130,8 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
                 observe=observe if log else None)
     rows = evaluate_model(model, plan, seed)
     result["evaluation"] = rows
-    result["checkpoint"] = _save_and_check(model, plan, seed, arm.name, out_dir, rows)
+    result["checkpoint"] = _save_and_check(model, plan, seed, arm.name, out_dir, rows, base,
+                                           sft.get("checkpoints"))
     return result
 
 
@@ -181,15 +196,11 @@ class ArmTask:
             if payload.get("plan") != self.plan:
                 raise CheckpointError(f"{path}: a checkpoint of another plan; refusing it")
             start["state_dict"] = payload["state_dict"]
+            start["checkpoints"] = {"initial": {"file": self.initial.file,
+                                                "sha256": self.initial.sha256}}
         result = arm_task(self.plan, self.seed, self.arm, start, self.out_dir, self.every,
                           emit, self.device, self.log)
         return {self.keys[0]: result}
-
-
-def untrained_weights(plan: dict[str, Any], seed: int) -> dict[str, Any]:
-    """The weights ``sft_task`` starts from: the model built right after seeding torch."""
-    torch.manual_seed(seed)
-    return build_policy(plan).state_dict()
 
 
 def _arm_tasks(work: Work, seed: int, sft: Mapping[str, Any],

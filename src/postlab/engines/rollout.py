@@ -70,7 +70,9 @@ def to_rows(model: Policy, pairs: Sequence[Sequence[int]], tokens: torch.Tensor,
 @torch.no_grad()
 def evaluate_model(model: Policy, plan: dict[str, Any], seed: int) -> dict[str, Any]:
     """Greedy and sampled rows for every split; one generator per split, seeded
-    ``seed + 4000 + split_index`` and shared by both decodings in that order."""
+    ``seed + 4000 + split_index`` and shared by both decodings in that order. Evaluation
+    runs in evaluation mode (no adapter dropout), and leaves the model so."""
+    model.eval()
     result = {}
     for split_index, (split, pairs) in enumerate(plan["split"].items()):
         generator = torch.Generator(model.device).manual_seed(seed + 4000 + split_index)

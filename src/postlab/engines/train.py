@@ -9,7 +9,6 @@ batches from ``random.Random(seed + 5000)``.
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
 from postlab.errors import NonFiniteError
 from postlab.policies import Policy
+from postlab.policies.lora import AdaptersOff
 from postlab.records.metrics import metrics
 from postlab.rl import objective
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
@@ -162,11 +162,13 @@ def _resample_constant_groups(batch: _Rollout, model: Policy, plan: dict[str, An
             "dropped_rows": dropped_rows}
 
 
-def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: int,
+def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, Any], seed: int,
               contract_name: str, hook: StepHook | None = None, *,
               label: str | None = None, observe: StepObserver | None = None,
               ) -> tuple[Policy, list[dict[str, Any]], dict[str, int]]:
-    """GRPO-style RL from ``initial`` under a contract, KL-anchored to ``reference``.
+    """GRPO-style RL of ``model`` (in place) under a contract, KL-anchored to ``reference``
+    (``model.reference_policy()`` taken before training: a frozen copy, or the same network
+    with its adapters off, so a LoRA arm holds its base weights once).
 
     Returns the trained model, the per-step history and the compute it used. ``hook`` gets
     each step's rows (progress), ``observe`` its whole history entry (live logging); both
@@ -175,10 +177,10 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
     CONTRACTS[contract_name]  # an unknown contract fails here, before any training
     answer = task_for(plan).answer
     algorithm = algorithm_of(plan)
-    model = copy.deepcopy(initial)
     rng = random.Random(seed + 2000)
     generator = torch.Generator(model.device).manual_seed(seed + 3000)
-    optimizer = torch.optim.Adam(model.parameters(), lr=plan["rl_lr"])
+    trainable = model.trainable()  # every weight, or only the adapters
+    optimizer = torch.optim.Adam(trainable, lr=plan["rl_lr"])
     group_size, beta = plan["group_size"], plan["kl_beta"]
     clip_low, clip_high = clip_range(plan)
     dynamic = plan.get("dynamic_sampling") is not None
@@ -198,6 +200,7 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
     for step in range(1, plan["rl_steps"] + 1):
         where = f"seed {seed}, arm {label or contract_name}, RL step {step}"
         questions = rng.choices(plan["split"]["train"], k=plan["prompts_per_step"])
+        model.eval()  # sampling never runs (adapter) dropout
         batch = _Rollout(model, plan, [q for q in questions for _ in range(group_size)],
                          rewards_of, generator)
         sampling = (_resample_constant_groups(batch, model, plan, rng, generator, rewards_of)
@@ -211,6 +214,7 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
             ref_log_dist = sequence_log_dist(reference, prompts, tokens)
         old_logp = None
         updates = []
+        model.train()
         for _ in range(plan["updates_per_rollout"]):
             log_dist = sequence_log_dist(model, prompts, tokens)
             terms = objective.policy_loss(
@@ -223,7 +227,7 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
                 old_logp = terms.logp.detach()
             optimizer.zero_grad()
             terms.loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), plan["gradient_clip"])
+            grad_norm = nn.utils.clip_grad_norm_(trainable, plan["gradient_clip"])
             optimizer.step()
             values = objective.update_statistics(terms, mask, clip_low, clip_high)
             stats = {"loss": values["loss"].item(),
@@ -235,6 +239,7 @@ def reinforce(initial: Policy, reference: Policy, plan: dict[str, Any], seed: in
             updates.append(stats)
             compute["gradient_steps"] += 1
             compute["examples_seen"] += len(batch.rows)
+        model.eval()
         entry = {"step": step, "rows": batch.rows,
                  "zero_variance_groups": int((std == 0).sum()), "updates": updates}
         if sampling is not None:

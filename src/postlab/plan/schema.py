@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from postlab.plan.arms import PIPELINES
 from postlab.policies import POLICIES, policy_kind, section_problems
+from postlab.policies.lora import LoraSection, lora_section, require_peft, target_problems
 from postlab.policies.tokenizers import longest_in_tokens
 from postlab.rl.algorithms import REGISTRIES, TEACHING_ALIASES
 from postlab.tasks.contracts import CONTRACTS, contract_answers
@@ -203,6 +204,11 @@ class PlanModel(BaseModel):
     tokenizer: TokenizerSection | None = Field(None, description=(
         "absent: one token per character of `vocab` (the teaching plan); or a BPE trained on "
         "the plan's training questions"))
+    lora: LoraSection | None = Field(None, description=(
+        "LoRA adapters (peft) for the RL arms of a transformer or pretrained policy: each RL "
+        "arm trains adapters on its start weights, which stay frozen, and its KL reference is "
+        "the same network with the adapters off; SFT trains every weight (absent: RL trains "
+        "every weight, as in the teaching plan)"))
     threads: int = Field(ge=1, le=256, description="torch threads per worker process")
     precision: Literal["float32", "bf16"] | None = Field(None, description=(
         "what forward passes compute in: `float32` (absent means this, as in the teaching "
@@ -339,9 +345,30 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
         if name not in REGISTRIES[field]:
             problems.append((field, f"unknown option {plan[field]!r}; known: "
                                     f"{', '.join(REGISTRIES[field].names())}"))
+    if plan.get("lora") is not None and not problems:
+        problems += lora_problems(plan)
     if plan.get("hypotheses") is not None and not problems:
         problems += hypothesis_problems(plan)
     return problems
+
+
+def lora_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """Adapters need a kind that takes them, layers of that model, an RL arm, and peft."""
+    from postlab.plan.arms import arm_specs
+
+    kind = policy_kind(plan)
+    targets_of = POLICIES[kind].adapter_targets
+    if targets_of is None:
+        takes = [name for name in POLICIES.names() if POLICIES[name].adapter_targets]
+        return [("lora", f"the {kind} policy takes no adapters (policies that do: "
+                         f"{', '.join(takes)})")]
+    if not any(arm.is_rl for arm in arm_specs(plan)):
+        return [("lora", "no arm trains with RL, and only RL arms train adapters")]
+    require_peft()
+    section = lora_section(plan)
+    assert section is not None
+    return [("lora.target_modules", problem)
+            for problem in target_problems(section, targets_of(plan))]
 
 
 def hypothesis_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:

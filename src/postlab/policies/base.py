@@ -10,6 +10,7 @@ validated and how big it is before anything is built (for the cost estimate).
 from __future__ import annotations
 
 import contextlib
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -133,6 +134,47 @@ class Policy(nn.Module, ABC):
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    #: The plan's ``lora`` section once adapters are attached (:meth:`attach_adapters`).
+    adapters: Any = None
+
+    def trainable(self) -> list[nn.Parameter]:
+        """The parameters an optimiser updates: all of them, or only the adapters."""
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def attach_adapters(self, section: Any) -> None:
+        """Add LoRA adapters (a ``policies.lora.LoraSection``) and freeze the rest; a kind
+        whose ``PolicyKind.adapter_targets`` is None takes none (plans are checked first)."""
+        raise NotImplementedError(f"the {self.kind} policy takes no adapters")
+
+    def reference_policy(self) -> Any:
+        """The KL reference for RL from these weights: a frozen copy, or with adapters, this
+        network with them switched off (no second copy of the base)."""
+        if self.adapters is not None:
+            from postlab.policies.lora import AdaptersOff
+
+            return AdaptersOff(self)
+        return copy.deepcopy(self).requires_grad_(False)
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint of this policy holds: every weight, or only the adapters (the
+        base weights are named by digest, see ``policies.restore``)."""
+        state = self.state_dict()
+        if self.adapters is None:
+            return state
+        from postlab.policies.lora import adapter_state
+
+        return adapter_state(state)
+
+    def train(self, mode: bool = True) -> Policy:
+        """Gradient steps run in training mode: only adapter dropout reads it (the networks
+        themselves never run dropout, so rollouts and updates see the same logits)."""
+        super().train(mode)
+        if self.adapters is not None:
+            from postlab.policies.lora import set_dropout
+
+            set_dropout(self, mode)
+        return self
+
 
 def pad_prompts(rows: Sequence[Sequence[int]], width: int | None, pad_id: int,
                 device: torch.device) -> torch.Tensor:
@@ -172,6 +214,9 @@ class PolicyKind:
     #: problems that need the rest of the plan, as (field path, message); run after ``fields``
     #: accepted the section
     plan_problems: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = None
+    #: the names the plan's ``lora.target_modules`` may use, with their layer kind (see
+    #: ``policies.lora.adapter_targets``); None: this kind takes no adapters
+    adapter_targets: Callable[[dict[str, Any]], dict[str, str]] | None = None
 
 
 POLICIES: Registry[PolicyKind] = Registry("policy kind")
@@ -188,7 +233,7 @@ def build_policy(plan: dict[str, Any]) -> Policy:
     (so its weights do not depend on the device it is moved to), at the plan's precision."""
     policy = POLICIES[policy_kind(plan)].build(plan)
     policy.precision = plan.get("precision") or "float32"
-    return policy
+    return policy.eval()  # gradient steps switch training mode on (see Policy.train)
 
 
 def place_policy(policy: Policy, device: str) -> Policy:

@@ -2,8 +2,10 @@
 
 A checkpoint is ``{"plan": plan, "state_dict": weights, "kind": policy kind}`` saved with
 ``torch.save``: the reference's layout plus the kind of policy the weights belong to, so weights
-are never loaded into a model of another kind. The reference writes no ``kind``; its checkpoints
-hold the GRU and load as ``gru``. Loading reads the bytes once,
+are never loaded into a model of another kind. An adapter checkpoint holds only the adapters
+and adds ``"base"``: the stage and digest of the weights they were trained on. The reference
+writes no ``kind``; its checkpoints hold the GRU and load as ``gru``. Loading reads the bytes
+once,
 checks their sha256 against the expected one *before* deserialising, and deserialises with
 ``weights_only=True``, which refuses arbitrary pickled objects.
 """
@@ -36,12 +38,17 @@ UNNAMED_KIND = "gru"
 
 
 def checkpoint_bytes(plan: dict[str, Any], state_dict: dict[str, torch.Tensor],
-                     kind: str) -> bytes:
+                     kind: str, base: dict[str, str] | None = None) -> bytes:
+    """``base``: for adapters, the stage whose weights they were trained on and those
+    weights' digest (``policies.restore``); full checkpoints name none and keep their form."""
     buffer = io.BytesIO()
     if any(value.device.type != "cpu" for value in state_dict.values()):
         # CPU copies, so the file names no device; a CPU state dict is saved as it is.
         state_dict = {name: value.cpu() for name, value in state_dict.items()}
-    torch.save({"plan": plan, "state_dict": state_dict, "kind": kind}, buffer)
+    payload: dict[str, Any] = {"plan": plan, "state_dict": state_dict, "kind": kind}
+    if base is not None:
+        payload["base"] = dict(base)
+    torch.save(payload, buffer)
     return buffer.getvalue()
 
 

@@ -3,7 +3,8 @@
 Why: at the sizes postlab trains on a CPU, one call of a ``transformers`` model spends more time
 in Python (building masks and cache objects, dispatching through module hooks) than in
 arithmetic. The functions here do the arithmetic of the library's eager attention path with
-plain tensor operations, reading the very parameters the module holds, so checkpoints,
+plain tensor operations, reading the very parameters the module holds (and calling the layers
+that carry LoRA adapters, which add their term), so checkpoints,
 ``save_pretrained`` folders and optimisers see an ordinary ``transformers`` model. They agree
 with the library's forward pass to float32 rounding (tests compare logits and gradients).
 
@@ -134,8 +135,16 @@ GPT2_ACTIVATIONS: dict[str, Callable[[torch.Tensor, Ops], torch.Tensor]] = {
 }
 
 
+def _adapted(layer: Any) -> bool:
+    """Whether a ``peft`` adapter wraps ``layer``: then the forward calls it, so the
+    adapter's term is added (or, with adapters disabled, the wrapped layer alone runs)."""
+    return hasattr(layer, "base_layer")
+
+
 def _conv1d(layer: Any, x: torch.Tensor) -> torch.Tensor:
     """GPT-2's ``Conv1D``: x W + b with W stored (in, out)."""
+    if _adapted(layer):
+        return layer(x)
     flat = torch.addmm(layer.bias, x.reshape(-1, x.shape[-1]), layer.weight)
     return flat.view(*x.shape[:-1], -1)
 
@@ -165,7 +174,8 @@ def _gpt2_run(model: Any, ids: torch.Tensor, past: KeyValues | None,
         h = F.layer_norm(x, x.shape[-1:], block.ln_2.weight, block.ln_2.bias, block.ln_2.eps)
         x = x + _conv1d(block.mlp.c_proj, activation(_conv1d(block.mlp.c_fc, h), ops))
     x = F.layer_norm(x, x.shape[-1:], body.ln_f.weight, body.ln_f.bias, body.ln_f.eps)
-    return F.linear(x, model.lm_head.weight), cache
+    head = model.lm_head
+    return (head(x) if _adapted(head) else F.linear(x, head.weight)), cache
 
 
 COMPACT_FORWARDS.register("gpt2")(CompactForward(supports=_gpt2_supports, run=_gpt2_run))

@@ -41,6 +41,7 @@ from postlab.policies.compact import (
     start_logits,
 )
 from postlab.policies.gru import ANSWER_CHARACTERS, MASKED_LOGIT
+from postlab.policies.lora import LoraSection, adapter_targets, attach, set_dropout
 from postlab.policies.tokenizers import (
     allowed_tokens,
     longest_in_tokens,
@@ -91,10 +92,20 @@ class CausalLMPolicy(Policy):
         self.compact = compact_forward_for(model)
 
     def train(self, mode: bool = True) -> CausalLMPolicy:
-        """Training flags stay on this wrapper: the network itself never runs dropout."""
-        super().train(mode)
+        """Training flags stay on this wrapper: the network itself never runs dropout (its
+        adapters' dropout, if the plan asks for one, follows ``mode``)."""
+        nn.Module.train(self, mode)
         self.model.eval()
+        if self.adapters is not None:
+            set_dropout(self.model, mode)
         return self
+
+    def attach_adapters(self, section: LoraSection) -> None:
+        """Inject adapters into the network itself; the compact forward calls the projection
+        modules they wrap, so it keeps running (``policies.lora``)."""
+        attach(self.model, section)
+        self.adapters = section
+        self.train(self.training)
 
     def logits(self, raw: torch.Tensor) -> torch.Tensor:
         return raw.masked_fill(~self.allowed, MASKED_LOGIT)
@@ -254,12 +265,26 @@ def transformer_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
     return []
 
 
+def _meta_targets(config: Any) -> dict[str, str]:
+    """The adapter targets of a configuration's model, built on the meta device (no weights,
+    no random numbers drawn)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model: nn.Module = AutoModelForCausalLM.from_config(config)
+    return adapter_targets(model)
+
+
+def transformer_targets(plan: dict[str, Any]) -> dict[str, str]:
+    return _meta_targets(config_for(plan))
+
+
 POLICIES.register("transformer")(PolicyKind(
     build=build_transformer, fields=TransformerFields, size=transformer_size,
     summary="a GPT-2 or Llama causal LM built from its configuration over the plan's "
             "characters (needs the transformers extra); fields architecture, layers, heads, "
             "width, intermediate (llama), max_positions",
-    plan_problems=transformer_problems))
+    plan_problems=transformer_problems, adapter_targets=transformer_targets))
 
 
 # --- kind "pretrained": loaded from a local folder ------------------------------------------
@@ -353,17 +378,23 @@ def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
                                        task.prompt, task.answer_characters), plan)
 
 
-def pretrained_size(plan: dict[str, Any]) -> tuple[int, int]:
-    """Parameters of the folder's configuration, counted on the meta device (no weights read,
-    no random numbers drawn); about one multiply-add per parameter and token."""
+def _folder_config(plan: dict[str, Any]) -> Any:
     require_transformers()
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     folder = checked_folder(plan)
     try:
-        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        return AutoConfig.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise UserError(f"policy.path {folder}: no model configuration: {exc}") from None
+
+
+def pretrained_size(plan: dict[str, Any]) -> tuple[int, int]:
+    """Parameters of the folder's configuration, counted on the meta device (no weights read,
+    no random numbers drawn); about one multiply-add per parameter and token."""
+    config = _folder_config(plan)
+    from transformers import AutoModelForCausalLM
+
     with torch.device("meta"):
         model: nn.Module = AutoModelForCausalLM.from_config(config)
     parameters = sum(p.numel() for p in model.parameters())
@@ -374,4 +405,5 @@ POLICIES.register("pretrained")(PolicyKind(
     build=build_pretrained, fields=PretrainedFields, size=pretrained_size,
     summary="a causal LM and its tokenizer loaded from a local folder (never a hub) whose "
             "content hash the plan records (needs the transformers extra); fields path, "
-            "sha256"))
+            "sha256",
+    adapter_targets=lambda plan: _meta_targets(_folder_config(plan))))

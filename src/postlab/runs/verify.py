@@ -26,6 +26,7 @@ from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
 from postlab.policies import build_policy, place_policy, policy_kind
 from postlab.policies.checkpoint import CheckpointError, check_kind, load_checkpoint
+from postlab.policies.restore import policy_from_checkpoint
 from postlab.records.fingerprint import read_fingerprint_file, run_fingerprint
 from postlab.records.integrity import compare_digests
 from postlab.records.metrics import summary_for
@@ -104,9 +105,12 @@ def _check_checkpoints(record: dict[str, Any], plan: dict[str, Any] | None,
             except CheckpointError as exc:
                 eval_problems.append(str(exc))
                 continue
-            model = place_policy(build_policy(plan), device)
             try:
-                model.load_state_dict(payload["state_dict"])
+                model = place_policy(policy_from_checkpoint(
+                    plan, payload, run["seed"], folder, run.get("checkpoints", {})), device)
+            except CheckpointError as exc:
+                eval_problems.append(f"seed {run['seed']}, stage {stage}: {exc}")
+                continue
             except (RuntimeError, KeyError) as exc:
                 eval_problems.append(f"seed {run['seed']}, stage {stage}: weights do not fit "
                                      f"the plan's model ({str(exc).splitlines()[0]})")

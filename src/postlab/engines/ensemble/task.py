@@ -55,6 +55,9 @@ def problems(plan: dict[str, Any]) -> list[str]:
                      f"{', '.join(NETS.names())}; use --engine exact)")
     elif (problem := configuration_problem(plan)) is not None:
         found.append(problem)
+    if plan.get("lora") is not None:
+        found.append("lora (the ensemble engine trains every weight of its members; use "
+                     "--engine exact)")
     if plan.get("dynamic_sampling"):
         found.append("dynamic_sampling (its resampling loop is per model; use --engine exact)")
     if plan.get("precision") == "bf16":
