@@ -1,10 +1,27 @@
 """Milliseconds per RL step: postlab against TRL's GRPOTrainer, side by side in one invocation.
 
-    python bench/bench_trl.py [--plan examples/transformer-gpt2.json] [--steps 12]
+    python bench/bench_trl.py [--preset toy|bpe-small|gpt2-124m] [--plan PLAN] [--steps 12]
                               [--device cpu|cuda] [--threads 1] [--sft-steps N]
-                              [--no-profile]
+                              [--sides trl,postlab,...] [--no-profile]
 
-Both sides train the same tiny GPT-2 (the plan's configuration, the same initial weights: the
+Presets (``--preset``; ``--plan`` gives the toy preset another plan):
+
+* ``toy`` (the default): the plan ``examples/transformer-gpt2.json``, a 2-layer GPT-2 of width
+  64 over 14 characters, 4 new tokens, from its SFT model.
+* ``bpe-small``: GPT-2 with 4 layers of width 256 over a byte-level BPE of 8,192 tokens trained
+  on reasoning-gym ``spell_backward`` questions, 128 new tokens, 2 prompts x group 8, one update
+  per rollout, from untrained weights.
+* ``gpt2-124m``: the same task and tokenizer on the GPT-2 124M shape (12 layers, 12 heads,
+  width 768; 8,192 tokens make it 92M parameters), 1 prompt x group 8, 128 new tokens.
+
+The two larger presets start from untrained weights, which almost never write EOS, so both
+sides generate close to 128 tokens per completion (printed as the mean completion length);
+their rewards are all zero, so the step is all cost, which is what is timed. Each side prints
+milliseconds per RL step, generated tokens per second (the mean tokens a step samples over its
+median time) and peak memory (the process's peak resident set on CPU, peak allocated CUDA
+memory on a GPU).
+
+Both sides train the same model (the plan's configuration, the same initial weights: the
 parent checks their digests agree) on the same prompts in the same order, with the same group
 size, completion length, PPO updates per rollout, clip range, KL coefficient, learning rate
 and gradient clip, on one CPU thread by default. The KL is the k3 estimator on both sides
@@ -22,7 +39,11 @@ the first update's forward pass (each trainer's own design). Each side runs in a
 with the same code-path pin, so neither warms the other's caches; the profile is taken in a
 separate run, so the timed runs carry no profiler.
 
-Needs the ``bench`` extra (``pip install 'postlab[bench]'``).
+What else is not matched: postlab left-pads every prompt to the plan's longest, TRL to the
+batch's longest (the presets' prompts differ by a few tokens).
+
+Needs the ``bench`` extra (``pip install 'postlab[bench]'``); the larger presets also the
+``gym`` and ``bpe`` extras.
 """
 
 from __future__ import annotations
@@ -46,17 +67,60 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PLAN = ROOT / "examples" / "transformer-gpt2.json"
-WARMUP = 2
 #: TRL, postlab as it runs, and postlab with the library's forward pass (what the compact
 #: forward and prompt sharing are worth).
 SIDES = ("trl", "postlab", "postlab-library-forward")
 
 
-def _bench_plan(path: Path, steps: int) -> dict[str, Any]:
+# --- presets --------------------------------------------------------------------------------
+
+#: The larger presets' task: words spelt backwards, whose questions give a BPE of 8,192 tokens
+#: from 3,000 items (fewer items stop merging earlier).
+SPELLING_DRAFT = {
+    "version": 1, "date": "2026-12-02", "task": "reasoning_gym",
+    "reasoning_gym": {"dataset": "spell_backward", "config": {}, "seed": 7,
+                      "sizes": {"train": 3000, "test": 8}},
+    "tokenizer": {"kind": "bpe", "vocab_size": 8192},
+    "seeds": [11], "eos": "~", "pad": "_", "embedding": 8, "hidden": 8, "threads": 1,
+    "sft_steps": 1, "sft_batch": 8, "sft_lr": 0.0003, "rl_steps": 1, "prompts_per_step": 2,
+    "group_size": 8, "updates_per_rollout": 1, "rl_lr": 1e-5, "clip": 0.2, "kl_beta": 0.03,
+    "max_new_tokens": 128, "temperature": 1.0, "eval_samples": 1, "gradient_clip": 1.0,
+    "arms": ["rg-strict"], "loss_reduction": "token-mean", "advantage": "group-std",
+    "kl": "k3", "selection": "fixed last checkpoint",
+    "rewards": {"rg-strict": "EOS, one tagged answer ending the output, judged right"},
+}
+
+
+def _spelling(layers: int, heads: int, width: int, prompts: int) -> dict[str, Any]:
+    from postlab.plan.frozen import complete_draft
+
+    policy = {"kind": "transformer", "architecture": "gpt2", "layers": layers,
+              "heads": heads, "width": width, "max_positions": 256}
+    return complete_draft(SPELLING_DRAFT | {"policy": policy, "prompts_per_step": prompts})
+
+
+#: name -> (what it is, the plan it times, SFT steps before RL by default, warm-up steps,
+#: sides by default, profile by default)
+PRESETS: dict[str, tuple[str, Any, int | None, int, tuple[str, ...], bool]] = {
+    "toy": ("the example plan's tiny GPT-2 over characters", None, None, 2, SIDES, True),
+    "bpe-small": ("GPT-2 4 x 256 over an 8,192-token BPE, 128 new tokens",
+                  lambda: _spelling(4, 4, 256, 2), 0, 1, SIDES, False),
+    "gpt2-124m": ("the GPT-2 124M shape (12 x 768) over an 8,192-token BPE, 128 new tokens",
+                  lambda: _spelling(12, 12, 768, 1), 0, 1, ("trl", "postlab"), False),
+}
+
+
+def _bench_plan(args: argparse.Namespace) -> dict[str, Any]:
+    """The plan both sides train: the preset's (or ``--plan``), with the timed steps and the
+    estimators both trainers share (k3 KL, group-normalised advantages, token mean)."""
     from postlab.plan.frozen import load_plan
 
-    plan = dict(load_plan(path).data)
-    plan["rl_steps"] = WARMUP + steps
+    _, build, _, warmup, _, _ = PRESETS[args.preset]
+    if build is None or args.plan is not None:
+        plan = dict(load_plan(args.plan or DEFAULT_PLAN).data)
+    else:
+        plan = dict(build())
+    plan["rl_steps"] = warmup + args.steps
     plan["kl"] = "k3"
     plan["advantage"] = "group-std"
     plan["loss_reduction"] = "token-mean"
@@ -74,9 +138,10 @@ def _initial_policy(plan: dict[str, Any], weights: Path, device: str) -> Any:
     return policy.to(device)
 
 
-def _sft_weights(plan: dict[str, Any], path: Path) -> None:
-    """The plan's SFT model for its first seed: RL starts where it would in a run, with
-    groups that hold different rewards and completions that end."""
+def _sft_weights(plan: dict[str, Any], steps: int | None, path: Path) -> None:
+    """The plan's SFT model for its first seed (``steps`` of SFT, default the plan's; 0: the
+    untrained weights): RL starts where it would in a run, with groups that hold different
+    rewards and completions that end."""
     import torch
 
     from postlab.engines.train import supervised
@@ -84,7 +149,8 @@ def _sft_weights(plan: dict[str, Any], path: Path) -> None:
 
     torch.manual_seed(plan["seeds"][0])
     policy = build_policy(plan)
-    supervised(policy, plan, plan["seeds"][0])
+    if steps != 0:
+        supervised(policy, plan, plan["seeds"][0], steps=steps)
     torch.save(policy.state_dict(), path)
 
 
@@ -96,43 +162,61 @@ def _digest(model: Any) -> str:
 
 
 def _prompt_sequence(plan: dict[str, Any]) -> list[list[int]]:
-    """The pairs postlab's RL loop draws, step after step (its stream is seed + 2000)."""
+    """The questions postlab's RL loop draws, step after step (its stream is seed + 2000)."""
     rng = random.Random(plan["seeds"][0] + 2000)
-    pairs = []
+    keys = []
     for _ in range(plan["rl_steps"]):
-        pairs += rng.choices(plan["split"]["train"], k=plan["prompts_per_step"])
-    return pairs
+        keys += rng.choices(plan["split"]["train"], k=plan["prompts_per_step"])
+    return keys
+
+
+def _peak_memory(device: str) -> int:
+    """Bytes: peak allocated CUDA memory, or this process's peak resident set on CPU."""
+    import resource
+
+    import torch
+
+    if device == "cuda":
+        return int(torch.cuda.max_memory_allocated())
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 # --- one side per process -----------------------------------------------------------------
 
 def run_postlab(plan: dict[str, Any], weights: Path, device: str, profile: bool,
                 compact: bool = True) -> dict[str, Any]:
+    import torch
+
     from postlab.engines.train import reinforce
 
     policy = _initial_policy(plan, weights, device)
     if not compact:
         policy.compact = None  # the library's forward, for comparison
     reference = copy.deepcopy(policy)
+    digest = _digest(reference.model)
     marks: list[float] = []
     start = time.perf_counter()
 
     def hook(step: int, rows: list) -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
         marks.append(time.perf_counter())
 
     profiler = cProfile.Profile() if profile else None
     if profiler is not None:
         profiler.enable()
-    reinforce(policy, reference, plan, plan["seeds"][0], "strict", hook)
+    _, _, compute = reinforce(policy, reference, plan, plan["seeds"][0], plan["arms"][0],
+                              hook)
     if profiler is not None:
         profiler.disable()
     steps = [b - a for a, b in zip([start, *marks], marks, strict=False)]
-    result: dict[str, Any] = {"digest": _digest(reference.model),
-                              "steps": steps}
+    result: dict[str, Any] = {"digest": digest, "steps": steps,
+                              "tokens": compute["tokens_generated"],
+                              "completions": compute["completions"],
+                              "peak_memory": _peak_memory(device)}
     if profiler is not None:
         result["profile"] = _profile_shares(profiler, sum(steps))
     return result
-
 
 #: Where a step's time goes: the outermost function of each phase (cumulative time).
 PHASES = {
@@ -157,12 +241,27 @@ def _profile_shares(profiler: cProfile.Profile, total: float) -> dict[str, float
     return shares
 
 
+def _hf_tokenizer(plan: dict[str, Any]) -> Any:
+    """The plan's tokenizer as TRL reads it: the BPE's own file, or one token per character."""
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    from postlab.policies.tokenizers import trained_bytes, uses_bpe
+
+    if uses_bpe(plan):
+        inner = Tokenizer.from_str(trained_bytes(plan).decode("utf-8"))
+    else:
+        inner = Tokenizer(WordLevel({c: i for i, c in enumerate(plan["vocab"])}))
+        inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=plan["eos"],
+                                   pad_token=plan["pad"])
+
+
 def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
     import torch
     from datasets import Dataset
-    from tokenizers import Regex, Tokenizer, pre_tokenizers
-    from tokenizers.models import WordLevel
-    from transformers import PreTrainedTokenizerFast, TrainerCallback
+    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from postlab.tasks.contracts import score
@@ -171,24 +270,24 @@ def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
 
     task = task_for(plan)
     policy = _initial_policy(plan, weights, "cpu")
-    vocab = plan["vocab"]
-    inner = Tokenizer(WordLevel({c: i for i, c in enumerate(vocab)}))
-    inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=plan["eos"],
-                                        pad_token=plan["pad"])
-    eos = vocab.index(plan["eos"])
-    pairs = _prompt_sequence(plan)
-    dataset = Dataset.from_dict({"prompt": [task.prompt(p) for p in pairs],
-                                 "a": [p[0] for p in pairs], "b": [p[1] for p in pairs]})
+    tokenizer = _hf_tokenizer(plan)
+    ours = policy.tokenizer
+    contract = plan["arms"][0]
+    keys = _prompt_sequence(plan)
+    dataset = Dataset.from_dict({"prompt": [task.prompt(k) for k in keys],
+                                 "k0": [k[0] for k in keys], "k1": [k[1] for k in keys]})
+    sampled = {"tokens": 0, "completions": 0}
 
-    def strict(prompts: list, completions: list, completion_ids: list, a: list, b: list,
+    def reward(prompts: list, completions: list, completion_ids: list, k0: list, k1: list,
                **_: Any) -> list[float]:
-        """postlab's strict contract on the tokens TRL sampled."""
+        """postlab's contract on the tokens TRL sampled."""
         rewards = []
-        for ids, x, y in zip(completion_ids, a, b, strict=True):
-            terminated = bool(ids) and ids[-1] == eos
-            text = "".join(vocab[i] for i in (ids[:-1] if terminated else ids))
-            rewards.append(score(Row.of([x, y, text, terminated]), "strict", task.answer))
+        for ids, x, y in zip(completion_ids, k0, k1, strict=True):
+            sampled["tokens"] += len(ids)
+            sampled["completions"] += 1
+            terminated = bool(ids) and ids[-1] == ours.eos_id
+            text = ours.decode(ids[:-1] if terminated else ids)
+            rewards.append(score(Row.of([x, y, text, terminated]), contract, task.answer))
         return rewards
 
     marks: list[float] = []
@@ -197,6 +296,8 @@ def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
     class Clock(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             if state.global_step % updates == 0:
+                if device == "cuda":
+                    torch.cuda.synchronize()
                 marks.append(time.perf_counter())
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,21 +319,21 @@ def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
             # TRL turns recomputation on by default; postlab never recomputes a forward pass.
             gradient_checkpointing=False,
             model_init_kwargs={"attn_implementation": "eager", "dtype": torch.float32})
-        trainer = GRPOTrainer(model=str(folder), reward_funcs=strict, args=config,
+        trainer = GRPOTrainer(model=str(folder), reward_funcs=reward, args=config,
                               train_dataset=dataset, processing_class=tokenizer,
                               callbacks=[Clock()])
         digest = _digest(trainer.model)
         start = time.perf_counter()
         trainer.train()
     steps = [b - a for a, b in zip([start, *marks], marks, strict=False)]
-    return {"digest": digest, "steps": steps}
+    return {"digest": digest, "steps": steps, **sampled, "peak_memory": _peak_memory(device)}
 
 
 def child(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    plan = _bench_plan(args.plan, args.steps)
+    plan = json.loads(args.plan_json.read_text())
     if args.side == "trl":
         result = run_trl(plan, args.weights, args.device)
     else:
@@ -243,17 +344,16 @@ def child(args: argparse.Namespace) -> None:
 
 # --- the parent: both sides, then the ratio -------------------------------------------------
 
-def _side(args: argparse.Namespace, side: str, weights: Path,
+def _side(args: argparse.Namespace, side: str, plan_json: Path, weights: Path,
           profile: bool = False) -> dict[str, Any]:
     from postlab.machine import numerics
 
     env = dict(os.environ, **numerics.CODE_PATHS[numerics.portable_path()].environment,
                OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    command = ([sys.executable, __file__, "--side", side, "--plan", str(args.plan),
-               "--steps", str(args.steps), "--device", args.device,
-               "--threads", str(args.threads), "--weights", str(weights)]
-               + (["--child-profile"] if profile else []))
+    command = ([sys.executable, __file__, "--side", side, "--plan-json", str(plan_json),
+               "--device", args.device, "--threads", str(args.threads),
+               "--weights", str(weights)] + (["--child-profile"] if profile else []))
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{side} side failed:\n{done.stderr[-4000:]}")
@@ -264,59 +364,92 @@ def _side(args: argparse.Namespace, side: str, weights: Path,
 def parent(args: argparse.Namespace) -> None:
     import torch
 
-    plan = _bench_plan(args.plan, args.steps)
+    from postlab.policies import build_policy
+
+    description, _, sft_default, warmup, default_sides, default_profile = PRESETS[args.preset]
+    sides = tuple(args.sides.split(",")) if args.sides else default_sides
+    unknown = [side for side in sides if side not in SIDES]
+    if unknown or "postlab" not in sides or "trl" not in sides:
+        raise SystemExit(f"--sides: trl and postlab, and optionally "
+                         f"postlab-library-forward; got {args.sides}")
+    profile = default_profile if args.profile is None else args.profile
+    plan = _bench_plan(args)
+    with torch.random.fork_rng(devices=[]):
+        model = build_policy(plan)
+    parameters = model.parameter_count()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, torch {torch.__version__}, device "
           f"{args.device}, {args.threads} thread(s)")
     policy = plan["policy"]
+    sft_steps = args.sft_steps if args.sft_steps is not None else sft_default
+    start = ("untrained weights" if sft_steps == 0 else
+             f"the plan's SFT model ({sft_steps or plan['sft_steps']} steps)")
+    print(f"preset {args.preset}: {description}")
     print(f"policy: {policy['architecture']} {policy['layers']} layers, {policy['heads']} "
-          f"heads, width {policy['width']}; {plan['prompts_per_step']} prompts x group "
+          f"heads, width {policy['width']}, vocabulary {model.tokenizer.vocab_size}, "
+          f"{parameters:,} parameters; {plan['prompts_per_step']} prompts x group "
           f"{plan['group_size']}, {plan['max_new_tokens']} new tokens, "
           f"{plan['updates_per_rollout']} updates per rollout, KL k3 x {plan['kl_beta']}; "
-          f"{args.steps} timed RL steps after {WARMUP} warm-up steps, from the plan's SFT "
-          "model")
+          f"{args.steps} timed RL steps after {warmup} warm-up steps, from {start}")
+    del model
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        weights = Path(tmp) / "sft.pt"
-        _sft_weights(plan | ({"sft_steps": args.sft_steps} if args.sft_steps is not None
-                             else {}), weights)
-        results = {side: _side(args, side, weights) for side in SIDES}
-        profile = (_side(args, "postlab", weights, profile=True)["profile"] if args.profile
-                   else None)
+        plan_json = Path(tmp) / "plan.json"
+        plan_json.write_text(json.dumps(plan))
+        weights = Path(tmp) / "initial.pt"
+        _sft_weights(plan, sft_steps, weights)
+        results = {side: _side(args, side, plan_json, weights) for side in sides}
+        shares = (_side(args, "postlab", plan_json, weights, profile=True)["profile"]
+                  if profile else None)
     if len({result["digest"] for result in results.values()}) != 1:
         raise SystemExit("the sides did not start from the same weights")
     medians = {}
+    print(f"  {'side':24s} {'ms per RL step':>28s} {'tokens/s':>9s} {'peak memory':>12s} "
+          f"{'mean completion':>16s}")
     for side, result in results.items():
-        timed = result["steps"][WARMUP:]
+        timed = result["steps"][warmup:]
         if len(timed) != args.steps:
             raise SystemExit(f"{side} reported {len(timed)} timed steps, not {args.steps}")
-        medians[side] = statistics.median(timed) * 1e3
-        print(f"  {side:24s} {medians[side]:7.1f} ms per RL step (median; min "
-              f"{min(timed) * 1e3:.1f}, max {max(timed) * 1e3:.1f})")
-    print(f"  postlab is x{medians['trl'] / medians['postlab']:.2f} TRL's speed per RL step "
-          f"(x{medians['trl'] / medians['postlab-library-forward']:.2f} with the library's "
-          "forward pass); same initial weights: yes")
-    if profile is not None:
+        medians[side] = statistics.median(timed)
+        per_step = result["tokens"] / plan["rl_steps"]
+        spread = f"(min {min(timed) * 1e3:.0f}, max {max(timed) * 1e3:.0f})"
+        print(f"  {side:24s} {medians[side] * 1e3:9.1f} {spread:>18s} "
+              f"{per_step / medians[side]:9.0f} {result['peak_memory'] / 2**20:8.0f} MiB "
+              f"{result['tokens'] / result['completions']:10.1f} tokens")
+    others = [side for side in sides if side not in ("trl", "postlab")]
+    extra = "".join(f" (x{medians['trl'] / medians[side]:.2f} with the library's forward pass)"
+                    for side in others)
+    print(f"  postlab is x{medians['trl'] / medians['postlab']:.2f} TRL's speed per RL "
+          f"step{extra}; same initial weights: yes")
+    if shares is not None:
         print("where postlab's RL step spends its time (a separate run under cProfile, "
               "cumulative time, share of the step):")
-        for label, share in profile.items():
+        for label, share in shares.items():
             print(f"  {label:46s} {share * 100:5.1f} %")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plan", type=Path, default=DEFAULT_PLAN)
+    parser.add_argument("--preset", choices=list(PRESETS), default="toy")
+    parser.add_argument("--plan", type=Path, default=None,
+                        help="a plan for the toy preset (default examples/transformer-gpt2.json)")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--sft-steps", type=int, default=None,
-                        help="SFT steps before RL (default: the plan's)")
+                        help="SFT steps before RL (default: the preset's; 0: untrained)")
+    parser.add_argument("--sides", default=None,
+                        help="comma-separated, from " + ", ".join(SIDES))
+    parser.add_argument("--profile", dest="profile", action="store_true", default=None)
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--plan-json", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--weights", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-profile", dest="child_profile", action="store_true",
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.plan is not None and args.preset != "toy":
+        parser.error("--plan replaces the toy preset's plan; the other presets build theirs")
     if args.side:
         child(args)
     else:

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The GPU check: the transformer example plans and the TRL comparison on CUDA, in under ten
-# minutes on one GPU. Each plan is run, verified, reproduced on the same device (the summary
-# must come out byte for byte) and reported; then bench/bench_trl.py times both trainers.
+# The GPU check: the transformer example plans and the TRL comparison (the toy plan and the
+# size presets) on CUDA, in about ten minutes on one GPU. Each plan is run, verified,
+# reproduced on the same device (the summary must come out byte for byte) and reported; then
+# bench/bench_trl.py times both trainers.
 # Everything it prints also lands in OUT, with the GPU's name.
 #
 # Usage: scripts/gpu-check.sh OUT [DEVICE]   (from the repository root; DEVICE defaults to
 #        cuda; "cpu" runs the same steps here, to try the script on a machine without a GPU)
-# Needs postlab installed with the bench extra (pip install -e '.[bench]') and a torch build
-# for the GPU; PYTHON picks the interpreter (default python3).
+# Needs postlab installed with the bench, gym and bpe extras (pip install -e '.[bench,gym,bpe]')
+# and a torch build for the GPU; PYTHON picks the interpreter (default python3).
 set -euo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUT [DEVICE]}
 device=${2:-cuda}
@@ -46,4 +47,10 @@ done
 
 echo "== TRL comparison on $device"
 "$python" bench/bench_trl.py --device "$device" --steps 20
+# The size presets (a BPE of 8,192 tokens, 128-token completions, group 8; gpt2-124m is the
+# GPT-2 124M shape); they need the gym and bpe extras too.
+for preset in bpe-small gpt2-124m; do
+  echo "== TRL comparison on $device, preset $preset"
+  "$python" bench/bench_trl.py --device "$device" --preset "$preset" --steps 10
+done
 echo "== done; log in $log"

@@ -169,3 +169,16 @@ def test_byte_tokens_of_a_character_outside_ascii_may_be_written() -> None:
     assert tokenizer.decode(tokenizer.encode("30°")) == "30°"
     other = [i for i in range(tokenizer.vocab_size) if tokenizer.token_bytes(i) == b"\xc3"]
     assert other and not allowed[other[0]]  # the first byte of another character
+
+
+def test_the_cost_estimate_times_a_bpe_that_learnt_fewer_tokens_than_allowed(plan) -> None:
+    """The plan allows more tokens than these questions give merges for; the calibration's
+    random tokens must be ids the built model has (they were the plan's bound once)."""
+    from postlab.runs.estimate import calibrate
+
+    roomy = {**plan, "tokenizer": {"kind": "bpe", "vocab_size": 4096},
+             "policy": {"kind": "transformer", "architecture": "gpt2", "layers": 1,
+                        "heads": 2, "width": 16, "max_positions": 128}}
+    assert plan_tokenizer(roomy).vocab_size < 4096
+    calibration = calibrate(roomy)
+    assert calibration is not None

@@ -275,3 +275,12 @@ def test_the_ensemble_engine_refuses_lora() -> None:
     from postlab.engines.ensemble.task import problems
 
     assert any(problem.startswith("lora") for problem in problems(_plan(GPT2)))
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_reports_say_that_rl_trained_adapters(lang) -> None:
+    from postlab.render.overview import OVERVIEW_WORDS, _policy
+
+    policy = _policy(_plan(GPT2), {"parameters": 1}, OVERVIEW_WORDS[lang])
+    assert "LoRA" in policy and "c_attn, c_proj, c_fc" in policy and "alpha 8" in policy
+    assert "LoRA" not in _policy(_plan(GPT2) | {"lora": None}, {}, OVERVIEW_WORDS[lang])

@@ -32,3 +32,22 @@ def test_the_trl_benchmark_runs_both_sides_and_prints_the_ratio(plan, profile, t
     assert "TRL's speed per RL step" in out and "same initial weights: yes" in out
     assert ("rollout decoding" in out and "everything else" in out) == profile
     assert list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_a_size_preset_prints_speed_tokens_and_memory_for_both_sides(tmp_path):
+    """The BPE preset: a tokenizer of 8,192 tokens trained here, 128-token completions."""
+    pytest.importorskip("reasoning_gym")
+    done = subprocess.run([sys.executable, str(BENCH), "--preset", "bpe-small", "--steps", "1",
+                           "--sides", "trl,postlab"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "vocabulary 8192" in out and "128 new tokens" in out
+    for side in ("trl", "postlab"):
+        [line] = [x for x in out.splitlines() if x.startswith(f"  {side} ")]
+        assert "MiB" in line and line.endswith("tokens")
+        completion = float(line.split()[-2])
+        assert 100 < completion <= 128  # untrained weights seldom write EOS
+    assert "postlab-library-forward" not in out
+    assert "TRL's speed per RL step" in out and "same initial weights: yes" in out
+    assert list(tmp_path.iterdir()) == []

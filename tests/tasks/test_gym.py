@@ -270,6 +270,16 @@ def test_the_example_is_its_draft_frozen() -> None:
     assert plan["arms"] == ["rg-strict", "rg-substring"] and len(plan["seeds"]) == 3
 
 
+def test_the_bpe_lora_example_is_its_draft_frozen() -> None:
+    folder = Path(__file__).resolve().parents[2] / "examples" / "gym"
+    draft = json.loads((folder / "chain-sum-bpe-lora.draft.json").read_text())
+    frozen = (folder / "chain-sum-bpe-lora.json").read_bytes()
+    assert plan_bytes(complete_draft(draft)) == frozen
+    plan = json.loads(frozen)
+    assert validate_plan(plan) == []
+    assert plan["tokenizer"]["kind"] == "bpe" and plan["lora"]["rank"] == 8
+
+
 def test_tables_and_sentences_show_a_long_prompt_by_its_end(plan) -> None:
     from postlab.render.labels import BRIEF_PROMPT, brief
 

@@ -367,7 +367,8 @@ def _time_rl(model: Policy, plan: dict[str, Any], shape: dict[str, int],
     full = positions == shape["decode_positions"]
     length = plan["max_new_tokens"] if full else positions
     pool = _pairs(plan, rows)
-    tokens_all = torch.randint(0, shape["vocab"], (rows, length),
+    # the built tokenizer's ids: a BPE may have learnt fewer tokens than the plan allows
+    tokens_all = torch.randint(0, model.tokenizer.vocab_size, (rows, length),
                                generator=generator).to(model.device)
     advantage_all = torch.randn(rows, generator=generator).to(model.device)
     algorithm = algorithm_of(plan)
