@@ -60,3 +60,31 @@ def check_example(plan: dict, out: Path, capsys) -> dict:
     assert main(["report", str(out), "--format", "markdown", "--lang", "en"]) == 0
     assert "## Compute per seed" in capsys.readouterr().out
     return data
+
+
+def write_pretrained(folder: Path, *, characters: list[str] | None = None,
+                     extra_outputs: int = 0, **config) -> str:
+    """A small randomly initialised GPT-2 (seed 0) and a tokenizer of one token per character
+    (``characters``, default the teaching plan's vocab, numbered in that order), saved as a
+    user would with ``save_pretrained``; the model's output is ``extra_outputs`` wider than
+    the tokenizer. ``config`` overrides the GPT-2 configuration. Returns the folder's hash."""
+    import torch
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
+    from tokenizers.models import WordLevel
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from postlab.policies.transformer import folder_sha256
+
+    plan = teaching_plan()
+    characters = list(characters or plan["vocab"])
+    inner = Tokenizer(WordLevel({c: i for i, c in enumerate(characters)}))
+    inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=plan["eos"],
+                                        pad_token=plan["pad"])
+    shape = {"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 16} | config
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(characters) + extra_outputs, **shape))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder_sha256(folder)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from plans import SMALL, rows, write_plan
+from plans import SMALL, rows, write_plan, write_pretrained
 
 from postlab.cli import main
 from postlab.engines.ensemble import engine
@@ -242,24 +242,9 @@ def _write_pretrained(folder: Path, **config) -> str:
     the plan's vocab and holds more tokens than it, and whose output is wider still: the
     engines must read ids from the tokenizer, never from the vocab's order, and widths from
     the model."""
-    from tokenizers import Regex, Tokenizer, pre_tokenizers
-    from tokenizers.models import WordLevel
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    plan = teaching_plan()
-    characters = [*reversed(plan["vocab"]), "x", "y", "z"]
-    inner = Tokenizer(WordLevel({c: i for i, c in enumerate(characters)}))
-    inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=plan["eos"],
-                                        pad_token=plan["pad"])
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(characters) + 7, n_layer=1, n_head=2,
-                                           n_embd=16, n_positions=16,
-                                           activation_function="gelu_pytorch_tanh", **config))
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder_sha256(folder)
+    characters = [*reversed(teaching_plan()["vocab"]), "x", "y", "z"]
+    return write_pretrained(folder, characters=characters, extra_outputs=7, n_layer=1,
+                            n_embd=16, activation_function="gelu_pytorch_tanh", **config)
 
 
 @pytest.mark.slow

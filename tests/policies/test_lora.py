@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from plans import SMALL
+from plans import SMALL, write_pretrained
 
 from postlab.cli import main
 from postlab.engines.train import reinforce, sequence_log_dist
@@ -284,3 +284,26 @@ def test_reports_say_that_rl_trained_adapters(lang) -> None:
     policy = _policy(_plan(GPT2), {"parameters": 1}, OVERVIEW_WORDS[lang])
     assert "LoRA" in policy and "c_attn, c_proj, c_fc" in policy and "alpha 8" in policy
     assert "LoRA" not in _policy(_plan(GPT2) | {"lora": None}, {}, OVERVIEW_WORDS[lang])
+
+
+@pytest.mark.slow
+def test_a_pretrained_folder_takes_adapters_and_its_run_verifies(tmp_path, capsys) -> None:
+    folder = tmp_path / "model"
+    policy = {"kind": "pretrained", "path": str(folder), "sha256": write_pretrained(folder)}
+    plan = teaching_plan() | SMALL | {"seeds": [3], "sft_steps": 8, "rl_steps": 2,
+                                      "policy": policy,
+                                      "lora": {"rank": 2, "alpha": 4, "dropout": 0.0,
+                                               "target_modules": ["c_attn"]}}
+    assert validate_plan(plan) == []
+    wrong = {**plan, "lora": {**plan["lora"], "target_modules": ["q_proj"]}}
+    assert "its linear layers: c_attn, c_fc, c_proj" in validate_plan(wrong)[0][1]
+    (tmp_path / "plan.json").write_bytes(plan_bytes(plan))
+    run = tmp_path / "run"
+    assert main(["run", "--plan", str(tmp_path / "plan.json"), "--out-dir", str(run),
+                 "--quiet", "--workers", "1"]) == 0
+    assert main(["verify", str(run)]) == 0
+    record = json.loads((run / "record.json").read_text())
+    info = record["runs"][0]["checkpoints"]["strict"]
+    payload = load_checkpoint(run / info["file"], info["sha256"])
+    assert {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in payload["state_dict"]} \
+        == {"c_attn"}

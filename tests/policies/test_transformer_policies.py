@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from plans import SMALL, write_plan
+from plans import SMALL, write_plan, write_pretrained
 
 from postlab.cli import main
 from postlab.engines.rollout import generate
@@ -139,30 +139,10 @@ def test_llama_needs_its_intermediate_size_and_heads_divide_width():
 
 # --- pretrained ------------------------------------------------------------------------------
 
-def _write_pretrained(folder: Path) -> str:
-    """A tiny randomly initialised GPT-2 and a character tokenizer, saved as a user would."""
-    from tokenizers import Regex, Tokenizer, pre_tokenizers
-    from tokenizers.models import WordLevel
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    plan = teaching_plan()
-    inner = Tokenizer(WordLevel({c: i for i, c in enumerate(plan["vocab"])}))
-    inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=plan["eos"],
-                                        pad_token=plan["pad"])
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(plan["vocab"]), n_layer=2, n_head=2,
-                                           n_embd=32, n_positions=16))
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder_sha256(folder)
-
-
 @pytest.mark.slow
 def test_a_pretrained_folder_trains_and_a_changed_one_is_refused(tmp_path, capsys):
     folder = tmp_path / "model"
-    digest = _write_pretrained(folder)
+    digest = write_pretrained(folder)
     policy = {"kind": "pretrained", "path": str(folder), "sha256": digest}
     plan = write_plan(tmp_path / "plan.json", **TINY, policy=policy)
     out = tmp_path / "run"

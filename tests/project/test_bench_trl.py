@@ -44,8 +44,8 @@ def test_a_size_preset_prints_speed_tokens_and_memory_for_both_sides(tmp_path):
     out = done.stdout
     assert "vocabulary 8192" in out and "128 new tokens" in out
     for side in ("trl", "postlab"):
-        [line] = [x for x in out.splitlines() if x.startswith(f"  {side} ")]
-        assert "MiB" in line and line.endswith("tokens")
+        [line] = [x for x in out.splitlines() if x.startswith(f"  {side} ") and "MiB" in x]
+        assert line.endswith("tokens")
         completion = float(line.split()[-2])
         assert 100 < completion <= 128  # untrained weights seldom write EOS
     assert "postlab-library-forward" not in out
