@@ -166,3 +166,22 @@ def postlab_teaching_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_plan(teaching_plan_loaded(), plan_bytes(teaching_plan()),
              RunOptions(out_dir=out, workers=2))
     return out
+
+
+@pytest.fixture
+def without_module(monkeypatch):
+    """``without_module(name)``: from then on in the test, importing ``name`` fails as if the
+    package were not installed (for the one-line messages naming an extra)."""
+    import builtins
+
+    real = builtins.__import__
+
+    def hide(hidden: str) -> None:
+        def refuse(name, *args, **kwargs):
+            if name == hidden or name.startswith(hidden + "."):
+                raise ImportError(name)
+            return real(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", refuse)
+
+    return hide

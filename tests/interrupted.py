@@ -51,3 +51,24 @@ def resume_and_compare(plan, out, uninterrupted_record, uninterrupted_out):
     for name in checkpoints:
         assert (out / name).read_bytes() == (uninterrupted_out / name).read_bytes()
     assert not list(out.glob(".*.partial"))
+
+
+def killed_and_resumed_equals_whole(plan: Path, folder: Path, seeds: int) -> None:
+    """Run ``plan`` whole, then again killed with SIGKILL once its first seed is recorded,
+    resume that one, and compare; skips if the run finished before the kill landed."""
+    import pytest
+
+    from postlab.cli import main
+
+    whole = folder / "whole"
+    assert main(["run", "--plan", str(plan), "--out-dir", str(whole), "--quiet",
+                 "--workers", "1"]) == 0
+    out = folder / "killed"
+    process = start_run(plan, out)
+    wait_for_first_seed(process, out)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    partial = json.loads((out / "record.json").read_text())
+    if len(partial["runs"]) == seeds:
+        pytest.skip("the run finished before the kill landed")
+    resume_and_compare(plan, out, json.loads((whole / "record.json").read_text()), whole)

@@ -7,7 +7,6 @@ downloaded."""
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -153,19 +152,10 @@ def test_a_lora_section_is_checked_against_the_policy_and_its_layers():
         assert validate_plan({**plan, "lora": {**plan["lora"], **bad}}), bad
 
 
-def test_a_missing_peft_is_named_with_its_extra(monkeypatch) -> None:
-    import builtins
-
+def test_a_missing_peft_is_named_with_its_extra(without_module) -> None:
     from postlab.policies import lora
 
-    real = builtins.__import__
-
-    def refuse(name, *args, **kwargs):
-        if name == "peft":
-            raise ImportError(name)
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", refuse)
+    without_module("peft")
     with pytest.raises(UserError, match=r"pip install 'postlab\[lora\]'"):
         lora.require_peft()
 
@@ -252,23 +242,12 @@ def test_adapters_on_another_base_are_refused(trained):
 
 @pytest.mark.slow
 def test_a_lora_run_killed_after_its_first_seed_resumes_identically(tmp_path) -> None:
-    from interrupted import resume_and_compare, start_run, wait_for_first_seed
+    from interrupted import killed_and_resumed_equals_whole
 
     path = tmp_path / "plan.json"
     path.write_bytes(plan_bytes(_plan(GPT2, dropout=0.1) | RUN | {"seeds": [3, 4, 5],
                                                                   "rl_steps": 6}))
-    whole = tmp_path / "whole"
-    assert main(["run", "--plan", str(path), "--out-dir", str(whole), "--quiet",
-                 "--workers", "1"]) == 0
-    out = tmp_path / "killed"
-    process = start_run(path, out)
-    wait_for_first_seed(process, out)
-    process.send_signal(signal.SIGKILL)
-    process.communicate()
-    partial = json.loads((out / "record.json").read_text())
-    if len(partial["runs"]) == 3:
-        pytest.skip("the run finished before the kill landed")
-    resume_and_compare(path, out, json.loads((whole / "record.json").read_text()), whole)
+    killed_and_resumed_equals_whole(path, tmp_path, seeds=3)
 
 
 def test_the_ensemble_engine_refuses_lora() -> None:

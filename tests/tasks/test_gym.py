@@ -177,17 +177,8 @@ def test_bad_drafts_get_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
     assert "freeze writes the split" in capsys.readouterr().err
 
 
-def test_a_missing_library_is_named_with_its_extra(monkeypatch) -> None:
-    import builtins
-
-    real = builtins.__import__
-
-    def refuse(name, *args, **kwargs):
-        if name == "reasoning_gym":
-            raise ImportError(name)
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", refuse)
+def test_a_missing_library_is_named_with_its_extra(without_module) -> None:
+    without_module("reasoning_gym")
     with pytest.raises(UserError, match=r"pip install 'postlab\[gym\]'"):
         gym._library()
 
@@ -233,25 +224,12 @@ def test_a_gym_run_verifies_reproduces_and_reads(trained: Path, capsys) -> None:
 
 @pytest.mark.slow
 def test_a_gym_run_killed_after_its_first_seed_resumes_identically(plan, tmp_path) -> None:
-    import signal
-
-    from interrupted import resume_and_compare, start_run, wait_for_first_seed
+    from interrupted import killed_and_resumed_equals_whole
 
     longer = {**plan, "seeds": [5, 6, 7], "sft_steps": 30, "rl_steps": 12}
     path = tmp_path / "plan.json"
     path.write_bytes(plan_bytes(longer))
-    whole = tmp_path / "whole"
-    assert main(["run", "--plan", str(path), "--out-dir", str(whole), "--quiet",
-                 "--workers", "1"]) == 0
-    out = tmp_path / "killed"
-    process = start_run(path, out)
-    wait_for_first_seed(process, out)
-    process.send_signal(signal.SIGKILL)
-    process.communicate()
-    partial = json.loads((out / "record.json").read_text())
-    if len(partial["runs"]) == 3:
-        pytest.skip("the run finished before the kill landed")
-    resume_and_compare(path, out, json.loads((whole / "record.json").read_text()), whole)
+    killed_and_resumed_equals_whole(path, tmp_path, seeds=3)
 
 
 def test_the_ensemble_engine_refuses_item_tasks(plan: dict) -> None:
