@@ -161,3 +161,17 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_configuring_torch_turns_on_deterministic_kernels_without_the_compiler() -> None:
+    """The switch every process makes before a task: deterministic kernels on, and the
+    compiler's modules (about 0.7 s to import) left unloaded."""
+    import subprocess
+    import sys
+
+    script = ("import sys, torch; from postlab.runs.executors import configure_torch; "
+              "configure_torch(1); print(torch.are_deterministic_algorithms_enabled(), "
+              "'torch._inductor' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["True", "False"]
