@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The ensemble engine on a GPU, in under ten minutes: the teaching plan with 64 seeds through
 # 'postlab run --engine ensemble' (verified, reproduced on the same device byte for byte,
-# reported with intervals), then bench/bench_ensemble_scale.py for 1,000 and 10,000 members,
-# then (at most two minutes) 1,000 members of a small GPT-2.
+# reported with intervals); then 1,000 and 10,000 teaching seed-runs through 'postlab run'
+# with their records written (Parquet chunks), each with seed-runs per second, peak GPU
+# memory and the record's size, and the 1,000-seed record reported and exported with their
+# peak memory; then bench/bench_ensemble_scale.py for the same sizes (computation only), then
+# (at most two minutes) 1,000 members of a small GPT-2.
 # Everything it prints also lands in OUT, with the GPU's name.
 #
 # Usage: scripts/ensemble-gpu.sh OUT [DEVICE]   (from the repository root; DEVICE defaults to
@@ -49,6 +52,40 @@ echo "run: $(( ($(date +%s%N) - start) / 1000000 )) ms for $seeds seed-runs (rec
 "$python" -m postlab reproduce "$run" --out-dir "$out/again" --workers 1 --quiet | tail -2
 cmp "$run/summary.json" "$out/again/summary.json" && echo "reproduced byte for byte"
 "$python" -m postlab report "$run" --format markdown --lang en | sed -n '/## Findings/,/^## Results/p'
+
+for size in ${members//,/ }; do
+  echo "== records: $size teaching seed-runs through postlab run on $device"
+  "$python" - "$out/records-$size" "$size" "$device" <<'PY'
+import resource, sys, time
+from pathlib import Path
+import torch
+import postlab
+from postlab.plan.frozen import freeze, teaching_plan
+out, size, device = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+plan = out.parent / f"{out.name}.json"
+freeze(plan, teaching_plan() | {"seeds": list(range(1, size + 1))})
+start = time.perf_counter()
+postlab.run(out, plan, engine="ensemble", device=device, workers=1, allow_large=True)
+seconds = time.perf_counter() - start
+gpu = (f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB peak GPU memory allocated"
+       if device == "cuda" else "no GPU")
+rows = sum(p.stat().st_size for p in (out / "rows").iterdir()) + (out / "record.json").stat().st_size
+print(f"{size} seed-runs in {seconds:.1f} s: {size / seconds:.1f} seed-runs/s; {gpu}; "
+      f"main process peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB; "
+      f"record {rows / 1e6:.0f} MB ({rows / size / 1e3:.0f} KB per seed-run)")
+PY
+done
+first="$out/records-${members%%,*}"
+"$python" - "$first" "$out/tables" <<'PY'
+import sys
+sys.path.insert(0, "bench")
+from bench_records import POSTLAB, timed  # one process each, its own peak memory
+run, tables = sys.argv[1], sys.argv[2]
+for name, args in (("report", ["report", run, "--format", "json"]),
+                   ("export", ["export", run, "--out-dir", tables])):
+    seconds, mib, _ = timed([*POSTLAB, *args])
+    print(f"postlab {name} of {run}: {seconds:.1f} s, peak {mib:.0f} MiB")
+PY
 
 echo "== scale: $members members on $device (computation only)"
 "$python" bench/bench_ensemble_scale.py --device "$device" --members "$members"

@@ -1,7 +1,6 @@
 """Starting a run as a terminal would, waiting for its first seed, resuming and comparing:
 shared by the interruption tests of every task kind."""
 
-import json
 import signal
 import subprocess
 import sys
@@ -9,6 +8,7 @@ import time
 from pathlib import Path
 
 from plans import rows
+from recordfiles import read_record
 
 
 def as_from_a_terminal() -> None:
@@ -43,7 +43,7 @@ def resume_and_compare(plan, out, uninterrupted_record, uninterrupted_out):
                            "--resume", "--workers", "2", "--quiet"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    record = json.loads((out / "record.json").read_text())
+    record = read_record(out)
     assert rows(record) == rows(uninterrupted_record)
     assert (out / "summary.json").read_bytes() == (uninterrupted_out / "summary.json").read_bytes()
     checkpoints = sorted(p.name for p in out.glob("*.pt"))
@@ -68,7 +68,7 @@ def killed_and_resumed_equals_whole(plan: Path, folder: Path, seeds: int) -> Non
     wait_for_first_seed(process, out)
     process.send_signal(signal.SIGKILL)
     process.communicate()
-    partial = json.loads((out / "record.json").read_text())
+    partial = read_record(out)
     if len(partial["runs"]) == seeds:
         pytest.skip("the run finished before the kill landed")
-    resume_and_compare(plan, out, json.loads((whole / "record.json").read_text()), whole)
+    resume_and_compare(plan, out, read_record(whole), whole)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import tiny_record
 from plans import SMALL, write_plan
+from recordfiles import read_record, write_record
 
 from postlab.cli import main
 from postlab.plan.frozen import freeze, load_plan, plan_bytes, teaching_plan
@@ -205,7 +206,7 @@ def test_full_disk_while_writing_the_record_keeps_the_previous_one(tmp_path, cap
                  "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "No space left on device" in err and "record.json" in err
-    record = json.loads((out / "record.json").read_text())
+    record = read_record(out)
     assert [run["seed"] for run in record["runs"]] == [3]
     assert not list(out.glob(".*.partial"))
 
@@ -242,10 +243,10 @@ def test_verify_refuses_a_crafted_checkpoint(tmp_path, capsys):
     evil = run / "seed-3-strict.pt"
     evil.unlink()
     torch.save({"state_dict": _Exploit(marker)}, evil)
-    record = json.loads((run / "record.json").read_text())
+    record = read_record(run)
     evil_digest = hashlib.sha256(evil.read_bytes()).hexdigest()
     record["runs"][0]["checkpoints"]["strict"]["sha256"] = evil_digest
-    (run / "record.json").write_text(json.dumps(record))
+    write_record(run, record)
     assert main(["verify", str(run)]) == 1
     out = capsys.readouterr().out
     assert "not a weights-only checkpoint" in out

@@ -44,6 +44,7 @@ from typing import Any
 import pytest
 import torch
 from plans import SMALL, write_plan
+from recordfiles import inline_record, read_record
 
 from postlab.cli import main
 from postlab.errors import UserError
@@ -102,7 +103,11 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
     run_plan(load_plan(plan), plan.read_bytes(), RunOptions(out_dir=run, workers=1))
     # The wall time is the one part of a run that differs between runs on one machine; fixing
     # it keeps byte offsets, and so every random byte-level case, the same from run to run.
-    record = json.loads((run / "record.json").read_bytes())
+    # The record is rewritten in the one-document layout (seeds inline, as earlier versions
+    # wrote it), so the cases below reach every JSON value of a seed; damaged chunk files are
+    # tests/records/test_chunks.py's.
+    record = inline_record(read_record(run))
+    shutil.rmtree(run / "rows")
     (run / "record.json").write_bytes(_dump(record | {"wall_seconds": 1.25}))
     # Without the kept fingerprint, every edit below must be caught by the checks of its own
     # part, not merely by the fingerprint file disagreeing (tests/test_verify.py covers that).

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from plans import SMALL, write_plan
+from recordfiles import read_record, to_one_document, write_record
 
 from postlab.cli import main
 from postlab.plan.frozen import load_plan, teaching_plan
@@ -34,10 +35,15 @@ def run_copy(tiny_run, tmp_path):
 
 
 def _edit(folder, change):
-    path = folder / "record.json"
-    record = json.loads(path.read_text())
+    record = read_record(folder)
     change(record)
-    path.write_text(json.dumps(record))
+    write_record(folder, record)
+
+
+def _edit_json(folder, change):
+    """An edit no chunk can hold (a part of the wrong type): the record as one document."""
+    to_one_document(folder)
+    _edit(folder, change)
 
 
 def _one_line_exit_2(capsys, args):
@@ -79,13 +85,14 @@ def test_split_missing_from_the_record(run_copy, capsys):
     (lambda r: r["runs"][0].update(digests=[]), "digests"),
 ])
 def test_damaged_record_parts(run_copy, capsys, change, needle):
-    _edit(run_copy, change)
+    _edit_json(run_copy, change)
     for command in ("report", "verify"):
         assert needle in _one_line_exit_2(capsys, [command, str(run_copy), "--format", "json"]
                                           if command == "report" else [command, str(run_copy)])
 
 
 def test_overflowing_number_is_refused(run_copy, capsys):
+    to_one_document(run_copy)
     path = run_copy / "record.json"
     path.write_text(path.read_text().replace('"sft_loss": [', '"sft_loss": [1e999, ', 1))
     assert "overflows" in _one_line_exit_2(capsys, ["verify", str(run_copy)])
@@ -140,7 +147,7 @@ def test_a_spot_check_reproduces_the_chosen_seed_only(run_copy, tmp_path, capsys
     recorded = load_plan(run_copy / "plan.json")
     assert plan["seeds"] == [4] and plan["version"] == recorded.data["version"] + 1
     assert plan["parent"] == {"sha256": recorded.sha256, "changes": ["seeds"]}
-    assert [r["seed"] for r in json.loads((again / "record.json").read_text())["runs"]] == [4]
+    assert [r["seed"] for r in read_record(again)["runs"]] == [4]
 
     _edit(run_copy, lambda record: change(record, 3, "not compared"))
     assert main(["reproduce", str(run_copy), "--seed", "4", "--out-dir",
@@ -394,7 +401,7 @@ def test_checkpoints_with_unusable_weights_are_refused(run_copy, capsys, change,
     from postlab.policies.checkpoint import CheckpointError, load_checkpoint
 
     path = _tampered_checkpoint(run_copy, change)
-    record = json.loads((run_copy / "record.json").read_text())
+    record = read_record(run_copy)
     with pytest.raises(CheckpointError, match=needle):
         load_checkpoint(path, record["runs"][0]["checkpoints"]["strict"]["sha256"])
     assert main(["verify", str(run_copy)]) == 1

@@ -1,9 +1,9 @@
-import json
 import os
 
 import pytest
 import torch
 from plans import SMALL, rows, write_plan
+from recordfiles import read_record
 
 from postlab.cli import main
 from postlab.errors import NonFiniteError
@@ -27,13 +27,15 @@ def small(tmp_path_factory):
 
 def test_run_folder_contents(small):
     plan, out, record = small
-    names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(["plan.json", "record.json", "summary.json", "fingerprint.txt"]
+    names = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    # the exact engine writes the record after each seed: a chunk per seed
+    assert names == sorted(["plan.json", "record.json", "summary.json", "fingerprint.txt",
+                            "rows", "rows/chunk-00000.parquet", "rows/chunk-00001.parquet"]
                            + [f"seed-{s}-{stage}.pt" for s in (3, 4)
                               for stage in ("initial", "strict", "substring")])
     assert (out / "plan.json").read_bytes() == plan.read_bytes()
-    on_disk = json.loads((out / "record.json").read_text())
-    assert on_disk == record
+    on_disk = read_record(out)
+    assert on_disk == record | {"runs": list(record["runs"])}
     assert record["plan_sha256"] == load_plan(plan).sha256
     for key in ("postlab_version", "torch", "python", "platform", "threads", "workers",
                 "source_sha256", "parameters", "wall_seconds"):
@@ -66,10 +68,10 @@ def test_existing_out_dir_is_refused(small, capsys):
 
 def test_resume_of_a_complete_run_changes_nothing(small, capsys):
     _, out, _ = small
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert main(["run", "--out-dir", str(out), "--resume", "--workers", "1"]) == 0
     assert "already complete" in capsys.readouterr().out
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_non_finite_loss_stops_with_seed_arm_step(tmp_path, monkeypatch, capsys):
@@ -95,7 +97,7 @@ def test_non_finite_loss_stops_with_seed_arm_step(tmp_path, monkeypatch, capsys)
     assert code == 1
     err = capsys.readouterr().err
     assert "seed 4, arm strict, RL step 3" in err and "non-finite" in err
-    record = json.loads((out / "record.json").read_text())
+    record = read_record(out)
     assert [run["seed"] for run in record["runs"]] == [3]
     assert not (out / "summary.json").exists()
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from plans import SMALL, rows, write_plan
+from recordfiles import read_record, write_record
 
 from postlab.cli import main
 from postlab.engines.exact import EXACT, arm_task, sft_task
@@ -86,9 +87,9 @@ def test_a_third_engine_trains_records_verifies_and_resumes(tmp_path, capsys):
         assert "evaluate" in engine.calls
         # resume: a seed kept whole is recorded from its kept results, the other trains
         out = tmp_path / "third"
-        partial = json.loads((out / "record.json").read_text())
+        partial = read_record(out)
         partial["runs"] = partial["runs"][:1]
-        (out / "record.json").write_text(json.dumps(partial))
+        write_record(out, partial)
         (out / "summary.json").unlink()
         (out / "fingerprint.txt").unlink()
         engine.calls.clear()

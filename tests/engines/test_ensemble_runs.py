@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from plans import SMALL, rows, write_plan
+from recordfiles import read_record, write_record
 
 from postlab.cli import main
 from postlab.policies.base import build_policy
@@ -59,9 +60,9 @@ def test_verify_re_evaluates_with_the_record_s_engine(ensemble_run, tmp_path, ca
     engine named in the record is what verify must use."""
     copy = tmp_path / "copy"
     shutil.copytree(ensemble_run, copy)
-    record = json.loads((copy / "record.json").read_text())
+    record = read_record(copy)
     del record["engine"]
-    (copy / "record.json").write_text(json.dumps(record))
+    write_record(copy, record)
     capsys.readouterr()
     assert main(["verify", str(copy)]) == 1
     assert "FAIL  checkpoint re-evaluation" in capsys.readouterr().out

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from plans import SMALL, rows, write_plan
+from recordfiles import read_record
 
 from postlab.cli import main
 from postlab.engines import steplog
@@ -171,7 +172,7 @@ def test_logged_values_equal_the_numbers_recomputed_from_the_record(logged):
     plan_path, out, _ = logged
     plan = load_plan(plan_path).data
     answer, contracts = answer_function(plan), plan_contracts(plan)
-    record = json.loads((out / "record.json").read_text())
+    record = read_record(out)
     logs = _logs(out)
     checked = 0
     for run in record["runs"]:
@@ -219,7 +220,7 @@ def test_worker_processes_log_the_same_values(logged, tmp_path):
     record = run_plan(load_plan(plan), plan.read_bytes(),
                       RunOptions(out_dir=pooled, workers=2, executor="processes",
                                  log=("tensorboard",)))
-    assert rows(record) == rows(json.loads((out / "record.json").read_text()))
+    assert rows(record) == rows(read_record(out))
     assert _logs(pooled) == _logs(out)
 
 
@@ -298,7 +299,7 @@ def test_a_sweep_logs_in_each_version_folder(tmp_path):
     for name in versions:
         logs = _logs(out / name)
         assert sorted(logs) == [("seed-3", "sft"), ("seed-3", "strict")]
-        record = json.loads((out / name / "record.json").read_text())
+        record = read_record(out / name)
         losses = [step["updates"] for step in record["runs"][0]["training"]["strict"]]
         assert logs[("seed-3", "strict")]["loss"] == [
             (index, _f32(sum(u["loss"] for u in updates) / len(updates)))

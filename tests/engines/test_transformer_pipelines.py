@@ -4,7 +4,6 @@ identically, and a killed run resumed gives the rows and checkpoints of one neve
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 from plans import SMALL, rows, write_plan
+from recordfiles import read_record
 
 from postlab.cli import main
 from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS
@@ -45,7 +45,7 @@ def test_every_rl_option_trains_a_transformer_and_verifies(option, tmp_path, cap
     out = tmp_path / "run"
     assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
                  "--quiet"]) == 0
-    record = json.loads((out / "record.json").read_text())
+    record = read_record(out)
     steps = record["runs"][0]["training"]["strict"]
     assert len(steps) == TINY["rl_steps"]
     if "dynamic_sampling" in option:
@@ -66,7 +66,7 @@ def test_arm_pipelines_plot_and_html_on_a_transformer(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
                  "--quiet"]) == 0
-    record = json.loads((out / "record.json").read_text())
+    record = read_record(out)
     assert set(record["runs"][0]["checkpoints"]) >= {"initial", "sft-then-rl", "rl-only",
                                                       "sft-more"}
     assert all(entry["reload_equal"] for entry in record["runs"][0]["checkpoints"].values())
@@ -112,15 +112,15 @@ def test_a_killed_transformer_run_resumes_to_the_same_bits(tmp_path):
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.communicate()
-    partial = json.loads((out / "record.json").read_text())
+    partial = read_record(out)
     assert 1 <= len(partial["runs"]) < len(RESUMABLE["seeds"])
 
     done = subprocess.run([sys.executable, "-m", "postlab", "run", "--out-dir", str(out),
                            "--resume", "--workers", "1", "--quiet"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    whole_rows = rows(json.loads((whole / "record.json").read_text()))
-    assert rows(json.loads((out / "record.json").read_text())) == whole_rows
+    whole_rows = rows(read_record(whole))
+    assert rows(read_record(out)) == whole_rows
     assert (out / "summary.json").read_bytes() == (whole / "summary.json").read_bytes()
     names = sorted(p.name for p in whole.glob("*.pt"))
     assert names and names == sorted(p.name for p in out.glob("*.pt"))

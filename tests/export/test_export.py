@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from plans import SMALL, write_plan
+from recordfiles import write_record
 
 import postlab
 from postlab.cli import main
@@ -367,7 +368,7 @@ def _copy_of_bundled(folder: Path, change) -> Path:
     shutil.copy(bundled_run_dir() / "plan.json", folder / "plan.json")
     record = json.loads(gzip.decompress((bundled_run_dir() / "record.json.gz").read_bytes()))
     change(record)
-    (folder / "record.json").write_text(json.dumps(record))
+    write_record(folder, record)
     return folder
 
 

@@ -4,12 +4,12 @@ verifies and reproduces bit for bit on CPU. CUDA itself cannot run on a machine 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 from plans import SMALL, write_plan
+from recordfiles import inline_record, read_record, write_record
 
 from postlab.cli import main
 from postlab.errors import UserError
@@ -41,7 +41,7 @@ def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_auto_picks_cpu_here_says_so_and_records_it(cpu_run, capsys, tmp_path):
-    record = json.loads((cpu_run / "record.json").read_text())
+    record = read_record(cpu_run)
     assert record["device"] == "cpu" and record["numerics"]["device"] == "cpu"
     assert "cuda" not in record["numerics"]
     plan = write_plan(tmp_path / "plan.json", **TINY)
@@ -63,10 +63,10 @@ def test_reproducing_a_cuda_record_here_refuses_before_training(cpu_run, tmp_pat
     folder = tmp_path / "made-on-cuda"
     folder.mkdir()
     (folder / "plan.json").write_bytes((cpu_run / "plan.json").read_bytes())
-    record = json.loads((cpu_run / "record.json").read_text())
+    record = read_record(cpu_run)
     record["device"] = "cuda"
     record["numerics"] |= {"device": "cuda", "cuda": CUDA}
-    (folder / "record.json").write_text(json.dumps(record))
+    write_record(folder, record)
     out = tmp_path / "again"
     assert main(["reproduce", str(folder), "--out-dir", str(out), "--workers", "1"]) == 2
     err = capsys.readouterr().err
@@ -86,7 +86,7 @@ def test_cuda_with_several_workers_is_refused(tmp_path, monkeypatch, capsys):
 
 
 def test_typed_record_accepts_cuda_settings_and_refuses_unknown_ones(cpu_run):
-    record = json.loads((cpu_run / "record.json").read_text())
+    record = inline_record(read_record(cpu_run))
     record["device"] = "cuda"
     record["numerics"] |= {"device": "cuda", "dtype": "bfloat16", "cuda": dict(CUDA)}
     check_record(record, "r")
@@ -125,7 +125,7 @@ def test_bf16_plan_runs_verifies_and_reproduces(policy, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
                  "--quiet", "--device", "cpu"]) == 0
-    record = json.loads((out / "record.json").read_text())
+    record = read_record(out)
     assert record["dtype"] == "float32" and record["numerics"]["dtype"] == "bfloat16"
     assert record["device"] == "cpu"
     assert main(["verify", str(out)]) == 0

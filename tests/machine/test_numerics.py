@@ -6,7 +6,6 @@ or an unpinned process, start a new Python process with the setting in its envir
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ import sys
 import pytest
 from conftest import recomputes_bundled_bits
 from plans import SMALL, write_plan
+from recordfiles import read_record, write_record
 
 from postlab.cli import main
 from postlab.errors import UserError
@@ -44,17 +44,16 @@ def small_run(tmp_path_factory):
 
 
 def _edit(folder, change):
-    path = folder / "record.json"
-    record = json.loads(path.read_text())
+    record = read_record(folder)
     change(record)
-    path.write_text(json.dumps(record, ensure_ascii=False) + "\n")
+    write_record(folder, record)
     (folder / "fingerprint.txt").unlink(missing_ok=True)
 
 
 def test_the_record_names_what_decides_the_bits(small_run):
     import torch
 
-    record = json.loads((small_run / "record.json").read_text())
+    record = read_record(small_run)
     entry = record["numerics"]
     assert entry["code_path"] == numerics.portable_path()
     assert entry["pinned"] == numerics.CODE_PATHS[entry["code_path"]].environment
@@ -124,7 +123,7 @@ def test_verify_names_each_difference_that_decides_the_bits(small_run, tmp_path,
     assert main(["verify", str(run)]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("WARN  environment"))
-    now = json.loads((small_run / "record.json").read_text())["numerics"]
+    now = read_record(small_run)["numerics"]
     assert f"BLAS openblas 0.3.27 then, {now['blas']} now" in line
     assert f"also CPU model Another CPU then, {now['cpu_model']} now" in line
 
@@ -179,7 +178,7 @@ def test_each_path_is_recorded_and_reproduced(path, tmp_path):
     done = _postlab("run", "--plan", str(plan), "--out-dir", str(run), "--workers", "2",
                     "--cpu-path", path)
     assert done.returncode == 0, done.stderr
-    record = json.loads((run / "record.json").read_text())
+    record = read_record(run)
     assert record["numerics"]["code_path"] == path
     assert record["numerics"]["cpu_capability"] == numerics.CODE_PATHS[path].capability
     # Another ambient setting in the reproducing process does not matter: the record's wins.
@@ -197,7 +196,7 @@ def test_a_native_run_records_and_reproduces_its_settings(tmp_path):
     done = _postlab("run", "--plan", str(plan), "--out-dir", str(run), "--workers", "1",
                     "--cpu-path", "native", "--quiet")
     assert done.returncode == 0, done.stderr
-    entry = json.loads((run / "record.json").read_text())["numerics"]
+    entry = read_record(run)["numerics"]
     assert entry["code_path"] == "native" and entry["pinned"] == {}
     assert entry["blas_code_path"] == "auto"
     again = _postlab("reproduce", str(run), "--out-dir", str(tmp_path / "again"), "--quiet")
@@ -229,8 +228,8 @@ def test_resume_refuses_a_run_started_with_other_numerics(small_run, tmp_path, c
         record["numerics"]["cpu_capability"] = "AVX512"
 
     _edit(run, change)
-    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert main(["run", "--out-dir", str(run), "--resume", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "torch CPU capability AVX512 then" in err
-    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

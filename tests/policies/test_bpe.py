@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from recordfiles import read_record
 
 from postlab.cli import main
 from postlab.plan.frozen import complete_draft, plan_bytes
@@ -128,7 +129,7 @@ def test_a_bpe_run_keeps_its_tokenizer_and_verify_catches_an_edit(trained, tmp_p
     import shutil
 
     kept = (trained / TOKENIZER_FILE).read_bytes()
-    record = json.loads((trained / "record.json").read_text())
+    record = read_record(trained)
     assert record["tokenizer_sha256"] == hashlib.sha256(kept).hexdigest()
     fingerprint = (trained / "fingerprint.txt").read_text().strip()
     assert main(["verify", str(trained), "--expect", fingerprint]) == 0

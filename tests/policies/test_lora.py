@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 from plans import SMALL, write_pretrained
+from recordfiles import read_record
 
 from postlab.cli import main
 from postlab.engines.train import reinforce, sequence_log_dist
@@ -190,7 +191,7 @@ def test_a_lora_run_keeps_adapters_with_their_base_and_verifies(trained, tmp_pat
     import shutil
 
     run = trained / "run"
-    record = json.loads((run / "record.json").read_text())
+    record = read_record(run)
     checkpoints = record["runs"][0]["checkpoints"]
     initial = load_checkpoint(run / checkpoints["initial"]["file"],
                               checkpoints["initial"]["sha256"])
@@ -226,7 +227,7 @@ def test_a_lora_run_keeps_adapters_with_their_base_and_verifies(trained, tmp_pat
 def test_adapters_on_another_base_are_refused(trained):
     run = trained / "run"
     plan = json.loads((run / "plan.json").read_text())
-    record = json.loads((run / "record.json").read_text())
+    record = read_record(run)
     checkpoints = record["runs"][0]["checkpoints"]
     payload = load_checkpoint(run / checkpoints["strict"]["file"], checkpoints["strict"]["sha256"])
     restored = policy_from_checkpoint(plan, payload, 3, run, checkpoints)
@@ -281,7 +282,7 @@ def test_a_pretrained_folder_takes_adapters_and_its_run_verifies(tmp_path, capsy
     assert main(["run", "--plan", str(tmp_path / "plan.json"), "--out-dir", str(run),
                  "--quiet", "--workers", "1"]) == 0
     assert main(["verify", str(run)]) == 0
-    record = json.loads((run / "record.json").read_text())
+    record = read_record(run)
     info = record["runs"][0]["checkpoints"]["strict"]
     payload = load_checkpoint(run / info["file"], info["sha256"])
     assert {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in payload["state_dict"]} \

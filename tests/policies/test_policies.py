@@ -12,6 +12,7 @@ import pytest
 import torch
 from plans import SMALL, write_plan
 from pydantic import BaseModel, ConfigDict
+from recordfiles import read_record
 from torch import nn
 
 from postlab.cli import main
@@ -85,7 +86,7 @@ def test_a_registered_kind_runs_verifies_and_reports(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
                  "--quiet"]) == 0
-    record = json.loads((out / "record.json").read_text())
+    record = read_record(out)
     assert record["parameters"] == 14 * 14
     assert (record["device"], record["dtype"]) == ("cpu", "float32")
     payload = load_checkpoint(out / "seed-3-strict.pt", None, kind="bigram")

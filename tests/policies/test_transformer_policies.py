@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 from plans import SMALL, write_plan, write_pretrained
+from recordfiles import read_record
 
 from postlab.cli import main
 from postlab.engines.rollout import generate
@@ -104,7 +105,7 @@ def _run_every_command(tmp_path: Path, capsys, plan: Path) -> dict[str, Any]:
     assert "identical: " in capsys.readouterr().out
     assert main(["report", str(one), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)
-    return json.loads((one / "record.json").read_text())
+    return read_record(one)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import json
 import pytest
 from conftest import recomputes_bundled_bits, reference_report, run_reference
 from plans import VARIANT_A, VARIANT_B, rows, write_plan
+from recordfiles import inline_record, read_record
 
 from postlab.cli import main
 from postlab.plan.frozen import freeze, load_plan
@@ -24,7 +25,7 @@ def _load(path):
 
 def test_teaching_plan_matches_the_reference(reference_teaching_run, postlab_teaching_run):
     theirs = _load(reference_teaching_run / "record.json")
-    ours = _load(postlab_teaching_run / "record.json")
+    ours = read_record(postlab_teaching_run)
     assert rows(ours) == rows(theirs)
     for key in ("plan_sha256", "parameters", "torch", "python", "device", "dtype"):
         assert ours[key] == theirs[key]
@@ -46,7 +47,10 @@ def test_other_plans_match_the_reference(tmp_path, variant):
 def test_reference_reads_our_record(postlab_teaching_run, tmp_path, capsys):
     plan = tmp_path / "plan.json"
     freeze(plan)
-    theirs = reference_report(plan, postlab_teaching_run / "record.json")
+    # the reference reads one JSON document: our record's seeds, inline, as a reader gets them
+    document = tmp_path / "record.json"
+    document.write_text(json.dumps(inline_record(read_record(postlab_teaching_run))))
+    theirs = reference_report(plan, document)
     assert main(["report", "--record", str(postlab_teaching_run), "--lang", "zh"]) == 0
     assert capsys.readouterr().out == theirs
 
@@ -89,6 +93,6 @@ def test_the_bundled_run_is_reproduced_row_for_row(postlab_teaching_run):
     statistic and checkpoint hash, as ``postlab reproduce`` compares them (its command line is
     run on each seed in tests/machine/test_numerics.py)."""
     bundled = json.loads(gzip.decompress(bundled_record_path().read_bytes()))
-    comparison = compare_records(bundled, _load(postlab_teaching_run / "record.json"))
+    comparison = compare_records(bundled, read_record(postlab_teaching_run))
     assert comparison.identical, comparison.first
     assert comparison.compared["checkpoints"] == 2 * 3 * 3  # seeds x stages x (hash, reload)

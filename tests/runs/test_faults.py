@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from interrupted import resume_and_compare, start_run, wait_for_first_seed
 from plans import SMALL, rows, write_plan
+from recordfiles import read_record
 
 from postlab.plan.frozen import load_plan
 from postlab.runs.orchestration import RunOptions, run_plan
@@ -61,7 +62,7 @@ def test_main_process_killed_then_resumed(uninterrupted, tmp_path):
     wait_for_first_seed(process, out)
     process.send_signal(signal.SIGKILL)
     process.communicate()
-    partial = json.loads((out / "record.json").read_text())
+    partial = read_record(out)
     assert 1 <= len(partial["runs"]) < len(SLOW["seeds"])
     resume_and_compare(plan, out, ref_record, ref_out)
 
@@ -93,7 +94,7 @@ def test_ctrl_c_keeps_completed_seeds(uninterrupted, tmp_path):
         state = _sigint_state(process.pid)
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=120)
-        finished = json.loads((out / "record.json").read_text())["runs"]
+        finished = read_record(out)["runs"]
         seen.append((process.returncode, len(finished), state, err[-300:]))
         if process.returncode == 0 and len(finished) == len(SLOW["seeds"]):
             continue  # the whole run was done before the signal arrived
@@ -133,7 +134,7 @@ def test_finished_tasks_of_an_unfinished_seed_are_kept(uninterrupted, tmp_path):
                            "--resume", "--workers", "2"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "finished tasks of incomplete seeds kept" in done.stdout
-    record = json.loads((out / "record.json").read_text())
+    record = read_record(out)
     assert rows(record) == rows(ref_record)
     assert (out / "summary.json").read_bytes() == (ref_out / "summary.json").read_bytes()
     for name in sorted(p.name for p in ref_out.glob("*.pt")):
@@ -151,7 +152,7 @@ def test_an_unusable_kept_result_is_trained_again(uninterrupted, tmp_path):
                            "--resume", "--workers", "2"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "is unusable; that task runs again" in done.stdout
-    assert rows(json.loads((out / "record.json").read_text())) == rows(ref_record)
+    assert rows(read_record(out)) == rows(ref_record)
 
 
 def test_kept_results_are_refused_under_other_numeric_settings(uninterrupted, tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from recordfiles import read_record
 
 from postlab.cli import main
 from postlab.errors import UserError
@@ -196,7 +197,7 @@ def trained(plan: dict, tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_a_gym_run_verifies_reproduces_and_reads(trained: Path, capsys) -> None:
     run = trained / "run"
-    record = json.loads((run / "record.json").read_text())
+    record = read_record(run)
     rows = record["runs"][0]["evaluations"]["initial"]["test"]["sampled"]
     assert [Row.of(r).pair for r in rows][:2] == [(0, 28), (0, 28)]
     summary = json.loads((run / "summary.json").read_text())

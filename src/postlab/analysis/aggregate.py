@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -201,7 +202,37 @@ def _band(columns: Sequence[Sequence[float]]) -> Band:
                 high=tuple(max(v) for v in by_position))
 
 
+class _Columns:
+    """Seeds x positions of one series, 8 bytes a value (a band over 10,000 seeds of 240
+    steps keeps 19 MB, not the 77 MB of Python floats), made a :class:`Band` at the end."""
+
+    def __init__(self) -> None:
+        self.columns: list[array[float]] = []
+
+    def add(self, values: Sequence[float]) -> None:
+        self.columns.append(array("d", values))
+
+    def band(self) -> Band:
+        return _band(self.columns)
+
+
+@dataclass
+class _ArmSeries:
+    """What one RL arm contributes to the analysis, gathered seed by seed."""
+
+    steps: tuple[int, ...]
+    series: dict[str, _Columns]
+    onsets: list[Onset]
+    paid: list[float]
+    right: list[float]
+    window: tuple[int, int]
+    trials: int = 0
+
+
 def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
+    """The analysis of a record, read one seed at a time: what is kept of a seed is its
+    numbers (rates, pass@k, per-step series), never its rows, so a record of many seeds is
+    analysed in the memory of one seed's rows plus a few kilobytes per seed."""
     runs = record["runs"]
     if not runs:
         raise ValueError("the record holds no completed seed")
@@ -210,35 +241,94 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
     contracts = plan_contracts(plan)
     reference = contracts[0]
     wanted = outcome_metrics(contracts)
-    # each seed's rows by where they sit (kept per run, as a record may repeat a seed)
-    blocks = [rows_by_place(iter_run_rows(run)) for run in runs]
+    ks = tuple(range(1, samples + 1))
+    monitor = plan.get("hacking_monitor") or {}
+    drift = monitor.get("drift", DEFAULT_DRIFT)
+    threshold = monitor.get("threshold", DEFAULT_THRESHOLD)
+    trained_on = {spec.name: spec.contract for spec in arm_specs(plan)}
 
-    def block(index: int, stage: str, split: str | None, step: int | None,
-              decoding: str) -> list[Row]:
-        return blocks[index][Place(runs[index]["seed"], stage, split, step, decoding)]
-
-    stages = tuple(runs[0]["evaluations"])
-    splits = tuple(runs[0]["evaluations"][stages[0]])
-    arms = tuple(a for a in arm_names(plan) if all(a in run.get("training", {}) for run in runs))
-
+    first = runs[0]
+    stages = tuple(first["evaluations"])
+    splits = tuple(first["evaluations"][stages[0]])
+    # arms every seed trained: those of the first seed, less any a later seed lacks
+    arms = [a for a in arm_names(plan) if a in first.get("training", {})]
     # per (stage, split, decoding, metric): one value per seed, in seed order
     values: dict[tuple[str, str, str, str], list[float]] = {}
-    for index in range(len(runs)):
+    curves: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+    questions: dict[str, int] = {}  # per split: the first seed's greedy rows
+    grouped: dict[tuple[str, str], int] = {}  # the first seed's sampled questions
+    per_arm: dict[str, _ArmSeries] = {}
+    sft_loss = _Columns()
+    compute = _ComputeSums(plan, stages)
+    seeds = []
+    for index, run in enumerate(runs):
+        seeds.append(run["seed"])
+        blocks = rows_by_place(iter_run_rows(run))
+
+        def block(stage: str, split: str | None, step: int | None, decoding: str,
+                  seed: int = run["seed"], blocks: dict = blocks) -> list[Row]:
+            return blocks[Place(seed, stage, split, step, decoding)]
+
         for stage in stages:
             for split in splits:
                 for decoding, count in (("greedy", 1), ("sampled", samples)):
-                    result = evaluate(block(index, stage, split, None, decoding), count,
+                    result = evaluate(block(stage, split, None, decoding), count,
                                       answer, contracts)
                     computed = {metric: result[metric] for metric in wanted["greedy"]}
                     computed["coverage"] = result["covered"] / result["questions"]
                     for metric in wanted[decoding]:
                         values.setdefault((stage, split, decoding, metric), []).append(
                             computed[metric])
+                # each question's accepted count, then every k from it
+                accepted = _accepted_per_question(block(stage, split, None, "sampled"),
+                                                  samples, reference, answer)
+                curves.setdefault((stage, split), []).append(
+                    tuple(_mean_pass_at_k(accepted, samples, k) for k in ks))
+                if index == 0:
+                    grouped[(stage, split)] = len(accepted)
+                    if stage == stages[0]:
+                        questions[split] = len(block(stage, split, None, "greedy"))
+        for arm in list(arms):
+            if arm not in run.get("training", {}):
+                arms.remove(arm)
+                per_arm.pop(arm, None)
+                continue
+            history = run["training"][arm]
+            seed_steps = [step_series(step, block(arm, None, step["step"], ROLLOUT), answer,
+                                      contracts) for step in history]
+            if arm not in per_arm:
+                window = max(1, len(history) // 10)
+                per_arm[arm] = _ArmSeries(
+                    steps=tuple(step["step"] for step in history),
+                    series={name: _Columns() for name in dynamics_series(contracts)},
+                    onsets=[], paid=[], right=[],
+                    window=(history[-window]["step"], history[-1]["step"]))
+            gathered = per_arm[arm]
+            for name, columns in gathered.series.items():
+                columns.add([s[name] for s in seed_steps])
+            contract = trained_on.get(arm)
+            if contract is not None and contract != reference:
+                gap_series = tuple(s[f"{contract}_reward"] - s[f"{reference}_reward"]
+                                   for s in seed_steps)
+                result = cusum(gap_series, drift, threshold)
+                gathered.onsets.append(Onset(
+                    arm=arm, seed=run["seed"], contract=contract, gaps=gap_series,
+                    alarm=result.alarm, onset=result.onset,
+                    kl_trend=slope([s["kl"] for s in seed_steps]),
+                    entropy_trend=slope([s["entropy"] for s in seed_steps])))
+            if contract is not None:
+                window = max(1, len(per_arm[arm].steps) // 10)
+                rows = [Row.of(raw) for step in history[-window:] for raw in step["rows"]]
+                gathered.trials = len(rows)
+                gathered.paid.append(count_under(rows, contract, answer) / len(rows))
+                gathered.right.append(count_under(rows, reference, answer) / len(rows))
+        sft_loss.add(run["sft_loss"])
+        compute.add(run)
 
     def trials(split: str, decoding: str, metric: str) -> int:
         """How many outputs (or questions) one seed's rate counts."""
-        questions = len(block(0, stages[0], split, None, "greedy"))
-        return questions * samples if decoding == "sampled" and metric != "coverage" else questions
+        count = questions[split]
+        return count * samples if decoding == "sampled" and metric != "coverage" else count
 
     outcomes = []
     for (stage, split, decoding, metric), per_seed in values.items():
@@ -259,69 +349,43 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                 gaps.append(HackingGap(stage=stage, split=split, gap=interval(
                     [p - r for p, r in zip(paid, right, strict=True)])))
 
-    ks = tuple(range(1, samples + 1))
-    curves = []
-    for stage in stages:
-        for split in splits:
-            # each question's accepted count once per seed, then every k from it
-            accepted = [_accepted_per_question(block(index, stage, split, None, "sampled"),
-                                               samples, reference, answer)
-                        for index in range(len(runs))]
-            per_seed = tuple(tuple(_mean_pass_at_k(counts, samples, k) for k in ks)
-                             for counts in accepted)
-            # pass@k of a question rests on about samples // k independent draws of k
-            # answers: questions x samples trials at k = 1 (where it is sampled success) down
-            # to one per question at k = samples (where it is coverage)
-            questions = len(accepted[0])
-            per_k = [rate_interval([curve[i] for curve in per_seed],
-                                   questions * (samples // k))
-                     for i, k in enumerate(ks)]
-            curves.append(PassAtK(stage=stage, split=split, k=ks, per_seed=per_seed,
-                                  mean=tuple(i.mean for i in per_k),
-                                  low=tuple(i.low for i in per_k),
-                                  high=tuple(i.high for i in per_k)))
+    pass_curves = []
+    for (stage, split), per_seed in curves.items():
+        # pass@k of a question rests on about samples // k independent draws of k answers:
+        # questions x samples trials at k = 1 (where it is sampled success) down to one per
+        # question at k = samples (where it is coverage)
+        per_k = [rate_interval([curve[i] for curve in per_seed],
+                               grouped[(stage, split)] * (samples // k))
+                 for i, k in enumerate(ks)]
+        pass_curves.append(PassAtK(stage=stage, split=split, k=ks, per_seed=tuple(per_seed),
+                                   mean=tuple(i.mean for i in per_k),
+                                   low=tuple(i.low for i in per_k),
+                                   high=tuple(i.high for i in per_k)))
 
-    dynamics = []
-    onsets = []
-    rewards: list[TrainingReward] = []
-    monitor = plan.get("hacking_monitor") or {}
-    drift = monitor.get("drift", DEFAULT_DRIFT)
-    threshold = monitor.get("threshold", DEFAULT_THRESHOLD)
-    trained_on = {spec.name: spec.contract for spec in arm_specs(plan)}
+    dynamics, onsets, rewards = [], [], []
     for arm in arms:
-        per_seed_steps = [[step_series(step, block(index, arm, None, step["step"], ROLLOUT),
-                                       answer, contracts)
-                           for step in run["training"][arm]] for index, run in enumerate(runs)]
+        gathered = per_arm[arm]
+        onsets += gathered.onsets
         contract = trained_on.get(arm)
-        if contract is not None and contract != reference:
-            for run, seed_steps in zip(runs, per_seed_steps, strict=True):
-                gap_series = tuple(s[f"{contract}_reward"] - s[f"{reference}_reward"]
-                                   for s in seed_steps)
-                result = cusum(gap_series, drift, threshold)
-                onsets.append(Onset(arm=arm, seed=run["seed"], contract=contract,
-                                    gaps=gap_series,
-                                    alarm=result.alarm, onset=result.onset,
-                                    kl_trend=slope([s["kl"] for s in seed_steps]),
-                                    entropy_trend=slope([s["entropy"] for s in seed_steps])))
-        steps = tuple(step["step"] for step in runs[0]["training"][arm])
         if contract is not None:
-            rewards.append(_training_reward(arm, contract, reference, runs, answer))
-        series = {name: _band([[s[name] for s in seed_steps] for seed_steps in per_seed_steps])
-                  for name in dynamics_series(contracts)}
-        dynamics.append(Dynamics(arm=arm, steps=steps, series=series))
+            rewards.append(TrainingReward(
+                arm=arm, contract=contract, steps=gathered.window,
+                reward=rate_interval(gathered.paid, gathered.trials),
+                reference=rate_interval(gathered.right, gathered.trials)))
+        dynamics.append(Dynamics(arm=arm, steps=gathered.steps, series={
+            name: columns.band() for name, columns in gathered.series.items()}))
 
-    sft_loss = _band([run["sft_loss"] for run in runs])
-    compute = _compute(runs, plan, stages)
     analysis = Analysis(schema=SCHEMA, plan_sha256=record["plan_sha256"],
-                        seeds=tuple(run["seed"] for run in runs), stages=stages, arms=arms,
+                        seeds=tuple(seeds), stages=stages, arms=tuple(arms),
                         splits=splits, eval_samples=samples, interval_method=INTERVAL_METHOD,
                         band_method=BAND_METHOD, outcomes=tuple(outcomes),
-                        hacking_gaps=tuple(gaps), pass_at_k=tuple(curves),
-                        dynamics=tuple(dynamics), sft_loss=sft_loss, compute=compute,
-                        contracts=contracts, hacking_onsets=tuple(onsets),
+                        hacking_gaps=tuple(gaps), pass_at_k=tuple(pass_curves),
+                        dynamics=tuple(dynamics), sft_loss=sft_loss.band(),
+                        compute=compute.result(), contracts=contracts,
+                        hacking_onsets=tuple(onsets),
                         onset_method=ONSET_METHOD.format(drift=drift, threshold=threshold),
                         training_rewards=tuple(rewards))
-    if plan.get("hypotheses") and len(runs) >= 2:
+    if plan.get("hypotheses") and len(seeds) >= 2:
         # Decided here, from the same per-seed values as every other number of the report.
         from postlab.analysis.hypotheses import verdicts_for
 
@@ -329,35 +393,44 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
     return analysis
 
 
-def _training_reward(arm: str, contract: str, reference: str, runs: list[dict[str, Any]],
-                     answer: Answer) -> TrainingReward:
-    history = runs[0]["training"][arm]
-    window = max(1, len(history) // 10)
-    paid, right, trials = [], [], 0
-    for run in runs:
-        rows = [Row.of(raw) for step in run["training"][arm][-window:] for raw in step["rows"]]
-        trials = len(rows)
-        paid.append(count_under(rows, contract, answer) / trials)
-        right.append(count_under(rows, reference, answer) / trials)
-    return TrainingReward(arm=arm, contract=contract,
-                          steps=(history[-window]["step"], history[-1]["step"]),
-                          reward=rate_interval(paid, trials),
-                          reference=rate_interval(right, trials))
+class _ComputeSums:
+    """Per-stage compute from the record, summed seed by seed (absent in records made before
+    it was recorded: then there is none)."""
 
+    def __init__(self, plan: dict[str, Any], stages: tuple[str, ...]) -> None:
+        self.pipelines = {arm.name: arm.pipeline for arm in arm_specs(plan)}
+        self.stages = stages
+        self.sums: dict[str, list[list[int]]] | None = None
+        self.keys: dict[str, list[str]] = {}
+        self.complete = True
+        self.seeds = 0
 
-def _compute(runs: list[dict[str, Any]], plan: dict[str, Any],
-             stages: tuple[str, ...]) -> tuple[Compute, ...]:
-    """Per-stage compute from the record (absent in records made before it was recorded)."""
-    if not all("compute" in run for run in runs):
-        return ()
-    pipelines = {arm.name: arm.pipeline for arm in arm_specs(plan)}
-    result = []
-    for stage in stages:
-        keys = list(runs[0]["compute"][stage])
-        own = {k: sum(run["compute"][stage][k] for run in runs) / len(runs) for k in keys}
-        starts_from_sft = stage != "initial" and pipelines.get(stage) != "rl-only"
-        total = {k: own[k] + (sum(run["compute"]["initial"][k] for run in runs) / len(runs)
-                              if starts_from_sft else 0) for k in keys}
-        result.append(Compute(stage=stage, pipeline=pipelines.get(stage, "sft"), own=own,
-                              total=total))
-    return tuple(result)
+    def add(self, run: dict[str, Any]) -> None:
+        if "compute" not in run or not self.complete:
+            self.complete = False
+            return
+        if self.sums is None:
+            self.keys = {stage: list(run["compute"][stage]) for stage in self.stages}
+            self.sums = {stage: [] for stage in self.stages}
+        for stage in self.stages:
+            self.sums[stage].append([run["compute"][stage][k] for k in self.keys[stage]])
+        self.seeds += 1
+
+    def result(self) -> tuple[Compute, ...]:
+        if not self.complete or self.sums is None:
+            return ()
+        n = self.seeds
+
+        def mean(stage: str) -> dict[str, float]:
+            return {k: sum(counts[i] for counts in self.sums[stage]) / n
+                    for i, k in enumerate(self.keys[stage])}
+
+        result = []
+        for stage in self.stages:
+            own = mean(stage)
+            starts_from_sft = stage != "initial" and self.pipelines.get(stage) != "rl-only"
+            base = mean("initial") if starts_from_sft else {}
+            total = {k: own[k] + (base[k] if starts_from_sft else 0) for k in own}
+            result.append(Compute(stage=stage, pipeline=self.pipelines.get(stage, "sft"),
+                                  own=own, total=total))
+        return tuple(result)

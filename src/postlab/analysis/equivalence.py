@@ -35,6 +35,7 @@ from postlab.analysis import margins
 from postlab.analysis.intervals import interval, t_quantile
 from postlab.plan.arms import plan_contracts, rl_contracts
 from postlab.records.metrics import evaluate
+from postlab.records.record import seeds_of
 from postlab.tasks.registry import answer_function
 
 #: Equivalence margins, on each metric's scale (final_kl: on log KL), with their reasons in
@@ -136,12 +137,12 @@ def compare_engines(first: dict[str, Any], second: dict[str, Any], plan: dict[st
                     ) -> list[Equivalence]:
     """Every metric of every RL arm: the first record's seeds against the second's; with
     ``paired``, both records must hold the same seeds, matched seed by seed."""
-    if paired:
-        seeds = [run["seed"] for run in first["runs"]]
-        if sorted(seeds) != sorted(run["seed"] for run in second["runs"]):
-            raise ValueError("a paired comparison needs the same seeds in both records")
-        order = {seed: index for index, seed in enumerate(seeds)}
-        second = second | {"runs": sorted(second["runs"], key=lambda run: order[run["seed"]])}
     a, b = seed_metrics(first, plan), seed_metrics(second, plan)
+    if paired:
+        seeds, others = seeds_of(first), seeds_of(second)
+        if sorted(seeds) != sorted(others):
+            raise ValueError("a paired comparison needs the same seeds in both records")
+        at = {seed: index for index, seed in enumerate(others)}
+        b = {key: [values[at[seed]] for seed in seeds] for key, values in b.items()}
     return [tost(metric, arm, a[(metric, arm)], b[(metric, arm)], margins[metric], paired)
             for metric, arm in a if metric in margins]

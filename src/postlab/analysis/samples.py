@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from postlab.plan.arms import plan_contracts
+from postlab.records.record import seeds_of
 from postlab.tasks.contracts import score
 from postlab.tasks.registry import answer_function, task_for
 from postlab.tasks.rows import ROLLOUT, iter_run_rows
@@ -66,9 +67,10 @@ def iter_samples(record: dict[str, Any], plan: dict[str, Any], *,
     wanted_stages = None if stages is None else set(stages)
     wanted_kinds = None if kinds is None else set(kinds)
     wanted_seeds = None if seeds is None else set(seeds)
-    for run in record["runs"]:
-        if wanted_seeds is not None and run["seed"] not in wanted_seeds:
-            continue
+    for index, seed in enumerate(seeds_of(record)):
+        if wanted_seeds is not None and seed not in wanted_seeds:
+            continue  # not read at all: a chunked record's other seeds stay on disk
+        run = record["runs"][index]
         for place, row in iter_run_rows(run, evaluations=not rollouts, training=rollouts):
             if rollouts and place.decoding != ROLLOUT:
                 continue  # rows a dynamic-sampling step dropped were never trained on

@@ -4,18 +4,23 @@ complete or not at all; and replacing a folder of figures an earlier ``plot`` wr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from postlab import jsonio
 from postlab.errors import UserError
 
 
-def publish_folder(out: Path, files: dict[str, bytes]) -> None:
-    """Write a folder of files aside, then rename it into place: all of it or nothing."""
+@contextlib.contextmanager
+def staged_folder(out: Path) -> Iterator[Path]:
+    """A folder to write ``out``'s files into, renamed into place when the block ends
+    without an error: ``out`` appears complete or not at all, and a failed block leaves
+    nothing behind. Files may be written in pieces (an export streams its tables)."""
     parent = out.parent
     if not parent.is_dir():
         raise UserError(f"{out}: folder {parent} does not exist")
@@ -24,8 +29,7 @@ def publish_folder(out: Path, files: dict[str, bytes]) -> None:
     except OSError as exc:
         raise UserError(f"{out}: cannot create: {exc.strerror}") from None
     try:
-        for name, data in files.items():
-            jsonio.publish_bytes(staging / name, data)
+        yield staging
         staging.chmod(0o755)
         try:
             os.rename(staging, out)  # fails if out appeared meanwhile (and is not empty)
@@ -34,6 +38,13 @@ def publish_folder(out: Path, files: dict[str, bytes]) -> None:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def publish_folder(out: Path, files: dict[str, bytes]) -> None:
+    """Write a folder of files aside, then rename it into place: all of it or nothing."""
+    with staged_folder(out) as staging:
+        for name, data in files.items():
+            jsonio.publish_bytes(staging / name, data)
 
 
 def check_only_figures(folder: Path, names: frozenset[str]) -> None:

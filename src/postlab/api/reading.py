@@ -323,8 +323,8 @@ def export(run: str | Path | None, out_dir: str | Path, *, format_: str = "parqu
     """Every raw output of a run, or of every version of a sweep, as tidy tables with
     ``schema.json``, published as one new folder; returns it, the number of tables, and the
     sweep versions left out (no completed seed yet)."""
-    from postlab.api.publish import publish_folder
-    from postlab.export.files import export_files
+    from postlab.api.publish import staged_folder
+    from postlab.export.files import write_export
     from postlab.export.loaded import LoadedRun, load_run, load_sweep, require_arrow
     from postlab.sweeps.folder import is_sweep
 
@@ -342,6 +342,6 @@ def export(run: str | Path | None, out_dir: str | Path, *, format_: str = "parqu
         chosen: list[tuple[str | None, LoadedRun]] = list(runs)
     else:
         chosen = [(None, load_run(target))]
-    files = export_files(chosen, format_)
-    publish_folder(out, files)
-    return out, len(files) - 1, left_out
+    with staged_folder(out) as staging:
+        tables = write_export(staging, chosen, format_)
+    return out, tables, left_out

@@ -260,7 +260,9 @@ def _rehashed(fresh: dict[str, Any], out_dir: Path, plan: dict[str, Any]) -> dic
 
     from postlab.policies.checkpoint import checkpoint_bytes, load_checkpoint
 
-    compared = copy.deepcopy(fresh)
+    # the seeds' entries as a list of copies (a chunked record's are read afresh on every
+    # access, so an edit of one would not stay); a spot check holds few seeds
+    compared = dict(fresh, runs=copy.deepcopy(list(fresh["runs"])))
     for run in compared["runs"]:
         for info in run.get("checkpoints", {}).values():
             payload = load_checkpoint(out_dir / info["file"], info["sha256"])

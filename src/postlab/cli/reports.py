@@ -163,6 +163,7 @@ def samples(args: argparse.Namespace) -> int:
     from postlab.analysis.samples import iter_samples
     from postlab.plan.arms import plan_contracts
     from postlab.records.opened import check_unchanged, open_run
+    from postlab.records.record import seeds_of
     from postlab.render.answers import samples_text
 
     if args.limit is not None and args.limit < 0:
@@ -178,14 +179,16 @@ def samples(args: argparse.Namespace) -> int:
     split = None if rollouts else (args.split or "test")
     if split is not None:
         check_split(opened, split)
-    stages = list(record["runs"][0]["evaluations"]) if record["runs"] else []
-    arms = [s for s in stages if any(s in run.get("training", {}) for run in record["runs"])]
+    # every seed of a record that fits its plan has the same stages and arms: the first's
+    first = record["runs"][0] if record["runs"] else {"evaluations": {}}
+    stages = list(first["evaluations"])
+    arms = [s for s in stages if s in first.get("training", {})]
     known = arms if rollouts else stages
     for stage in args.stage:
         if stage not in known:
             what = "RL arms with rollouts" if rollouts else "stages"
             raise UserError(f"--stage {stage}: the run's {what} are {', '.join(known) or 'none'}")
-    seeds = [run["seed"] for run in record["runs"]]
+    seeds = seeds_of(record)
     for seed in args.seed:
         if seed not in seeds:
             raise UserError(f"--seed {seed}: the run's seeds are {', '.join(map(str, seeds))}")

@@ -312,9 +312,10 @@ _BUILDERS: dict[str, Callable[[Source, Sequence[str]], Iterator[tuple[Any, ...]]
 }
 
 
-def build_table(name: str, sources: Sequence[Source], contracts: Sequence[str]) -> TableData:
-    """One table over every source, in record order; a ``version`` column when any source
-    is a sweep version."""
+def table_columns(name: str, sources: Sequence[Source], contracts: Sequence[str]
+                  ) -> tuple[Column, ...]:
+    """The columns of one table over ``sources``: a ``version`` column when any source is a
+    sweep version; refused when the contracts cannot read these runs' answers."""
     from postlab.tasks.contracts import contract_answers
     from postlab.tasks.registry import task_for
 
@@ -327,14 +328,53 @@ def build_table(name: str, sources: Sequence[Source], contracts: Sequence[str]) 
                         + (f"{', '.join(misfits)} read others" if misfits else
                            "the runs' tasks differ"))
     text_answers = bool(kinds) and kinds != {"integer"}
-    columns = columns_of(name, contracts, sweep=sweep, text_answers=text_answers)
-    values: tuple[list[Any], ...] = tuple([] for _ in columns)
+    return columns_of(name, contracts, sweep=sweep, text_answers=text_answers)
+
+
+def table_rows(name: str, sources: Sequence[Source], contracts: Sequence[str]
+               ) -> Iterator[tuple[Any, ...]]:
+    """One table's rows over every source, in record order, as :func:`table_columns` orders
+    them; a generator, so a caller may hold a batch at a time (a chunked record's seeds are
+    read one by one)."""
+    sweep = any(source.version is not None for source in sources)
     for source in sources:
         prefix = (source.version,) if sweep else ()
         for row in _BUILDERS[name](source, contracts):
-            for column, value in zip(values, (*prefix, *row), strict=True):
-                column.append(value)
+            yield (*prefix, *row)
+
+
+def build_table(name: str, sources: Sequence[Source], contracts: Sequence[str]) -> TableData:
+    """One table over every source, whole in memory (a run's tables for the Python API)."""
+    columns = table_columns(name, sources, contracts)
+    values: tuple[list[Any], ...] = tuple([] for _ in columns)
+    for row in table_rows(name, sources, contracts):
+        for column, value in zip(values, row, strict=True):
+            column.append(value)
     return TableData(name, columns, values)
+
+
+def arrow_batches(name: str, sources: Sequence[Source], contracts: Sequence[str],
+                  schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """One table as Arrow record batches of at most ``batch_rows`` rows, built as the rows
+    are walked: an export holds one batch, not the table."""
+    columns: tuple[list[Any], ...] = tuple([] for _ in schema)
+    for row in table_rows(name, sources, contracts):
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+        if len(columns[0]) >= batch_rows:
+            yield _batch(columns, schema)
+            columns = tuple([] for _ in schema)
+    if columns and columns[0]:
+        yield _batch(columns, schema)
+
+
+def _batch(columns: tuple[list[Any], ...], schema: pa.Schema) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays(
+        [pa.array(values, type=field.type) for values, field in zip(columns, schema,
+                                                                     strict=True)],
+        schema=schema)
 
 
 def build_tables(sources: Sequence[Source], contracts: Sequence[str]) -> dict[str, TableData]:

@@ -11,6 +11,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from postlab.records.record import seeds_of
+
 PARTS = ("structure", "SFT losses", "evaluation rows", "rollout rows", "zero-variance counts",
          "update statistics", "dynamic sampling", "compute", "checkpoints")
 MISSING = "(missing)"
@@ -60,10 +62,11 @@ class _Walker:
 
 def compare_records(recorded: dict[str, Any], new: dict[str, Any]) -> Comparison:
     walk = _Walker()
-    old_runs = {run["seed"]: run for run in recorded["runs"]}
-    new_runs = {run["seed"]: run for run in new["runs"]}
-    for seed in walk.keys("seed", old_runs, new_runs):
-        old, fresh = old_runs[seed], new_runs[seed]
+    # by position, so a chunked record's seeds are read one pair at a time
+    old_at = {seed: index for index, seed in enumerate(seeds_of(recorded))}
+    new_at = {seed: index for index, seed in enumerate(seeds_of(new))}
+    for seed in walk.keys("seed", old_at, new_at):
+        old, fresh = recorded["runs"][old_at[seed]], new["runs"][new_at[seed]]
         walk.sequence("SFT losses", f"seed {seed}, SFT loss", old.get("sft_loss"),
                       fresh.get("sft_loss"))
         for stage in walk.keys(f"seed {seed}, stage", old["evaluations"], fresh["evaluations"]):

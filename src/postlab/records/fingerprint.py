@@ -8,7 +8,8 @@ any change to any of those files is found, however carefully the inner hashes we
 
 The fingerprint covers ``plan.json``, the record's JSON (decompressed, so a gzipped copy keeps
 the fingerprint), ``summary.json``, ``tokenizer.json`` where the record names a trained
-tokenizer, and the checkpoint files the record names, sorted by name.
+tokenizer, the record's chunk files (``rows/``) where it has them, and the checkpoint files
+the record names, sorted by name.
 Nothing else in the folder is evidence: live training logs (``logs/``, ``engines.steplog``) are
 a view of numbers the record holds, and are neither hashed nor verified.
 """
@@ -51,6 +52,9 @@ def run_fingerprint(folder: Path, record_path: Path, record: dict[str, Any]) -> 
     if "tokenizer_sha256" in record:
         parts.append(("tokenizer.json", _sha256(read_bytes(folder / "tokenizer.json",
                                                            "tokenizer"))))
+    # a chunked record's chunks: named with their digests in record.json, hashed here too
+    parts += [(chunk["file"], _sha256(read_bytes(folder / chunk["file"], "record chunk")))
+              for chunk in sorted(record.get("chunks", []), key=lambda c: c["file"])]
     names = sorted({info["file"] for run in record["runs"]
                     for info in run.get("checkpoints", {}).values()})
     parts += [(name, _sha256(read_bytes(folder / name, "checkpoint"))) for name in names]

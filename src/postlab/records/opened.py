@@ -16,11 +16,13 @@ from typing import Any
 from postlab.errors import UserError
 from postlab.jsonio import read_bytes
 from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
+from postlab.records.chunks import unlisted_chunks
 from postlab.records.record import (
     RunFiles,
     changed_parts,
     check_plan_link,
     decode_record_bytes,
+    is_chunked,
     locate_run,
     reading_problems,
 )
@@ -74,7 +76,15 @@ def open_run(target: Path | None, plan_path: Path | None = None, *,
     """
     files = locate_run(target)
     raw = read_bytes(files.record, "record")
-    record = decode_record_bytes(raw, str(files.record))
+    record = decode_record_bytes(raw, str(files.record), files.record.parent)
+    if is_chunked(record):
+        # a chunk no manifest names is not evidence a reader may ignore (a crash between a
+        # chunk's publication and the record's leaves one; resuming the run removes it)
+        stray = unlisted_chunks(files.record.parent, record["chunks"])
+        if stray:
+            raise UserError(f"{files.record.parent / stray[0]}: in the run folder but not in "
+                            "its record's manifest; an interrupted run leaves one ('postlab "
+                            "run --resume' removes it), else remove it")
     plan = plan_beside(files.record, plan_path)
     check_plan_link(record, plan, str(files.record))
     if check_rows:

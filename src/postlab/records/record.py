@@ -20,6 +20,7 @@ from typing import Any
 from postlab.errors import UserError
 from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
 from postlab.plan.frozen import LoadedPlan
+from postlab.records.chunks import ChunkedRuns, check_manifest
 from postlab.tasks.rows import Row
 
 #: The most worker processes a record may name (and so a run may use).
@@ -329,7 +330,18 @@ def check_record(record: Any, source: str) -> None:
         "wall_seconds": _number(0.0, 10.0**9),
         "numerics": _numerics,
         "runs": lambda v, w: _list(v, w, _run),
-    }, required=("plan_sha256", "runs"))
+        "chunks": lambda v, w: None, "seeds": lambda v, w: None,
+    }, required=("plan_sha256",))
+    layouts = [key for key in ("runs", "chunks") if key in record]
+    if not layouts:
+        raise UserError(f"{source}: missing field 'runs'")
+    if len(layouts) == 2:
+        raise UserError(f"{source}: mixes two layouts: seeds inline ('runs') and in chunk "
+                        "files ('chunks'); a record has one or the other")
+    if "chunks" in record:
+        check_manifest(record["chunks"], record.get("seeds"), source)
+    elif "seeds" in record:
+        raise UserError(f"{source}: unknown field 'seeds' (only a chunked record lists them)")
 
 
 def _engine_name(value: Any, where: str) -> None:
@@ -350,7 +362,9 @@ def summary_bytes(summary: list[dict[str, Any]]) -> bytes:
     return (json.dumps(summary, indent=2) + "\n").encode()
 
 
-def decode_record_bytes(raw: bytes, source: str) -> dict[str, Any]:
+def decode_record_bytes(raw: bytes, source: str, folder: Path | None = None) -> dict[str, Any]:
+    """A record from its file's bytes, checked. A chunked record's ``runs`` become a lazy
+    sequence over the chunk files in ``folder`` (the record file's folder)."""
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
@@ -358,11 +372,37 @@ def decode_record_bytes(raw: bytes, source: str) -> dict[str, Any]:
             raise UserError(f"{source}: damaged gzip data ({exc})") from None
     record = parse_json(raw, source)
     check_record(record, source)
+    if "chunks" in record:
+        if folder is None:
+            raise UserError(f"{source}: a chunked record is read from its run folder")
+        attach_runs(record, folder)
     return record
 
 
 def load_record(path: Path) -> dict[str, Any]:
-    return decode_record_bytes(read_bytes(path, "record"), str(path))
+    return decode_record_bytes(read_bytes(path, "record"), str(path), path.parent)
+
+
+def attach_runs(record: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A chunked record's header with its seeds' entries readable as ``record["runs"]``."""
+    record["runs"] = ChunkedRuns(folder, record["chunks"], record["seeds"], _run,
+                                 str(folder / RECORD_NAMES[0]))
+    return record
+
+
+def seeds_of(record: dict[str, Any]) -> list[int]:
+    """The record's seeds in order, without reading a chunked record's rows."""
+    runs = record["runs"]
+    return list(runs.seeds) if isinstance(runs, ChunkedRuns) else [r["seed"] for r in runs]
+
+
+def is_chunked(record: dict[str, Any]) -> bool:
+    return "chunks" in record
+
+
+def header_of(record: dict[str, Any]) -> dict[str, Any]:
+    """What ``record.json`` holds of a chunked record: everything but the seeds' entries."""
+    return {key: value for key, value in record.items() if key != "runs"}
 
 
 def check_plan_link(record: dict[str, Any], plan: LoadedPlan, source: str) -> None:

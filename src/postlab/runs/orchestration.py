@@ -53,6 +53,14 @@ from postlab.policies.tokenizers import (
     trained_bytes,
     uses_bpe,
 )
+from postlab.records.chunks import (
+    CHUNK_DIR,
+    MAX_CHUNK_SEEDS,
+    chunk_bytes,
+    chunk_entry,
+    chunk_name,
+    unlisted_chunks,
+)
 from postlab.records.fingerprint import (
     FINGERPRINT_FILE,
     fingerprint_file_bytes,
@@ -64,6 +72,9 @@ from postlab.records.metrics import summary_for
 from postlab.records.record import (
     KEPT_DIR,
     KEPT_SETTINGS,
+    attach_runs,
+    header_of,
+    is_chunked,
     keep_results,
     kept_result_path,
     load_record,
@@ -146,7 +157,7 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
             publish_bytes(kept, trained_bytes(stored.data))
         elif read_bytes(kept, "tokenizer") != trained_bytes(stored.data):
             raise UserError(f"{kept}: not the tokenizer the plan trains; cannot resume")
-    for leftover in out_dir.glob(".*.partial"):
+    for leftover in [*out_dir.glob(".*.partial"), *(out_dir / CHUNK_DIR).glob(".*.partial")]:
         # an interrupted atomic write (a file) or folder publication (a folder, e.g. a
         # killed 'postlab plot RUN'); what it was writing was never published
         if leftover.is_dir() and not leftover.is_symlink():
@@ -154,9 +165,12 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
         else:
             leftover.unlink()
     record_path = out_dir / RECORD_FILE
-    if not record_path.exists():
+    record = load_record(record_path) if record_path.exists() else None
+    # chunks published but never named by the record: a crash between the two writes
+    for name in unlisted_chunks(out_dir, record.get("chunks", []) if record else []):
+        (out_dir / name).unlink()
+    if record is None:
         return stored, None
-    record = load_record(record_path)
     if record.get("plan_sha256") != stored.sha256:
         raise UserError(f"{record_path}: not a record of the plan in {plan_path}")
     stages = ["initial", *arm_names(stored.data)]
@@ -193,7 +207,7 @@ def new_record(plan: LoadedPlan, workers: int, device: str = "cpu",
             "workers": workers,
             "numerics": numerics.describe(plan.data["threads"], numerics.current_pin(),
                                           device=device, dtype=compute_dtype),
-            "runs": []}
+            "chunks": [], "seeds": []}
 
 
 class _SeedAssembly:
@@ -237,9 +251,23 @@ class _SeedAssembly:
         return entry
 
 
-def _write_record(out_dir: Path, record: dict[str, Any], seeds: list[int]) -> None:
-    order = {seed: i for i, seed in enumerate(seeds)}
-    record["runs"].sort(key=lambda run: order[run["seed"]])
+def _write_record(run: OpenRun) -> None:
+    """Publish the seeds recorded since the last write as new chunks (at most
+    ``MAX_CHUNK_SEEDS`` each), then replace ``record.json`` with the manifest naming them: a
+    crash between the two leaves chunks no record names, removed on resume."""
+    out_dir, record = run.options.out_dir, run.record
+    order = {seed: i for i, seed in enumerate(run.data["seeds"])}
+    entries = sorted(run.unwritten, key=lambda entry: order[entry["seed"]])
+    for first in range(0, len(entries), MAX_CHUNK_SEEDS):
+        part = entries[first:first + MAX_CHUNK_SEEDS]
+        name = chunk_name(len(record["chunks"]))
+        data = chunk_bytes(part)
+        (out_dir / CHUNK_DIR).mkdir(exist_ok=True)
+        publish_bytes(out_dir / name, data)
+        record["chunks"].append(chunk_entry(name, data, [entry["seed"] for entry in part]))
+    record["seeds"] = sorted([*record["seeds"], *(e["seed"] for e in entries)],
+                             key=order.__getitem__)
+    run.unwritten = []
     replace_bytes(out_dir / RECORD_FILE, dump_json(record))
 
 
@@ -261,6 +289,12 @@ class OpenRun:
     failed: dict[int, str] = field(default_factory=dict)
     #: results of tasks finished by an earlier, interrupted invocation: (seed, stage) -> result
     kept: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
+    #: complete seeds' entries not yet in a chunk (written with the next record write)
+    unwritten: list[dict[str, Any]] = field(default_factory=list)
+
+    def recorded(self) -> set[int]:
+        """Seeds the record holds, written or about to be."""
+        return {*self.record["seeds"], *(entry["seed"] for entry in self.unwritten)}
 
     @property
     def data(self) -> dict[str, Any]:
@@ -298,15 +332,20 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
             raise UserError(f"{options.out_dir}: the run was started with other numeric "
                             f"settings ({'; '.join(deciding)}); resume it where they can be "
                             f"the same (postlab run --resume pins the run's own code path)")
-        record["runs"] = list(previous.get("runs", []))
         for key in ("parameters", "wall_seconds"):
             if key in previous:
                 record[key] = previous[key]
-    done = {run["seed"] for run in record["runs"]}
+    unwritten: list[dict[str, Any]] = []
+    if previous is not None and is_chunked(previous):
+        record["chunks"], record["seeds"] = previous["chunks"], previous["seeds"]
+    elif previous is not None:
+        # a record of the earlier layout: its seeds go into chunks with the next write
+        unwritten = list(previous["runs"])
+    done = {*record["seeds"], *(entry["seed"] for entry in unwritten)}
     pending = [seed for seed in data["seeds"] if seed not in done]
     if done:
         options.display.message(f"resuming: seeds {sorted(done)} already complete")
-    run = OpenRun(plan, options, record, pending, start)
+    run = OpenRun(plan, options, record, pending, start, unwritten=unwritten)
     if options.resume:
         _check_kept_settings(run)
     if pending and run.engine.keeps_results:
@@ -423,7 +462,8 @@ def finish_run(run: OpenRun) -> dict[str, Any]:
     if run.pending or "wall_seconds" not in record:
         # Wall time of the invocation that finished the run (a resumed run's last part).
         record["wall_seconds"] = time.monotonic() - run.started
-        _write_record(options.out_dir, record, data["seeds"])
+        _write_record(run)
+    record = attach_runs(header_of(record), options.out_dir)
     summary_path = options.out_dir / SUMMARY_FILE
     if summary_path.exists():
         options.display.message("the run was already complete; nothing to do")
@@ -459,10 +499,10 @@ def _finish_seed(assembly: _SeedAssembly, run: OpenRun, write: bool = True) -> N
     (``write=False``: the caller writes once after adding several, so many seeds cost one
     write, not one each, and drops their kept results after that write)."""
     record, options = run.record, run.options
-    record["runs"].append(assembly.entry())
+    run.unwritten.append(assembly.entry())
     record.setdefault("parameters", assembly.sft["parameters"] if assembly.sft else None)
     if write:
-        _write_record(options.out_dir, record, run.data["seeds"])
+        _write_record(run)
         _drop_kept(run, assembly.sft["seed"])  # the record holds them now
     options.display.handle({"kind": "seed_done", "seed": assembly.sft["seed"]})
 
@@ -637,14 +677,14 @@ def _finish_kept_seeds(run: OpenRun) -> list[int]:
 def _finish_seeds(run: OpenRun, seeds: list[int]) -> None:
     """Record complete seeds with one record write, then drop their kept results (until the
     record holds them, the kept results do)."""
-    recorded = {entry["seed"] for entry in run.record["runs"]}
+    recorded = run.recorded()
     if any(seed in recorded for seed in seeds):
         raise RuntimeError(f"seeds {sorted(recorded & set(seeds))} would be recorded twice")
     if not seeds:
         return
     for seed in seeds:
         _finish_seed(run.assemblies[seed], run, write=False)
-    _write_record(run.options.out_dir, run.record, run.data["seeds"])
+    _write_record(run)
     for seed in seeds:
         _drop_kept(run, seed)
 

@@ -27,6 +27,7 @@ from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
 from postlab.policies import build_policy, place_policy, policy_kind
 from postlab.policies.checkpoint import CheckpointError, check_kind, load_checkpoint
 from postlab.policies.restore import policy_from_checkpoint
+from postlab.records.chunks import chunk_problems
 from postlab.records.fingerprint import read_fingerprint_file, run_fingerprint
 from postlab.records.integrity import compare_digests
 from postlab.records.metrics import summary_for
@@ -419,10 +420,26 @@ def verify_run(files: RunFiles, record: dict[str, Any], *,
 
     folder = files.record.parent
     plan, plan_check = _plan_for(files, record)
+    if "chunks" in record:
+        problems = chunk_problems(folder, record["chunks"])
+        row_files = Check(name="row files", status="fail" if problems else "pass", detail=(
+            "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more"
+                                       if len(problems) > 5 else "") if problems else
+            f"{len(record['chunks'])} chunk files match the record's manifest (sha256, "
+            "size, seeds) and no other file is in rows/"))
+        if problems:
+            # every other check reads the rows: none can run on files that are not the ones
+            # the record names
+            return [plan_check, row_files, *(
+                Check(name=name, status="skip", detail="needs the row files intact")
+                for name in ("record", "checkpoint hashes", "checkpoint re-evaluation",
+                             "summary", "counts", "raw rows", "fingerprint"))]
     plan_data = plan.data if plan is not None else None
     device = device_here(record)
     configure_torch(plan_data["threads"] if plan_data is not None else 1, device)
     checks = [_check_completeness(record, plan_data), plan_check]
+    if "chunks" in record:
+        checks.append(row_files)
     tokenizer = _check_tokenizer(record, plan_data, folder)
     if tokenizer is not None:
         checks.append(tokenizer)

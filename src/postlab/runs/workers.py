@@ -14,7 +14,7 @@ from multiprocessing.context import BaseContext
 
 from postlab.errors import UserError
 
-PRELOAD = ["postlab.runs.orchestration"]
+PRELOAD = ["postlab.runs.orchestration", "torch._dynamo"]
 #: Sets the worker count when ``--workers`` is not given: on a machine whose cores other jobs
 #: already keep busy (a test suite running one test per core, say), more workers add only
 #: their server's start (about 4 CPU-seconds per run, measured on a 2-core machine).

@@ -1,0 +1,202 @@
+"""Records at scale: train the teaching plan on N seeds with the ensemble engine, then time
+every reader of the record with its peak memory, at several N, and extrapolate.
+
+    python bench/bench_records.py [--sizes 100,300,1000] [--baseline-up-to 300]
+                                  [--workers N] [--device cpu|cuda] [--keep DIR]
+                                  [--json FILE]
+
+For each size N, ``postlab run --engine ensemble`` trains N teaching seed-runs (SFT, both RL
+arms, every evaluation) into a run folder; then, each in its own process so its peak resident
+memory is its own (``os.wait4``): ``verify`` (every check, every checkpoint re-evaluated),
+``report --format json``, ``report --html`` (figures and the page), ``export`` (Parquet),
+``compare`` (the run against itself) and ``samples``. It states the bytes on disk per
+seed-run (the record's files, and the whole folder with checkpoints), then edits one byte
+of one chunk and checks that ``verify`` names that chunk.
+
+Baseline, side by side: up to ``--baseline-up-to`` seeds, the same record rewritten in the
+one-document layout earlier versions wrote (every seed inline in ``record.json``) is read by
+``report --format json`` and ``export``, so the memory of the two layouts is measured in one
+invocation on one machine. Last, a least-squares line through each command's time and peak
+memory against N gives the figure at 10,000 seed-runs (the growth is linear if the line fits
+the points; the residuals are printed so a reader can judge).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+POSTLAB = [sys.executable, "-m", "postlab"]
+TARGET = 10_000
+
+
+def timed(command: list[str], *, expect: int = 0) -> tuple[float, float, str]:
+    """Wall seconds, peak resident MiB (this process alone, ``ru_maxrss``) and stdout."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if child.returncode != expect:
+        raise SystemExit(f"{' '.join(command)} exited {child.returncode}, not {expect}:\n"
+                         f"{stderr[-3000:]}{stdout[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024, stdout
+
+
+def teaching_plan(path: Path, seeds: int) -> Path:
+    from postlab.plan.frozen import freeze
+    from postlab.plan.frozen import teaching_plan as plan
+
+    freeze(path, plan() | {"seeds": list(range(1, seeds + 1))})
+    return path
+
+
+def folder_bytes(folder: Path, pattern: str = "**/*") -> int:
+    return sum(p.stat().st_size for p in folder.glob(pattern) if p.is_file())
+
+
+def as_one_document(run: Path, out: Path) -> Path:
+    """A copy of ``run`` whose record is one JSON document, as earlier versions wrote it."""
+    from postlab.jsonio import dump_json
+    from postlab.records.record import load_record
+
+    shutil.copytree(run, out, ignore=shutil.ignore_patterns("rows"))
+    record = load_record(run / "record.json")
+    header = {key: value for key, value in record.items()
+              if key not in ("chunks", "seeds", "runs")}
+    header["runs"] = list(record["runs"])
+    (out / "record.json").write_bytes(dump_json(header))
+    return out
+
+
+def readers(run: Path, scratch: Path) -> dict[str, list[str]]:
+    return {
+        "verify": [*POSTLAB, "verify", str(run)],
+        "report json": [*POSTLAB, "report", str(run), "--format", "json"],
+        "report html": [*POSTLAB, "report", str(run), "--format", "json",
+                        "--html", str(scratch / "page.html")],
+        "export": [*POSTLAB, "export", str(run), "--out-dir", str(scratch / "tables")],
+        "compare": [*POSTLAB, "compare", str(run), str(run), "--format", "json"],
+        "samples": [*POSTLAB, "samples", str(run)],
+    }
+
+
+def edited_chunk_caught(run: Path) -> str:
+    """Flip one byte of one chunk in the middle of the record; verify must name it."""
+    header = json.loads((run / "record.json").read_text())
+    chunk = header["chunks"][len(header["chunks"]) // 2]
+    path = run / chunk["file"]
+    original = path.read_bytes()
+    edited = bytearray(original)
+    edited[len(edited) // 2] ^= 1
+    try:
+        path.write_bytes(bytes(edited))
+        seconds, _, out = timed([*POSTLAB, "verify", str(run)], expect=1)
+    finally:
+        path.write_bytes(original)
+    line = next(line for line in out.splitlines() if "row files" in line)
+    if not line.startswith("FAIL") or chunk["file"] not in line:
+        raise SystemExit(f"verify did not name the edited chunk {chunk['file']}: {line}")
+    return f"{chunk['file']} of {len(header['chunks'])} chunks named by verify ({seconds:.1f} s)"
+
+
+def fit(sizes: list[int], values: list[float]) -> tuple[float, float, float]:
+    """Least-squares intercept and slope, and the largest residual as a share of its value."""
+    n = len(sizes)
+    mean_x, mean_y = sum(sizes) / n, sum(values) / n
+    spread = sum((x - mean_x) ** 2 for x in sizes)
+    slope = (sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, values, strict=True))
+             / spread) if spread else 0.0
+    intercept = mean_y - slope * mean_x
+    worst = max(abs(intercept + slope * x - y) / y for x, y in zip(sizes, values, strict=True))
+    return intercept, slope, worst
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,300,1000")
+    parser.add_argument("--baseline-up-to", type=int, default=300)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--keep", type=Path, help="keep the run folders here")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+    sizes = sorted(int(size) for size in args.sizes.split(","))
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}; {args.workers} workers on {args.device}")
+    base = args.keep or Path(tempfile.mkdtemp(prefix="bench-records-"))
+    base.mkdir(parents=True, exist_ok=True)
+    results: dict[int, dict[str, dict[str, float]]] = {}
+    try:
+        for size in sizes:
+            folder = base / f"seeds-{size}"
+            folder.mkdir()
+            run = folder / "run"
+            plan = teaching_plan(folder / "plan.json", size)
+            train, train_mib, _ = timed([*POSTLAB, "run", "--plan", str(plan), "--out-dir",
+                                         str(run), "--engine", "ensemble", "--workers",
+                                         str(args.workers), "--device", args.device,
+                                         "--quiet", "--allow-large"])
+            rows = folder_bytes(run, "rows/*") + (run / "record.json").stat().st_size
+            whole = folder_bytes(run)
+            chunks = len(json.loads((run / "record.json").read_text())["chunks"])
+            print(f"\n{size} seed-runs: trained in {train:.0f} s "
+                  f"({size / train:.2f} seed-runs/s, main process peak {train_mib:.0f} MiB); "
+                  f"record {rows / size / 1e3:.0f} KB per seed-run in {chunks} chunks, "
+                  f"folder with checkpoints {whole / size / 1e3:.0f} KB per seed-run")
+            figures = {"train": {"s": train, "mib": train_mib},
+                       "bytes": {"record_per_seed": rows / size,
+                                 "folder_per_seed": whole / size}}
+            for name, command in readers(run, folder).items():
+                seconds, mib, _ = timed(command)
+                figures[name] = {"s": seconds, "mib": mib}
+                print(f"  {name:<12} {seconds:8.1f} s  {mib:8.0f} MiB peak")
+            if size <= args.baseline_up_to:
+                old = as_one_document(run, folder / "one-document")
+                print(f"  one-document layout (earlier versions), "
+                      f"record.json {(old / 'record.json').stat().st_size / size / 1e3:.0f} "
+                      "KB per seed-run:")
+                for name in ("report json", "export"):
+                    command = readers(old, folder / "old")[name]
+                    (folder / "old").mkdir(exist_ok=True)
+                    seconds, mib, _ = timed(command)
+                    figures[f"{name} (one document)"] = {"s": seconds, "mib": mib}
+                    ratio = mib / figures[name]["mib"]
+                    print(f"  {name:<12} {seconds:8.1f} s  {mib:8.0f} MiB peak  "
+                          f"({ratio:.1f}x the chunked record's memory)")
+            print(f"  edited chunk: {edited_chunk_caught(run)}")
+            results[size] = figures
+        if len(sizes) >= 2:
+            print(f"\nextrapolated to {TARGET:,} seed-runs (least-squares line through "
+                  f"{', '.join(map(str, sizes))}; worst residual of the fit in brackets):")
+            for name in ("train", *readers(base, base)):
+                for unit, label in (("s", "s"), ("mib", "MiB peak")):
+                    values = [results[size][name][unit] for size in sizes]
+                    intercept, slope, worst = fit(sizes, values)
+                    print(f"  {name:<12} {intercept + slope * TARGET:10.0f} {label:<9} "
+                          f"({slope * 1000:.2f} per 1,000 seed-runs; fit within "
+                          f"{worst:.0%})")
+            per_seed = [results[size]["bytes"]["record_per_seed"] for size in sizes]
+            print(f"  record on disk: {max(per_seed) * TARGET / 1e9:.2f} GB "
+                  f"({max(per_seed) / 1e3:.0f} KB per seed-run at most)")
+        if args.json:
+            args.json.write_text(json.dumps({"sizes": sizes, "results": results}, indent=1))
+    finally:
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+"""A record's raw rows in Parquet chunks, read one seed at a time.
+
+A record written by this version keeps its provenance in ``record.json`` and its seeds' raw
+parts (evaluation and rollout rows, update statistics, SFT losses, checkpoint entries, digests)
+in compressed Parquet files under ``rows/``, one row group per seed, so a reader holds one
+seed's rows at a time whatever the number of seeds: about 5 MB of Python objects for a
+teaching seed, where the whole JSON record of 10,000 seeds would need about 10 GB.
+``record.json`` names every chunk with its sha256 and seeds (the manifest), so the fingerprint,
+which covers ``record.json``, covers the chunks too; a chunk is hashed before it is parsed.
+
+Records written before (one JSON document, ``runs`` inline) stay readable as they are; a record
+never mixes the two layouts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+from postlab.errors import UserError
+from postlab.jsonio import parse_json, read_bytes
+
+#: The folder of a run that holds its chunks, and how a chunk is named there.
+CHUNK_DIR = "rows"
+CHUNK_FILE = re.compile(r"rows/chunk-[0-9]{5,9}\.parquet")
+#: Chunks written at once hold at most this many seeds (a reader holds one chunk's bytes).
+MAX_CHUNK_SEEDS = 256
+#: zstd at its default level: the teaching seed's rows take about 1/10 of their JSON.
+COMPRESSION = "zstd"
+#: The chunk format, kept in each file's metadata so a later layout cannot be misread.
+FORMAT_KEY = b"postlab.chunk"
+FORMAT = b"1"
+
+
+def chunk_name(index: int) -> str:
+    return f"{CHUNK_DIR}/chunk-{index:05d}.parquet"
+
+
+def _schema() -> Any:
+    import pyarrow as pa
+
+    row = pa.struct([("a", pa.int64()), ("b", pa.int64()), ("text", pa.string()),
+                     ("terminated", pa.bool_())])
+    rows = pa.list_(row)
+    update = pa.struct([(name, pa.float64()) for name in UPDATE_KEYS])
+    sampling = pa.struct([*((name, pa.int64()) for name in SAMPLING_COUNTS),
+                          ("dropped_rows", rows)])
+    return pa.schema([
+        ("seed", pa.int64()),
+        # key orders of the run entry and its steps, so a seed reads back as the same JSON
+        ("layout", pa.string()),
+        ("sft_loss", pa.list_(pa.float64())),
+        ("evaluations", pa.list_(pa.struct([("stage", pa.string()), ("split", pa.string()),
+                                            ("decoding", pa.string()), ("rows", rows)]))),
+        ("arms", pa.list_(pa.string())),
+        ("training", pa.list_(pa.struct([
+            ("arm", pa.string()), ("step", pa.int64()), ("rows", rows),
+            ("zero_variance_groups", pa.int64()), ("updates", pa.list_(update)),
+            ("sampling", sampling)]))),
+        ("checkpoints", pa.list_(pa.struct([("stage", pa.string()), ("file", pa.string()),
+                                            ("sha256", pa.string()),
+                                            ("reload_equal", pa.bool_())]))),
+        ("arm_sft_loss", pa.list_(pa.struct([("arm", pa.string()),
+                                             ("losses", pa.list_(pa.float64()))]))),
+        ("compute", pa.list_(pa.struct([("stage", pa.string()),
+                                        *((name, pa.int64()) for name in COMPUTE_KEYS)]))),
+        ("digests", pa.string()),
+    ], metadata={FORMAT_KEY: FORMAT})
+
+
+UPDATE_KEYS = ("loss", "gradient_norm_before_clip", "kl", "entropy", "ratio_outside_clip")
+SAMPLING_COUNTS = ("drawn", "kept", "dropped", "replaced")
+COMPUTE_KEYS = ("completions", "tokens_generated", "gradient_steps", "examples_seen")
+#: Parts of a seed's entry a chunk stores; every entry postlab writes has exactly these.
+RUN_KEYS = frozenset({"seed", "sft_loss", "evaluations", "training", "checkpoints",
+                      "arm_sft_loss", "compute", "digests"})
+
+
+def _row_struct(row: Sequence[Any]) -> dict[str, Any]:
+    a, b, text, terminated = row
+    return {"a": a, "b": b, "text": text, "terminated": terminated}
+
+
+def _floats(values: Sequence[Any], where: str) -> list[float]:
+    # a double column keeps a float exactly; an int would come back a float, another JSON
+    if any(type(v) is not float for v in values):
+        raise ValueError(f"{where}: a chunk stores floats only")
+    return list(values)
+
+
+def _flat(entry: dict[str, Any]) -> dict[str, Any]:
+    """One seed's entry as a chunk row (the inverse of :func:`_entry`)."""
+    extra = set(entry) - RUN_KEYS
+    if extra:
+        raise ValueError(f"a chunk cannot store the entry parts {sorted(extra)}")
+    steps = [step for history in entry.get("training", {}).values() for step in history]
+    step_keys = list(steps[0]) if steps else []
+    update_keys = list(steps[0]["updates"][0]) if steps and steps[0]["updates"] else []
+    sampling_keys = list(steps[0]["sampling"]) if steps and "sampling" in steps[0] else []
+    for step in steps:
+        if (list(step) != step_keys or any(list(u) != update_keys for u in step["updates"])
+                or list(step.get("sampling", {})) != sampling_keys):
+            raise ValueError("the steps of one seed differ in layout")
+    layout = {"run": list(entry), "step": step_keys, "update": update_keys,
+              "sampling": sampling_keys}
+    return {
+        "seed": entry["seed"],
+        "layout": json.dumps(layout, separators=(",", ":")),
+        "sft_loss": _floats(entry.get("sft_loss", []), "sft_loss"),
+        "evaluations": [{"stage": stage, "split": split, "decoding": decoding,
+                         "rows": [_row_struct(r) for r in rows]}
+                        for stage, splits in entry["evaluations"].items()
+                        for split, decoded in splits.items()
+                        for decoding, rows in decoded.items()],
+        "arms": list(entry.get("training", {})),
+        "training": [{"arm": arm, "step": step["step"],
+                      "rows": [_row_struct(r) for r in step["rows"]],
+                      "zero_variance_groups": step["zero_variance_groups"],
+                      "updates": [{k: _floats([u[k]], "updates")[0] for k in UPDATE_KEYS}
+                                  for u in step["updates"]],
+                      "sampling": None if "sampling" not in step else {
+                          **{k: step["sampling"][k] for k in SAMPLING_COUNTS},
+                          "dropped_rows": [_row_struct(r)
+                                           for r in step["sampling"]["dropped_rows"]]}}
+                     for arm, history in entry.get("training", {}).items() for step in history],
+        "checkpoints": [{"stage": stage, **info}
+                        for stage, info in entry.get("checkpoints", {}).items()],
+        "arm_sft_loss": [{"arm": arm, "losses": _floats(losses, "arm_sft_loss")}
+                         for arm, losses in entry.get("arm_sft_loss", {}).items()],
+        "compute": [{"stage": stage, **counts}
+                    for stage, counts in entry.get("compute", {}).items()],
+        "digests": json.dumps(entry["digests"], separators=(",", ":"))
+        if "digests" in entry else None,
+    }
+
+
+def _rows(structs: list[dict[str, Any]]) -> list[list[Any]]:
+    return [[r["a"], r["b"], r["text"], r["terminated"]] for r in structs]
+
+
+def _entry(flat: dict[str, Any], source: str) -> dict[str, Any]:
+    """A chunk row back as the seed's entry, its keys in the order they were written."""
+    layout = parse_json(flat["layout"], source)
+    evaluations: dict[str, Any] = {}
+    for block in flat["evaluations"]:
+        place = evaluations.setdefault(block["stage"], {}).setdefault(block["split"], {})
+        place[block["decoding"]] = _rows(block["rows"])
+    training: dict[str, list[dict[str, Any]]] = {arm: [] for arm in flat["arms"]}
+    for step in flat["training"]:
+        values = {"step": step["step"], "rows": _rows(step["rows"]),
+                  "zero_variance_groups": step["zero_variance_groups"],
+                  "updates": [{k: u[k] for k in layout["update"]} for u in step["updates"]]}
+        if step["sampling"] is not None:
+            sampling = dict(step["sampling"], dropped_rows=_rows(
+                step["sampling"]["dropped_rows"]))
+            values["sampling"] = {k: sampling[k] for k in layout["sampling"]}
+        training.setdefault(step["arm"], []).append({k: values[k] for k in layout["step"]})
+    parts = {
+        "seed": flat["seed"], "sft_loss": flat["sft_loss"], "evaluations": evaluations,
+        "training": training,
+        "checkpoints": {c.pop("stage"): c for c in flat["checkpoints"]},
+        "arm_sft_loss": {a["arm"]: a["losses"] for a in flat["arm_sft_loss"]},
+        "compute": {c.pop("stage"): c for c in flat["compute"]},
+    }
+    if flat["digests"] is not None:
+        parts["digests"] = parse_json(flat["digests"], source)
+    return {key: parts[key] for key in layout["run"]}
+
+
+def chunk_bytes(entries: Sequence[dict[str, Any]]) -> bytes:
+    """Seeds' entries as one Parquet file's bytes, a row group per seed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = _schema()
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, compression=COMPRESSION) as writer:
+        for entry in entries:
+            writer.write_table(pa.Table.from_pylist([_flat(entry)], schema=schema))
+    return sink.getvalue().to_pybytes()
+
+
+def chunk_entry(name: str, data: bytes, seeds: Sequence[int]) -> dict[str, Any]:
+    """The manifest's line for a chunk: its file, sha256, size and seeds in file order."""
+    return {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
+            "seeds": list(seeds)}
+
+
+def read_chunk(folder: Path, chunk: dict[str, Any]) -> Any:
+    """A chunk's Parquet file, hashed against the manifest before it is parsed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = folder / chunk["file"]
+    data = read_bytes(path, "record chunk")
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != chunk["sha256"]:
+        raise UserError(f"{path}: sha256 {actual[:16]}…, the record's manifest names "
+                        f"{chunk['sha256'][:16]}…: changed or damaged since it was written")
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(data))
+        metadata = parquet.schema_arrow.metadata or {}
+    except (pa.ArrowException, OSError) as exc:
+        raise UserError(f"{path}: not a readable Parquet file "
+                        f"({str(exc).splitlines()[0][:120]})") from None
+    if metadata.get(FORMAT_KEY) != FORMAT or parquet.num_row_groups != len(chunk["seeds"]):
+        raise UserError(f"{path}: not a postlab record chunk of {len(chunk['seeds'])} seeds")
+    return parquet
+
+
+class ChunkedRuns(Sequence[dict[str, Any]]):
+    """A chunked record's seed entries, in record order, read from disk on each access.
+
+    Nothing is cached but the chunk last opened, so a walk over all seeds holds one seed's
+    entry and one chunk's bytes at a time. Each entry is checked as a JSON record's are
+    (``check``) before it is returned.
+    """
+
+    def __init__(self, folder: Path, chunks: list[dict[str, Any]], seeds: list[int],
+                 check: Callable[[Any, str], None], source: str) -> None:
+        self.folder, self.chunks, self.seeds = folder, chunks, seeds
+        self._check, self._source = check, source
+        self._place = {seed: (index, group) for index, chunk in enumerate(chunks)
+                       for group, seed in enumerate(chunk["seeds"])}
+        self._open: tuple[int, Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy (or pickle) reads the same files afresh; the open chunk is not state
+        return {**self.__dict__, "_open": None}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ChunkedRuns:
+        # the entries are read from files their digests fix, so a deep copy shares nothing
+        # mutable: each access builds new objects
+        copied = ChunkedRuns.__new__(ChunkedRuns)
+        copied.__dict__.update(self.__getstate__())
+        return copied
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self.entry(seed) for seed in self.seeds[index]]
+        return self.entry(self.seeds[index])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for seed in self.seeds:
+            yield self.entry(seed)
+
+    def entry(self, seed: int) -> dict[str, Any]:
+        import pyarrow as pa
+
+        index, group = self._place[seed]
+        if self._open is None or self._open[0] != index:
+            self._open = None  # the old chunk's bytes go before the next are read
+            self._open = (index, read_chunk(self.folder, self.chunks[index]))
+        chunk = self.chunks[index]
+        where = f"{self.folder / chunk['file']}, seed {seed}"
+        try:
+            flat = self._open[1].read_row_group(group).to_pylist()
+        except (pa.ArrowException, OSError) as exc:
+            raise UserError(f"{where}: not readable ({str(exc).splitlines()[0][:120]})"
+                            ) from None
+        if len(flat) != 1 or flat[0]["seed"] != seed:
+            raise UserError(f"{where}: the chunk holds another seed there")
+        try:
+            entry = _entry(flat[0], where)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise UserError(f"{where}: damaged entry ({exc!r:.80})") from None
+        self._check(entry, f"{self._source}: seed {seed}")
+        return entry
+
+
+def check_manifest(chunks: Any, seeds: Any, where: str) -> None:
+    """The manifest's own shape: chunk files of the expected names, each seed in exactly one
+    chunk, and the record's seed order a permutation of the chunks' seeds."""
+    if not isinstance(chunks, list) or not isinstance(seeds, list):
+        raise UserError(f"{where}: 'chunks' and 'seeds' must be lists")
+    held: list[Any] = []
+    names = set()
+    for index, chunk in enumerate(chunks):
+        at = f"{where}.chunks[{index}]"
+        if (not isinstance(chunk, dict) or set(chunk) != {"file", "sha256", "bytes", "seeds"}
+                or not isinstance(chunk["file"], str) or not CHUNK_FILE.fullmatch(chunk["file"])
+                or not isinstance(chunk["sha256"], str)
+                or not re.fullmatch(r"[0-9a-f]{64}", chunk["sha256"])
+                or type(chunk["bytes"]) is not int or chunk["bytes"] < 0
+                or not isinstance(chunk["seeds"], list) or not chunk["seeds"]
+                or any(type(s) is not int for s in chunk["seeds"])):
+            raise UserError(f"{at}: expected {{file: rows/chunk-N.parquet, sha256, bytes, "
+                            f"seeds}}, got {chunk!r:.100}")
+        if chunk["file"] in names:
+            raise UserError(f"{at}: {chunk['file']} is named twice")
+        names.add(chunk["file"])
+        held += chunk["seeds"]
+    if len(set(held)) != len(held):
+        raise UserError(f"{where}: a seed is in more than one chunk")
+    if any(type(s) is not int for s in seeds) or sorted(seeds) != sorted(held):
+        raise UserError(f"{where}: 'seeds' must list exactly the seeds the chunks hold")
+
+
+def unlisted_chunks(folder: Path, chunks: Sequence[dict[str, Any]]) -> list[str]:
+    """Files in the run's ``rows/`` folder that its manifest does not name."""
+    listed = {chunk["file"] for chunk in chunks}
+    where = folder / CHUNK_DIR
+    if not where.is_dir():
+        return []
+    return sorted(f"{CHUNK_DIR}/{p.name}" for p in where.iterdir()
+                  if f"{CHUNK_DIR}/{p.name}" not in listed)
+
+
+def chunk_problems(folder: Path, chunks: Sequence[dict[str, Any]]) -> list[str]:
+    """Every way a chunked record's files differ from its manifest, file by file: a file
+    missing, unlisted, of another size or digest, or not a readable chunk of its seeds."""
+    problems = [f"{name}: in the run folder but not in the record's manifest"
+                for name in unlisted_chunks(folder, chunks)]
+    for chunk in chunks:
+        path = folder / chunk["file"]
+        if not path.is_file():
+            problems.append(f"{chunk['file']}: missing")
+            continue
+        size = path.stat().st_size
+        if size != chunk["bytes"]:
+            problems.append(f"{chunk['file']}: {size} bytes, the manifest names "
+                            f"{chunk['bytes']}")
+            continue
+        try:
+            read_chunk(folder, chunk)
+        except UserError as exc:
+            problems.append(str(exc).replace(f"{folder}/", "", 1))
+    return problems
