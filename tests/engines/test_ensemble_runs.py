@@ -177,6 +177,27 @@ def test_chunks_change_the_work_not_the_bits(tmp_path):
     assert len(found[0]) == 3 * 3
 
 
+@pytest.mark.parametrize("seeds, capacity, device, tasks", [
+    (3, 2, "cpu", 2), (300, 2, "cpu", 3), (300, 1, "cpu", 3), (1000, 1, "cuda", 1),
+    (3000, 1, "cuda", 3),
+])
+def test_tasks_hold_a_bounded_number_of_seeds(tmp_path, seeds, capacity, device, tasks):
+    # a task's results wait in its process until it ends: no task may hold every seed of a
+    # large run, whatever the number of workers
+    from postlab.engines.ensemble.task import ENSEMBLE, TASK_SEEDS
+    from postlab.engines.registry import Work
+
+    plan = json.loads(write_plan(tmp_path / "p.json", **SMALL).read_text())
+    work = Work(plan, tuple(range(1, seeds + 1)), tmp_path, device=device)
+    made = ENSEMBLE.tasks([work], capacity)
+    assert len(made) == tasks
+    held = [seed for task in made for part in task.parts for seed in part.seeds]
+    assert sorted(held) == list(range(1, seeds + 1))
+    assert all(sum(len(part.seeds) for part in task.parts) <= TASK_SEEDS[device]
+               for task in made)
+    assert {task.shares for task in made} == {min(capacity, seeds)}
+
+
 def test_live_logs_are_refused_with_the_ensemble(tmp_path, capsys):
     path = write_plan(tmp_path / "p.json", **SMALL)
     assert main(["run", "--plan", str(path), "--out-dir", str(tmp_path / "run"), "--engine",

@@ -70,6 +70,26 @@ def test_a_chunk_reads_back_as_the_json_it_was_written_from(tmp_path):
     assert chunk_problems(tmp_path, [chunk]) == []
 
 
+@pytest.mark.parametrize("row, message", [
+    ([10**10, 2, "3", True], "operand is outside"),
+    ([-1, 2, "3", True], "operand is outside"),
+    ([1, 2, "9" * 2000, True], "longer than any plan"),
+    ([1, 2, None, True], "missing value"),
+])
+def test_a_rewritten_chunk_with_a_bad_row_is_refused(tmp_path, row, message):
+    # a chunk rewritten with its manifest entry (the digest passes): the rows' columns are
+    # checked as the record's row check checks each row
+    entry = _entry(3)
+    entry["evaluations"]["initial"]["test"]["sampled"][1] = row
+    data = chunk_bytes([entry])
+    (tmp_path / "rows").mkdir()
+    (tmp_path / chunk_name(0)).write_bytes(data)
+    runs = ChunkedRuns(tmp_path, [chunk_entry(chunk_name(0), data, [3])], [3], _no_check,
+                       "record.json")
+    with pytest.raises(UserError, match=message):
+        runs.entry(3)
+
+
 def test_a_chunk_refuses_an_integer_where_floats_are_kept():
     entry = _entry(3)
     entry["sft_loss"] = [2, 1.0]  # JSON would read 2 back as an int, a chunk as 2.0

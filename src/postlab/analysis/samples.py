@@ -105,22 +105,40 @@ class Example:
     seeds: tuple[int, ...]
 
 
+class Tally:
+    """Distinct answers counted as samples stream by: memory grows with the distinct answers
+    and the seeds giving each, not with the samples."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.counts: Counter[tuple[str, str, bool]] = Counter()
+        self.first: dict[tuple[str, str, bool], Sample] = {}
+        self.seeds: dict[tuple[str, str, bool], set[int]] = {}
+
+    def add(self, sample: Sample) -> None:
+        key = (sample.prompt, sample.text, sample.terminated)
+        self.total += 1
+        self.counts[key] += 1
+        self.first.setdefault(key, sample)
+        self.seeds.setdefault(key, set()).add(sample.seed)
+
+    def examples(self, limit: int | None = None) -> list[Example]:
+        """The distinct answers, the most frequent first (ties in the order first seen)."""
+        order = sorted(self.counts, key=lambda key: -self.counts[key])  # stable: ties keep order
+        chosen = order if limit is None else order[:limit]
+        return [Example(prompt=key[0], text=key[1], terminated=key[2],
+                        expected=self.first[key].expected, accepted=self.first[key].accepted,
+                        kind=self.first[key].kind, count=self.counts[key],
+                        seeds=tuple(sorted(self.seeds[key])))
+                for key in chosen]
+
+
 def examples(samples: Iterable[Sample], limit: int | None = None) -> list[Example]:
     """Distinct answers, the most frequent first (ties in the order first seen)."""
-    counts: Counter[tuple[str, str, bool]] = Counter()
-    first: dict[tuple[str, str, bool], Sample] = {}
-    seeds: dict[tuple[str, str, bool], set[int]] = {}
+    tally = Tally()
     for sample in samples:
-        key = (sample.prompt, sample.text, sample.terminated)
-        counts[key] += 1
-        first.setdefault(key, sample)
-        seeds.setdefault(key, set()).add(sample.seed)
-    order = sorted(counts, key=lambda key: -counts[key])  # sorted() is stable: ties keep order
-    chosen = order if limit is None else order[:limit]
-    return [Example(prompt=key[0], text=key[1], terminated=key[2],
-                    expected=first[key].expected, accepted=first[key].accepted,
-                    kind=first[key].kind, count=counts[key], seeds=tuple(sorted(seeds[key])))
-            for key in chosen]
+        tally.add(sample)
+    return tally.examples(limit)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,15 +193,15 @@ def stage_examples(record: dict[str, Any], plan: dict[str, Any], split: str,
     """Per stage and kind (correct, gamed, wrong): counts and the commonest answers. A task
     judged by one contract has no gamed kind: nothing can be paid and wrong."""
     kinds_here = KINDS if len(plan_contracts(plan)) > 1 else (CORRECT, WRONG)
-    by_stage: dict[str, dict[str, list[Sample]]] = {}
+    by_stage: dict[str, dict[str, Tally]] = {}
     for sample in iter_samples(record, plan, split=split, decoding=decoding):
-        by_stage.setdefault(sample.stage, {kind: [] for kind in kinds_here})[
-            sample.kind].append(sample)
+        by_stage.setdefault(sample.stage, {kind: Tally() for kind in kinds_here})[
+            sample.kind].add(sample)
     result = []
     for stage, kinds in by_stage.items():
-        total = sum(len(found) for found in kinds.values())
+        total = sum(found.total for found in kinds.values())
         for kind in kinds_here:
-            result.append(KindExamples(stage=stage, kind=kind, count=len(kinds[kind]),
+            result.append(KindExamples(stage=stage, kind=kind, count=kinds[kind].total,
                                        total=total,
-                                       examples=tuple(examples(kinds[kind], per_kind))))
+                                       examples=tuple(kinds[kind].examples(per_kind))))
     return result

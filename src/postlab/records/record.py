@@ -20,7 +20,7 @@ from typing import Any
 from postlab.errors import UserError
 from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
 from postlab.plan.frozen import LoadedPlan
-from postlab.records.chunks import ChunkedRuns, check_manifest
+from postlab.records.chunks import ROW_LIMITS, ChunkedRuns, check_manifest
 from postlab.tasks.rows import Row
 
 #: The most worker processes a record may name (and so a run may use).
@@ -86,7 +86,8 @@ DTYPES = ("float32", "bfloat16")
 MAX_SEED = 2**62
 #: Generous bounds on counts no real run reaches; beyond them a field is damaged, not large.
 MAX_COUNT = 10**15
-MAX_TEXT = 1024
+#: A row's answer text and operands (chunks check their columns against the same limits).
+MAX_TEXT = ROW_LIMITS["text"]
 
 
 def _where(where: str, key: str | int) -> str:
@@ -174,7 +175,7 @@ def _boolean(value: Any, where: str) -> None:
 
 
 _count = _integer(0, MAX_COUNT)
-_operand = _integer(0, 10**9)
+_operand = _integer(0, ROW_LIMITS["operand"])
 _sha = _text(SHA256)
 _name = _text(NAME)
 _finite = _number()
@@ -196,14 +197,10 @@ def _rows(rows: Any, where: str) -> None:
     _list(rows, where, _row, non_empty=True)
 
 
-def _decodings(value: Any, where: str) -> None:
-    _object(value, where, {"greedy": _rows, "sampled": _rows}, required=("greedy", "sampled"))
-
-
-def _splits(value: Any, where: str) -> None:
-    if not value:
-        raise UserError(f"{where}: expected splits")
-    _named(value, where, _decodings)
+def _checked_rows(rows: Any, where: str) -> None:
+    """Rows a chunk reader has already checked column by column (records.chunks)."""
+    if not isinstance(rows, list) or not rows:
+        raise UserError(f"{where}: expected a non-empty list of rows")
 
 
 def _update(value: Any, where: str) -> None:
@@ -214,18 +211,30 @@ def _update(value: Any, where: str) -> None:
     }, required=("loss", "kl", "entropy", "gradient_norm_before_clip", "ratio_outside_clip"))
 
 
-def _sampling(value: Any, where: str) -> None:
-    _object(value, where, {"drawn": _count, "kept": _count, "dropped": _count,
-                           "replaced": _count,
-                           "dropped_rows": lambda v, w: _list(v, w, _row)},
-            required=("drawn", "kept", "dropped", "replaced", "dropped_rows"))
+def _parts(rows: Callable[[Any, str], None]) -> tuple[Callable[[Any, str], None], ...]:
+    """The checks of a seed's splits and steps, with ``rows`` for each list of rows."""
+    def decodings(value: Any, where: str) -> None:
+        _object(value, where, {"greedy": rows, "sampled": rows},
+                required=("greedy", "sampled"))
 
+    def splits(value: Any, where: str) -> None:
+        if not value:
+            raise UserError(f"{where}: expected splits")
+        _named(value, where, decodings)
 
-def _step(value: Any, where: str) -> None:
-    _object(value, where, {
-        "step": _integer(1, MAX_COUNT), "rows": _rows, "zero_variance_groups": _count,
-        "updates": lambda v, w: _list(v, w, _update, non_empty=True), "sampling": _sampling,
-    }, required=("step", "rows", "zero_variance_groups", "updates"))
+    def sampling(value: Any, where: str) -> None:
+        _object(value, where, {"drawn": _count, "kept": _count, "dropped": _count,
+                               "replaced": _count,
+                               "dropped_rows": lambda v, w: _list(v, w, _row)},
+                required=("drawn", "kept", "dropped", "replaced", "dropped_rows"))
+
+    def step(value: Any, where: str) -> None:
+        _object(value, where, {
+            "step": _integer(1, MAX_COUNT), "rows": rows, "zero_variance_groups": _count,
+            "updates": lambda v, w: _list(v, w, _update, non_empty=True), "sampling": sampling,
+        }, required=("step", "rows", "zero_variance_groups", "updates"))
+
+    return splits, step
 
 
 def _checkpoint(value: Any, where: str) -> None:
@@ -258,17 +267,26 @@ def _digests(value: Any, where: str) -> None:
     }, required=("sft_loss", "evaluations", "training"))
 
 
-def _run(value: Any, where: str) -> None:
-    _object(value, where, {
-        "seed": _integer(0, MAX_SEED),
-        "sft_loss": _losses,
-        "evaluations": lambda v, w: _named(v, w, _splits),
-        "training": lambda v, w: _named(v, w, lambda h, wh: _list(h, wh, _step)),
-        "checkpoints": lambda v, w: _named(v, w, _checkpoint),
-        "arm_sft_loss": lambda v, w: _named(v, w, _losses),
-        "compute": lambda v, w: _named(v, w, _compute),
-        "digests": _digests,
-    }, required=("seed", "evaluations"))
+def _run_check(rows: Callable[[Any, str], None]) -> Callable[[Any, str], None]:
+    splits, step = _parts(rows)
+
+    def run(value: Any, where: str) -> None:
+        _object(value, where, {
+            "seed": _integer(0, MAX_SEED),
+            "sft_loss": _losses,
+            "evaluations": lambda v, w: _named(v, w, splits),
+            "training": lambda v, w: _named(v, w, lambda h, wh: _list(h, wh, step)),
+            "checkpoints": lambda v, w: _named(v, w, _checkpoint),
+            "arm_sft_loss": lambda v, w: _named(v, w, _losses),
+            "compute": lambda v, w: _named(v, w, _compute),
+            "digests": _digests,
+        }, required=("seed", "evaluations"))
+    return run
+
+
+#: A seed's entry checked whole; and one read from a chunk, whose rows the reader checked.
+_run = _run_check(_rows)
+_chunk_run = _run_check(_checked_rows)
 
 
 def _numerics(value: Any, where: str) -> None:
@@ -385,7 +403,7 @@ def load_record(path: Path) -> dict[str, Any]:
 
 def attach_runs(record: dict[str, Any], folder: Path) -> dict[str, Any]:
     """A chunked record's header with its seeds' entries readable as ``record["runs"]``."""
-    record["runs"] = ChunkedRuns(folder, record["chunks"], record["seeds"], _run,
+    record["runs"] = ChunkedRuns(folder, record["chunks"], record["seeds"], _chunk_run,
                                  str(folder / RECORD_NAMES[0]))
     return record
 

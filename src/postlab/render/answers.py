@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from postlab.analysis.samples import KINDS, Sample, examples
+from postlab.analysis.samples import KINDS, Sample, Tally
 from postlab.render.labels import shown, stage_label
 
 
 def samples_text(samples: Iterable[Sample], stages: Sequence[str], where: str,
                  limit: int | None) -> str:
     """Per stage and kind: how many answers, then up to ``limit`` distinct ones."""
-    grouped: dict[tuple[str, str], list[Sample]] = {}
-    for sample in samples:
-        grouped.setdefault((sample.stage, sample.kind), []).append(sample)
+    grouped: dict[tuple[str, str], Tally] = {}
+    for sample in samples:  # streamed: a record of many seeds is never held whole
+        grouped.setdefault((sample.stage, sample.kind), Tally()).add(sample)
     if not grouped:
         return f"no answers match ({where})\n"
     lines = []
@@ -23,8 +23,8 @@ def samples_text(samples: Iterable[Sample], stages: Sequence[str], where: str,
             found = grouped.get((stage, kind))
             if not found:
                 continue
-            lines.append(f"{stage_label(stage, 'en')} · {where} · {kind}: {len(found)} answers")
-            for example in examples(found, limit):
+            lines.append(f"{stage_label(stage, 'en')} · {where} · {kind}: {found.total} answers")
+            for example in found.examples(limit):
                 end = "" if example.terminated else "  (no end mark)"
                 accepted = ", ".join(example.accepted) or "none"
                 lines.append(f"  {shown(example.prompt)}{shown(example.text):<8} right: "

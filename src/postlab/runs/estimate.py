@@ -36,10 +36,10 @@ from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
 from postlab.engines.train import sequence_log_dist
 from postlab.errors import UserError
-from postlab.jsonio import dump_json
 from postlab.plan.arms import arm_specs
 from postlab.policies import POLICIES, Policy, build_policy, policy_kind
 from postlab.policies.tokenizers import vocab_size
+from postlab.records.chunks import chunk_bytes
 from postlab.rl import objective
 from postlab.tasks.contracts import score
 from postlab.tasks.registry import task_for
@@ -56,9 +56,10 @@ MAX_MEMORY_BYTES = 8 * GIB
 #: Tokens generated (upper bound). Decoding is one Python step per token and every completion
 #: becomes a record row, so 1e9 tokens is days of one core whatever the model.
 MAX_TOKENS = 10**9
-#: Rows the record keeps (RL rollouts and one evaluation per stage). The record is held whole
-#: in memory, rewritten after every seed and read whole by every report: 5 million rows are
-#: about 1 GB in memory and 130 MB of JSON, 50 times the teaching plan's.
+#: Rows the record keeps (RL rollouts and one evaluation per stage). They are written once,
+#: in compressed chunks (about 3 bytes a row), and every reader walks them all in Python,
+#: seed by seed: 5 million rows, 140 teaching seed-runs, take about a minute of each
+#: report's time, so more is refused unless confirmed.
 MAX_RECORD_ROWS = 5_000_000
 #: Gradient steps, all seeds and arms. About 300 times the teaching plan's; even the smallest
 #: model needs about a millisecond a step here, and each step's loss or statistics is recorded.
@@ -252,7 +253,7 @@ class Calibration:
     update: Line  # one RL update's forward, objective and backward
     decode: Line  # one call of generate
     row_seconds: float  # per completion: turning tokens into a row and rewarding it
-    json_seconds: float  # per record row written
+    write_seconds: float  # per record row written (into a chunk)
     optimizer_seconds: float  # per gradient step: clipping and Adam
     seconds: float  # how long calibrating took
 
@@ -325,7 +326,8 @@ def _time_sft(model: Policy, plan: dict[str, Any], shape: dict[str, int]) -> Lin
 
 def _time_decode(model: Policy, plan: dict[str, Any],
                  shape: dict[str, int]) -> tuple[Line, float, float]:
-    """One call of :func:`postlab.engines.rollout.generate`; then rows, rewards and JSON per row."""
+    """One call of :func:`postlab.engines.rollout.generate`; then rows and rewards per row,
+    and the record's writing per row."""
     largest = max(len(pairs) for pairs in plan["split"].values()) * plan["eval_samples"]
     largest = max(largest, plan["prompts_per_step"] * plan["group_size"])
     rows, positions = _bounded(largest, shape["decode_positions"], shape["prompt"],
@@ -352,10 +354,13 @@ def _time_decode(model: Policy, plan: dict[str, Any],
     for row in made:
         score(Row.of(row), contract, task.answer)
     row_seconds = (time.perf_counter() - start) / len(made)
+    # the rows as a record writes them: a seed's entry in a Parquet chunk
+    entry = {"seed": 1, "evaluations": {"initial": {"test": {"greedy": made,
+                                                             "sampled": made}}}}
     start = time.perf_counter()
-    dump_json(made)
-    json_seconds = (time.perf_counter() - start) / len(made)
-    return line, row_seconds, json_seconds
+    chunk_bytes([entry])
+    write_seconds = (time.perf_counter() - start) / (2 * len(made))
+    return line, row_seconds, write_seconds
 
 
 def _time_rl(model: Policy, plan: dict[str, Any], shape: dict[str, int],
@@ -461,14 +466,14 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
         generator = torch.Generator().manual_seed(CALIBRATION_SEED)
         model = build_policy(plan)
         sft = _time_sft(model, plan, shape)
-        decode, row_seconds, json_seconds = _time_decode(model, plan, shape)
+        decode, row_seconds, write_seconds = _time_decode(model, plan, shape)
         reference, update = _time_rl(model, plan, shape, generator)
         optimizer = _time_optimizer(model, plan, shape["parameters"], generator)
     finally:
         torch.set_num_threads(threads)
         torch.random.set_rng_state(rng_state)
     return Calibration(sft=sft, reference=reference, update=update, decode=decode,
-                       row_seconds=row_seconds, json_seconds=json_seconds,
+                       row_seconds=row_seconds, write_seconds=write_seconds,
                        optimizer_seconds=optimizer, seconds=time.perf_counter() - start)
 
 
@@ -505,9 +510,8 @@ def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
                 + sum(plan["rl_steps"] * rl_step if arm.is_rl else (arm.sft_steps or 0) * sft_step
                       for arm in arms))
     seeds = len(plan["seeds"])
-    # the record is rewritten after each seed with every seed so far
-    rows_per_seed = estimate_counts(plan).record_rows / seeds
-    writing = c.json_seconds * rows_per_seed * seeds * (seeds + 1) / 2
+    # each seed's rows are written once, into a chunk (record.json is a small manifest)
+    writing = c.write_seconds * estimate_counts(plan).record_rows
     return STARTUP_SECONDS + seeds * per_seed + writing
 
 

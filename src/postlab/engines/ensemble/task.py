@@ -313,6 +313,15 @@ def _train_members(members: list[tuple[Part, int]], device: str
     return results
 
 
+#: The most seeds one task trains, by device. A task returns its seeds' results together, as
+#: Python rows (about 6 MB per teaching seed), and its process holds them until then: 128
+#: seeds keep a CPU task under about 0.8 GB whatever the number of seeds (one task per worker
+#: made the main process of a 32-seed run peak 76 MiB above a 16-seed one's, growing without
+#: bound). On CUDA one process trains, and wider batches keep the GPU busy: 1,024 (about
+#: 6 GB of host memory).
+TASK_SEEDS = {"cpu": 128, "cuda": 1024}
+
+
 @dataclass(frozen=True)
 class EnsembleTask:
     """Every stage of the pending seeds of one or more runs (plan versions that differ only
@@ -359,13 +368,16 @@ class EnsembleEngine:
         return batch_key(dict(plan))
 
     def tasks(self, works: Sequence[Work], capacity: int) -> list[EngineTask]:
-        # As many tasks as the executor runs at once, each a share of the seeds: members do
-        # not depend on their company, so the split changes the work, not the bits.
+        # As many tasks as the executor runs at once, each a share of the seeds, and more
+        # where a share would exceed TASK_SEEDS: members do not depend on their company, so
+        # the split changes the work, not the bits.
         members = [(work, seed) for work in works for seed in work.seeds]
         shares = min(capacity, len(members))
+        most = TASK_SEEDS["cuda" if works and works[0].device.startswith("cuda") else "cpu"]
+        count = max(shares, -(-len(members) // most))
         tasks: list[EngineTask] = []
-        for share in range(shares):
-            mine = members[share::shares]
+        for share in range(count):
+            mine = members[share::count]
             parts = [Part(work.plan, seeds, work.out_dir) for work in works
                      if (seeds := tuple(seed for owner, seed in mine if owner is work))]
             tasks.append(EnsembleTask(tuple(parts), works[0].device, shares))
