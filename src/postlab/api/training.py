@@ -177,7 +177,7 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
     plan with just these seeds, derived from the recorded one (its parent)."""
     from postlab.plan.frozen import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
     from postlab.records.compare import compare_records
-    from postlab.records.record import check_plan_link, load_record, locate_run
+    from postlab.records.record import check_plan_link, load_record, locate_run, seeds_of
 
     environment.check_cpu_path(cpu_path)
     files = locate_run(None if run is None else Path(run))
@@ -204,7 +204,10 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
                             "in its plan (a damaged record: verify it)")
         say(f"seeds {', '.join(map(str, picked))} ({len(picked)} of the record's "
             f"{len(record['runs'])}; a spot check: the others are not trained)")
-        record = dict(record, runs=[entry for entry in record["runs"] if entry["seed"] in seeds])
+        # only the chosen seeds' entries are read (a chunked record's others stay on disk)
+        chosen_runs = [record["runs"][index] for index, seed in enumerate(seeds_of(record))
+                       if seed in seeds]
+        record = dict(record, runs=chosen_runs)
         plan, raw = _plan_of_seeds(plan, picked, str(files.record))
     from postlab.runs.estimate import render_estimate
 
@@ -221,7 +224,9 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
 
 
 def _check_seeds(record: dict[str, Any], seeds: Sequence[int], source: str) -> None:
-    recorded = [run["seed"] for run in record["runs"]]
+    from postlab.records.record import seeds_of
+
+    recorded = seeds_of(record)  # without reading a chunked record's rows
     for seed in seeds:
         if seed not in recorded:
             raise UserError(f"--seed {seed}: {source} has no run of seed {seed} (its seeds: "

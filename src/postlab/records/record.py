@@ -496,7 +496,7 @@ def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[s
     from postlab.plan.arms import arm_names, arm_specs
 
     problems = []
-    seeds = [run["seed"] for run in record["runs"]]
+    seeds = seeds_of(record)  # without reading a chunked record's rows
     if seeds != plan["seeds"]:
         problems.append(f"seeds {seeds}, plan has {plan['seeds']}")
     stages = ["initial", *arm_names(plan)]
