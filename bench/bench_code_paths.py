@@ -11,7 +11,6 @@ ratio to native, and whether the rows equal native's. This measurement decides w
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -35,7 +34,9 @@ def train(path: str, out: Path, plan: Path | None, workers: int) -> tuple[float,
     start = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     elapsed = time.perf_counter() - start
-    record = json.loads((out / "record.json").read_text())
+    from postlab.records.record import load_record
+
+    record = load_record(out / "record.json")  # either layout: chunks or one document
     rows = [{k: run[k] for k in ("sft_loss", "evaluations", "training")}
             for run in record["runs"]]
     return elapsed, {"rows": rows, "capability": record["numerics"]["cpu_capability"]}

@@ -10,7 +10,6 @@ that bounds the parallel part with unlimited cores, and rollout decoding alone.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -34,7 +33,9 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
 
 
 def rows_of(record_path: Path) -> list:
-    record = json.loads(record_path.read_text())
+    from postlab.records.record import load_record
+
+    record = load_record(record_path)  # ours in chunks, the reference's one document
     return [{k: run[k] for k in ("seed", "sft_loss", "evaluations", "training")}
             for run in record["runs"]]
 

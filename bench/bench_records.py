@@ -74,10 +74,13 @@ def as_one_document(run: Path, out: Path) -> Path:
 
     shutil.copytree(run, out, ignore=shutil.ignore_patterns("rows"))
     record = load_record(run / "record.json")
-    header = {key: value for key, value in record.items()
-              if key not in ("chunks", "seeds", "runs")}
-    header["runs"] = list(record["runs"])
-    (out / "record.json").write_bytes(dump_json(header))
+    document: dict = {}
+    for key, value in record.items():  # the seeds where the manifest was, as runs were before
+        if key == "chunks":
+            document["runs"] = list(record["runs"])
+        elif key not in ("seeds", "runs"):
+            document[key] = value
+    (out / "record.json").write_bytes(dump_json(document))
     return out
 
 

@@ -36,12 +36,14 @@ def timed(command: list[str]) -> float:
 
 
 def records_equal(one: Path, two: Path) -> bool:
+    from postlab.records.record import load_record
+
     names = [v["name"] for v in json.loads((one / "versions.json").read_text())["versions"]]
     for name in names:
         if (one / name / "summary.json").read_bytes() != (two / name / "summary.json").read_bytes():
             return False
-        a = json.loads((one / name / "record.json").read_text())["runs"]
-        b = json.loads((two / name / "record.json").read_text())["runs"]
+        a = load_record(one / name / "record.json")["runs"]  # either layout
+        b = load_record(two / name / "record.json")["runs"]
         keys = ("seed", "sft_loss", "evaluations", "training", "checkpoints")
         if [{k: r[k] for k in keys} for r in a] != [{k: r[k] for k in keys} for r in b]:
             return False

@@ -7,20 +7,36 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 postlab run --out-dir "$work/teaching" --quiet --cpu-path portable
 python3 - "$work/teaching" <<'PY'
-import gzip, json, shutil, sys
+import gzip, json, os, shutil, sys
 from pathlib import Path
+from postlab.jsonio import dump_json, publish_bytes
+from postlab.records.fingerprint import fingerprint_file_bytes, run_fingerprint
+from postlab.records.record import load_record
 run = Path(sys.argv[1])
-target = Path("src/postlab/data/teaching-run")
+# BUNDLE_TARGET: somewhere else to write it (to try the script without replacing the bundle)
+target = Path(os.environ.get("BUNDLE_TARGET", "src/postlab/data/teaching-run"))
 shutil.rmtree(target, ignore_errors=True)
 target.mkdir(parents=True)
-raw = (run / "record.json").read_bytes()
+# The bundle keeps the one-document layout (every seed inline, as earlier versions wrote
+# it and as the reference reads it): the run's chunks are read back into record.json.
+chunked = load_record(run / "record.json")
+record = {}
+for key, value in chunked.items():  # the seeds where the manifest was, as runs were before
+    if key == "chunks":
+        record["runs"] = list(chunked["runs"])
+    elif key not in ("seeds", "runs"):
+        record[key] = value
+raw = dump_json(record)
 (target / "record.json.gz").write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
-for name in ["plan.json", "summary.json", "fingerprint.txt"] + sorted(p.name for p in run.glob("*.pt")):
+for name in ["plan.json", "summary.json"] + sorted(p.name for p in run.glob("*.pt")):
     shutil.copyfile(run / name, target / name)
-record = json.loads(raw)
+# its fingerprint is the bundle's own (the record's bytes are not the run's manifest)
+fingerprint = run_fingerprint(target, target / "record.json.gz", record).value
+publish_bytes(target / "fingerprint.txt", fingerprint_file_bytes(fingerprint))
 provenance = {
     "made_by": "postlab run --out-dir DIR --quiet --cpu-path portable (teaching plan, "
-               "default workers); record.json gzipped, other files copied as written",
+               "default workers); record.json in the one-document layout, gzipped, "
+               "other files copied as written, fingerprint of this folder",
     "script": "scripts/make-bundled-record.sh",
     "postlab_version": record["postlab_version"], "torch": record["torch"],
     "python": record["python"], "platform": record["platform"],
@@ -30,9 +46,9 @@ provenance = {
     "blas": record["numerics"]["blas"],
     "blas_code_path": record["numerics"]["blas_code_path"],
     "cpu_model": record["numerics"]["cpu_model"],
-    "fingerprint": (run / "fingerprint.txt").read_text().strip(),
+    "fingerprint": fingerprint,
 }
 (target / "PROVENANCE.json").write_text(json.dumps(provenance, indent=2) + "\n")
 PY
 rm -f src/postlab/data/teaching-record.json.gz src/postlab/data/teaching-record.provenance.json
-echo "bundled run written to src/postlab/data/teaching-run/"
+echo "bundled run written to ${BUNDLE_TARGET:-src/postlab/data/teaching-run}/"
