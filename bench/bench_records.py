@@ -70,17 +70,11 @@ def folder_bytes(folder: Path, pattern: str = "**/*") -> int:
 def as_one_document(run: Path, out: Path) -> Path:
     """A copy of ``run`` whose record is one JSON document, as earlier versions wrote it."""
     from postlab.jsonio import dump_json
-    from postlab.records.record import load_record
+    from postlab.records.record import load_record, one_document
 
     shutil.copytree(run, out, ignore=shutil.ignore_patterns("rows"))
     record = load_record(run / "record.json")
-    document: dict = {}
-    for key, value in record.items():  # the seeds where the manifest was, as runs were before
-        if key == "chunks":
-            document["runs"] = list(record["runs"])
-        elif key not in ("seeds", "runs"):
-            document[key] = value
-    (out / "record.json").write_bytes(dump_json(document))
+    (out / "record.json").write_bytes(dump_json(one_document(record)))
     return out
 
 

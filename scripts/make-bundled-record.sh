@@ -11,7 +11,7 @@ import gzip, json, os, shutil, sys
 from pathlib import Path
 from postlab.jsonio import dump_json, publish_bytes
 from postlab.records.fingerprint import fingerprint_file_bytes, run_fingerprint
-from postlab.records.record import load_record
+from postlab.records.record import load_record, one_document
 run = Path(sys.argv[1])
 # BUNDLE_TARGET: somewhere else to write it (to try the script without replacing the bundle)
 target = Path(os.environ.get("BUNDLE_TARGET", "src/postlab/data/teaching-run"))
@@ -20,12 +20,7 @@ target.mkdir(parents=True)
 # The bundle keeps the one-document layout (every seed inline, as earlier versions wrote
 # it and as the reference reads it): the run's chunks are read back into record.json.
 chunked = load_record(run / "record.json")
-record = {}
-for key, value in chunked.items():  # the seeds where the manifest was, as runs were before
-    if key == "chunks":
-        record["runs"] = list(chunked["runs"])
-    elif key not in ("seeds", "runs"):
-        record[key] = value
+record = one_document(chunked)
 raw = dump_json(record)
 (target / "record.json.gz").write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
 for name in ["plan.json", "summary.json"] + sorted(p.name for p in run.glob("*.pt")):

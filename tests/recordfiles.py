@@ -15,7 +15,7 @@ from typing import Any
 
 from postlab.jsonio import dump_json
 from postlab.records.chunks import CHUNK_DIR, chunk_bytes, chunk_entry, chunk_name
-from postlab.records.record import header_of, load_record
+from postlab.records.record import header_of, load_record, one_document
 
 
 def _path(target: Path) -> Path:
@@ -51,8 +51,7 @@ def write_record(target: Path, record: dict[str, Any]) -> None:
 
 def inline_record(record: dict[str, Any]) -> dict[str, Any]:
     """A record in the one-document layout (seeds inline), as earlier versions wrote it."""
-    return {**{k: v for k, v in record.items() if k not in ("chunks", "seeds", "runs")},
-            "runs": list(record["runs"])}
+    return one_document(record)
 
 
 def to_one_document(folder: Path) -> None:

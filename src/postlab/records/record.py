@@ -414,6 +414,20 @@ def seeds_of(record: dict[str, Any]) -> list[int]:
     return list(runs.seeds) if isinstance(runs, ChunkedRuns) else [r["seed"] for r in runs]
 
 
+def one_document(record: dict[str, Any]) -> dict[str, Any]:
+    """A record in the one-document layout earlier versions wrote (and the reference reads):
+    every seed inline as ``runs``, where a chunked record has its manifest."""
+    document: dict[str, Any] = {}
+    for key, value in record.items():
+        if key == "chunks":
+            document["runs"] = list(record["runs"])
+        elif key not in ("seeds", "runs"):
+            document[key] = value
+    if "runs" not in document:
+        document["runs"] = list(record["runs"])
+    return document
+
+
 def is_chunked(record: dict[str, Any]) -> bool:
     return "chunks" in record
 
