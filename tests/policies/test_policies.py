@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 import torch
 from plans import SMALL, write_plan
-from pydantic import BaseModel, ConfigDict
 from recordfiles import read_record
-from torch import nn
+from toypolicy import Bigram, BigramFields
 
 from postlab.cli import main
 from postlab.engines.rollout import generate
@@ -21,8 +19,6 @@ from postlab.plan.frozen import teaching_plan
 from postlab.plan.schema import validate_plan
 from postlab.policies import (
     POLICIES,
-    CharTokenizer,
-    Policy,
     PolicyKind,
     build_policy,
     policy_kind,
@@ -33,42 +29,8 @@ from postlab.policies.checkpoint import (
     load_checkpoint,
     publish_checkpoint,
 )
-from postlab.policies.gru import ANSWER_CHARACTERS, MASKED_LOGIT, CharGRU
+from postlab.policies.gru import CharGRU
 from postlab.tasks.registry import task_for
-
-
-class Bigram(Policy):
-    """Next-token logits are a learnable table row chosen by the previous token, masked like
-    the GRU's to answer characters and EOS. The cache is nothing: one token is all it reads."""
-
-    kind = "bigram"
-
-    def __init__(self, plan: dict[str, Any]) -> None:
-        super().__init__()
-        vocab, eos = plan["vocab"], plan["eos"]
-        self.tokenizer = CharTokenizer(vocab, eos, plan["pad"])
-        self.prompt_text = task_for(plan).prompt
-        self.table = nn.Parameter(torch.randn(len(vocab), len(vocab)) * 0.1)
-        allowed = [c in ANSWER_CHARACTERS or c == eos for c in vocab]
-        self.register_buffer("allowed", torch.tensor(allowed))
-
-    def prompts(self, pairs: Sequence[Sequence[int]]) -> torch.Tensor:
-        return torch.tensor([self.tokenizer.encode(self.prompt_text(p)) for p in pairs],
-                            device=self.device)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.table[tokens].masked_fill(~self.allowed, MASKED_LOGIT)
-
-    def start(self, prompt_tokens: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return self.forward(prompt_tokens[:, -1]), None
-
-    def advance(self, tokens: torch.Tensor, cache: None) -> tuple[torch.Tensor, None]:
-        return self.forward(tokens[:, -1]), None
-
-
-class BigramFields(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
 
 # Registered in this test process only: worker processes would not see it, so every run here
 # uses --workers 1 (in-process). The registry refuses a second registration of a name.

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from plans import SMALL, rows, write_plan
-from recordfiles import inline_record, read_record
+from recordfiles import inline_record, read_record, write_record
 
 from postlab.cli import main
 from postlab.errors import UserError
@@ -68,6 +68,35 @@ def test_a_chunk_reads_back_as_the_json_it_was_written_from(tmp_path):
     for seed, entry in ((9, entries[1]), (3, entries[0])):
         assert json.dumps(runs.entry(seed)) == json.dumps(entry)  # key order included
     assert chunk_problems(tmp_path, [chunk]) == []
+
+
+def test_a_check_added_later_runs_once_per_seed_before_the_walk_sees_it(tmp_path):
+    entries = [_entry(3), _entry(9)]
+    data = chunk_bytes(entries)
+    (tmp_path / "rows").mkdir()
+    (tmp_path / chunk_name(0)).write_bytes(data)
+    runs = ChunkedRuns(tmp_path, [chunk_entry(chunk_name(0), data, [3, 9])], [3, 9],
+                       _no_check, "record.json")
+    assert runs[0]["seed"] == 3  # read (and kept) before the check below exists
+    seen = []
+    runs.on_each(lambda entry: seen.append(entry["seed"]))
+    assert seen == []  # nothing is read to run it
+    for _ in range(3):
+        assert [run["seed"] for run in runs] == [3, 9]
+    assert seen == [3, 9]  # the kept seed too, and each once however often it is walked
+
+    def refuse_nine(entry):
+        if entry["seed"] == 9:
+            raise UserError("seed 9 refused")
+
+    runs.on_each(refuse_nine)
+    walked = []
+    with pytest.raises(UserError, match="seed 9 refused"):
+        for run in runs:
+            walked.append(run["seed"])
+    assert walked == [3]  # the refused seed never reached the walk
+    with pytest.raises(UserError, match="seed 9 refused"):
+        runs.entry(9)  # and stays refused
 
 
 @pytest.mark.parametrize("row, message", [
@@ -217,6 +246,34 @@ def test_readers_refuse_damaged_chunks_in_one_line(run_copy, tmp_path, capsys, d
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and named in err, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["report", "report-html", "export", "samples-jsonl",
+                                     "compare"])
+def test_a_seed_edited_with_its_manifest_is_refused_before_anything_is_out(
+        run_copy, tmp_path, capsys, command):
+    # the last seed's rows edited and its chunk rewritten with a new digest, as a careful
+    # editor would: its own digests (taken in training) no longer match, and the readers,
+    # which check each seed on their one walk over the rows, refuse before printing or
+    # writing anything
+    twin = tmp_path / "twin"
+    shutil.copytree(run_copy, twin)
+    record = read_record(run_copy)
+    record["runs"][-1]["evaluations"]["initial"]["test"]["greedy"][0][2] += "9"
+    write_record(run_copy, record)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    args = {"report": ["report", str(run_copy), "--format", "json"],
+            "report-html": ["report", str(run_copy), "--html", str(tmp_path / "page.html")],
+            "export": ["export", str(run_copy), "--out-dir", str(tmp_path / "tables")],
+            "samples-jsonl": ["samples", str(run_copy), "--format", "jsonl"],
+            "compare": ["compare", str(twin), str(run_copy)]}[command]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "changed since it was recorded: seed 5, stage initial, split test" in err, err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 

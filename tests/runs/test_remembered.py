@@ -61,10 +61,27 @@ def test_the_page_reuses_checks_until_a_file_changes(run, tmp_path, monkeypatch,
     assert calls == [1, 1] and damaged.reused_from is None
     hashes = next(c for c in damaged.checks if c.name == "checkpoint hashes")
     assert hashes.status == "fail"
-    # 'postlab verify' never reads the memo
+    # 'postlab verify' never reads the memo: it checks afresh
     assert main(["verify", str(run)]) == 1
-    assert calls == [1, 1]
+    assert calls == [1, 1, 1]
     assert "NOT VERIFIED" in capsys.readouterr().out
+
+
+def test_a_page_after_verify_shows_that_verification(run, tmp_path, monkeypatch, capsys):
+    calls = _counting(monkeypatch)
+    assert main(["verify", str(run)]) == 0
+    assert calls == [1]  # verify checks afresh, and remembers what it found
+    page = tmp_path / "page.html"
+    assert main(["report", str(run), "--html", str(page), "--lang", "en",
+                 "--format", "json"]) == 0
+    assert calls == [1]
+    assert ", reused" in page.read_text()
+    # with an expected fingerprint its checks are not the page's: checked, not remembered
+    monkeypatch.setenv(remembered.CACHE_VARIABLE, str(tmp_path / "other-memo"))
+    expected = (run / "fingerprint.txt").read_text().strip()
+    assert main(["verify", str(run), "--expect", expected]) == 0
+    assert not (tmp_path / "other-memo").exists()
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("change", ["checkpoint", "summary", "plan", "record",

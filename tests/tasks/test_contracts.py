@@ -60,3 +60,24 @@ def test_exact_implies_strict_implies_substring(pair, text, terminated):
         # strict accepts digits whose value is the sum; then the sum's digits occur unless
         # the value was written with leading zeros only around it (still a substring).
         assert substring(pair, text, terminated) == 1
+
+
+def test_a_kept_score_is_the_contracts_own_and_follows_its_registration():
+    # scores are kept per (contract function, answer, row): a row scored again is the same
+    # number, another answer function is scored afresh, and a contract registered again
+    # under a name is asked anew, never answered from the one before
+    row = Row(2, 3, "5", True)
+    assert score(row, "strict") == 1
+    assert score(row, "strict", answer=lambda pair: pair[0] * pair[1]) == 0
+    assert score(row, "strict") == 1
+    calls = []
+
+    def counting(pair, text, terminated, expected=None):
+        calls.append(text)
+        return 0.5
+
+    with CONTRACTS.registered("half", counting):
+        assert [score(row, "half") for _ in range(3)] == [0.5, 0.5, 0.5]
+        assert calls == ["5"]  # scored once, then kept
+    with CONTRACTS.registered("half", lambda pair, text, terminated, expected=None: 0.25):
+        assert score(row, "half") == 0.25

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
-from test_policies import Bigram, BigramFields
 from test_task_contracts import (
     EXACT,
     LENIENT,
@@ -21,6 +20,7 @@ from test_task_contracts import (
     subtraction,
     toy_plan,
 )
+from toypolicy import Bigram, BigramFields
 
 from postlab.cli import main
 from postlab.plan.frozen import freeze

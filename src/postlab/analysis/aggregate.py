@@ -308,8 +308,9 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                 columns.add([s[name] for s in seed_steps])
             contract = trained_on.get(arm)
             if contract is not None and contract != reference:
-                gap_series = tuple(s[f"{contract}_reward"] - s[f"{reference}_reward"]
-                                   for s in seed_steps)
+                # 8 bytes a step, as the series are kept (a tuple of floats took 32)
+                gap_series = array("d", (s[f"{contract}_reward"] - s[f"{reference}_reward"]
+                                         for s in seed_steps))
                 result = cusum(gap_series, drift, threshold)
                 gathered.onsets.append(Onset(
                     arm=arm, seed=run["seed"], contract=contract, gaps=gap_series,

@@ -56,7 +56,7 @@ class Onset:
     arm: str
     seed: int
     contract: str
-    gaps: tuple[float, ...]
+    gaps: Sequence[float]
     alarm: int | None
     onset: int | None
     #: least-squares slope per step of the arm's KL to the reference and its entropy

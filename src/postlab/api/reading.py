@@ -8,6 +8,7 @@ existing output is never overwritten.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from postlab.api import environment
 from postlab.errors import UserError
-from postlab.records.opened import OpenedRun, check_unchanged, open_run, refuse
+from postlab.records.opened import (
+    OpenedRun,
+    check_unchanged,
+    open_run,
+    refuse,
+    refuse_each,
+    require_readable,
+)
 
 if TYPE_CHECKING:
     from postlab.analysis.aggregate import Analysis
@@ -35,25 +43,36 @@ def require_report_extra() -> None:
 
 def check_split(opened: OpenedRun, split: str) -> None:
     """The split must be one of the plan's, and every stage of the record must hold it."""
+    from postlab.records.record import each_seed
+
     if split not in opened.plan.data["split"]:
         raise UserError(f"--split {split}: the plan's splits are "
                         f"{', '.join(opened.plan.data['split'])}")
-    for run in opened.record["runs"]:
-        for stage, splits in run["evaluations"].items():
-            if split not in splits:
-                raise UserError(f"{opened.source}: seed {run['seed']}, stage {stage} has no "
-                                f"{split!r} split")
+    each_seed(opened.record, functools.partial(_split_missing, split),
+              functools.partial(_no_split, opened.source))
+
+
+def _split_missing(split: str, run: dict[str, Any]) -> list[str]:
+    return [f"seed {run['seed']}, stage {stage} has no {split!r} split"
+            for stage, splits in run["evaluations"].items() if split not in splits]
+
+
+def _no_split(source: Path, problems: list[str]) -> None:
+    raise UserError(f"{source}: {problems[0]}")
 
 
 def analyse(opened: OpenedRun, split: str = "test") -> Analysis:
-    """Everything a report shows about one held-out split, computed once."""
+    """Everything a report shows about one held-out split, computed once (the record's
+    checks ride on its one walk over the seeds)."""
     from postlab.analysis.aggregate import analyse as compute
-    from postlab.records.record import record_plan_problems
+    from postlab.records.record import run_plan_problems, seed_list_problems
 
     check_split(opened, split)
     require_report_extra()
-    refuse(record_plan_problems(opened.record, opened.plan.data), opened.source,
-           "record does not fit the plan")
+    what = "record does not fit the plan"
+    refuse(seed_list_problems(opened.record, opened.plan.data), opened.source, what)
+    refuse_each(opened.record, functools.partial(run_plan_problems, plan=opened.plan.data),
+                opened.source, what)
     return compute(opened.record, opened.plan.data)
 
 
@@ -145,9 +164,12 @@ def verify(run: str | Path | None = None, *, expect: str | None = None,
         from postlab.machine.device import prepare
 
         prepare("cuda")  # re-evaluates on CUDA where it exists; before CUDA initialises
+    from postlab.runs.remembered import verify_and_remember
     from postlab.runs.verify import render_checks, verify_run
 
-    checks = verify_run(files, record, expect=expected)
+    # the checks a run's page shows are these without an expected fingerprint: remembered
+    checks = (verify_run(files, record, expect=expected) if expected is not None
+              else verify_and_remember(files, record))
     text, code = render_checks(checks)
     return VerifyResult(checks=checks, code_path=note, text=text, code=code)
 
@@ -182,10 +204,7 @@ def report(run: str | Path | None = None, *, plan: str | Path | None = None,
     if page_path is not None:
         pin_for_page(target)
     opened = open_run(target, None if plan is None else Path(plan), check_rows=False)
-    from postlab.records.record import reading_problems
-
-    refuse(reading_problems(opened.record, opened.plan.data), opened.source,
-           "record does not fit the plan")
+    require_readable(opened.record, opened.plan.data, opened.source)
     check_unchanged(opened.record, opened.source)
     analysis = analyse(opened, split)
     if page_path is not None:

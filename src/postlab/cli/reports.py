@@ -23,8 +23,7 @@ def _notices(lang: str) -> None:
 
 
 def report(args: argparse.Namespace) -> int:
-    from postlab.records.opened import check_unchanged, open_run, refuse
-    from postlab.records.record import reading_problems
+    from postlab.records.opened import check_unchanged, open_run, require_readable
     from postlab.render.text import build_report, render_text
     from postlab.sweeps.folder import is_sweep
     from postlab.tasks.contracts import CONTRACTS
@@ -53,8 +52,7 @@ def report(args: argparse.Namespace) -> int:
     opened = open_run(args.run or args.record, args.plan, check_rows=False)
     if args.split != "all":
         check_split(opened, args.split)
-    refuse(reading_problems(opened.record, opened.plan.data), opened.source,
-           "record does not fit the plan")
+    require_readable(opened.record, opened.plan.data, opened.source)
     check_unchanged(opened.record, opened.source)
     _check_contract_kinds(args.contracts, opened.plan.data)
     lang = args.lang or default_lang()
@@ -163,7 +161,7 @@ def samples(args: argparse.Namespace) -> int:
     from postlab.analysis.samples import iter_samples
     from postlab.plan.arms import plan_contracts
     from postlab.records.opened import check_unchanged, open_run
-    from postlab.records.record import seeds_of
+    from postlab.records.record import seeds_of, settle
     from postlab.render.answers import samples_text
 
     if args.limit is not None and args.limit < 0:
@@ -201,6 +199,8 @@ def samples(args: argparse.Namespace) -> int:
                           kinds=None if args.kind is None else [args.kind],
                           seeds=args.seed or None, rollouts=rollouts)
     if args.format_ == "jsonl":
+        # lines are printed as they are found, so the chosen seeds' checks run first
+        settle(record, args.seed or None)
         for sample in chosen:
             sys.stdout.write(json.dumps(dataclasses.asdict(sample)) + "\n")
         return 0

@@ -13,7 +13,7 @@ from typing import Any
 
 from postlab.plan.arms import plan_contracts
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
-from postlab.tasks.contracts import Answer, score
+from postlab.tasks.contracts import CONTRACTS, Answer, scored
 from postlab.tasks.registry import answer_function
 from postlab.tasks.rows import Row, iter_run_rows, rows_by_place
 
@@ -25,7 +25,8 @@ RESERVED = frozenset({"n", "mean_tokens", "truncated", "covered", "questions"})
 
 
 def count_under(rows: Iterable[Sequence[Any]], contract: str, answer: Answer = sum) -> int:
-    return sum(score(Row.of(row), contract, answer) for row in rows)
+    scorer = CONTRACTS[contract]
+    return sum(scored(scorer, answer, Row.of(row)) for row in rows)
 
 
 def metrics(rows: Sequence[Sequence[Any]], answer: Answer = sum,

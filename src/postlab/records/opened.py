@@ -8,7 +8,9 @@ matching the digests taken in training, so no number is shown from a damaged or 
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,13 @@ from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
 from postlab.records.chunks import unlisted_chunks
 from postlab.records.record import (
     RunFiles,
-    changed_parts,
     check_plan_link,
     decode_record_bytes,
+    each_seed,
     is_chunked,
     locate_run,
-    reading_problems,
+    run_changed_parts,
+    run_reading_problems,
 )
 
 
@@ -58,13 +61,28 @@ def refuse(problems: list[str], source: Path, what: str) -> None:
         raise UserError(f"{source}: {what}: {problems[0]}{more}")
 
 
+def refuse_each(record: dict[str, Any], problems_of: Callable[[dict[str, Any]], list[str]],
+                source: Path, what: str) -> None:
+    """:func:`refuse` on every seed's problems (a chunked record's as each seed is read:
+    :func:`~postlab.records.record.each_seed`)."""
+    each_seed(record, problems_of, functools.partial(refuse, source=source, what=what))
+
+
+def require_readable(record: dict[str, Any], plan: dict[str, Any], source: Path) -> None:
+    """Every seed readable under the plan (``reading_problems``), or refused."""
+    refuse_each(record, functools.partial(run_reading_problems, plan=plan), source,
+                "record does not fit the plan")
+
+
 def check_unchanged(record: dict[str, Any], source: Path) -> None:
     """A reader shows only numbers whose rows still match the digests taken in training."""
-    changed = changed_parts(record)
-    if changed:
-        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-        raise UserError(f"{source}: changed since it was recorded: {changed[0]}{more}; "
-                        "'postlab verify' shows every check")
+    each_seed(record, run_changed_parts, functools.partial(_changed, source))
+
+
+def _changed(source: Path, changed: list[str]) -> None:
+    more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+    raise UserError(f"{source}: changed since it was recorded: {changed[0]}{more}; "
+                    "'postlab verify' shows every check")
 
 
 def open_run(target: Path | None, plan_path: Path | None = None, *,
@@ -88,7 +106,7 @@ def open_run(target: Path | None, plan_path: Path | None = None, *,
     plan = plan_beside(files.record, plan_path)
     check_plan_link(record, plan, str(files.record))
     if check_rows:
-        refuse(reading_problems(record, plan.data), files.record, "record does not fit the plan")
+        require_readable(record, plan.data, files.record)
         check_unchanged(record, files.record)
     return OpenedRun(files=files, record=record, record_sha256=hashlib.sha256(raw).hexdigest(),
                      plan=plan)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from postlab.analysis.aggregate import Analysis, Interval
 from postlab.render.labels import LABELS, hacking_title, metric_label, pass_at_k_title, stage_label
@@ -137,7 +139,15 @@ def to_json(analysis: Analysis) -> str:
     del data["contracts"]
     if not data["verdicts"]:
         del data["verdicts"]  # schema 1 as it was for plans without hypotheses
-    return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
+    return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False,
+                      default=_plain) + "\n"
+
+
+def _plain(value: Any) -> Any:
+    """Series the analysis keeps as arrays of doubles (8 bytes a value) print as lists."""
+    if isinstance(value, array):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not part of the report's JSON")
 
 
 def to_markdown(analysis: Analysis, lang: str, split: str = "test",

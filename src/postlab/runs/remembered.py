@@ -4,7 +4,8 @@ checks that nothing has changed since.
 ``postlab verify`` always checks afresh. A run's HTML page shows a verification too, and
 re-running it on every render was the largest single part of rendering the bundled run's
 page (about 4 of 10 seconds on 2 cores). The page now reuses the checks of an earlier
-render when every input they depend on is the same, and says so, with the time they ran:
+render, or of an earlier ``postlab verify`` (which remembers what it found), when every input
+they depend on is the same, and says so, with the time they ran:
 
 - the run's fingerprint (plan, record, summary and every checkpoint, byte for byte), the raw
   record file and the ``fingerprint.txt`` beside it;
@@ -140,6 +141,18 @@ def _write_memo(path: Path, key: str, checks: list[Check], when: str) -> None:
         replace_bytes(path, dump_json(memo, indent=1))
     except (OSError, UserError):
         pass  # a cache that cannot be written costs the next render its checks, nothing more
+
+
+def verify_and_remember(files: RunFiles, record: dict[str, Any]) -> list[Check]:
+    """Every check afresh, as ``postlab verify`` runs them, remembered for the page: a page
+    rendered after a verify of the same state shows that verification instead of repeating
+    it (the state is taken before the checks run, so it is the state they checked)."""
+    key = state_key(files, record)
+    checks = verify_run(files, record)
+    path = None if key is None else _memo_path(key)
+    if key is not None and path is not None:
+        _write_memo(path, key, checks, datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+    return checks
 
 
 def verify_remembered(files: RunFiles, record: dict[str, Any]) -> Verification:

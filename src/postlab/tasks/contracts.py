@@ -17,6 +17,7 @@ renderers name any contract without knowing it; one without words is named by it
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -80,8 +81,17 @@ def score(row: Row, contract: str, answer: Answer = sum) -> float:
     """The one place a row meets a contract: 1 if ``contract`` accepts the row's output for
     the task's ``answer`` to its pair, 0 if not, or the partial credit a scorer gives
     (KeyError lists the known contracts)."""
+    return scored(CONTRACTS[contract], answer, row)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def scored(scorer: Contract, answer: Answer, row: Row) -> float:
+    """:func:`score` with the contract looked up: contracts are pure, so a row's score is
+    kept and an answer seen again (most are, in rollouts and sampled evaluations) costs a
+    lookup. A 16-seed teaching report scored 1.4 million rows, 34% of its time, before."""
     pair = row.pair
-    return CONTRACTS[contract](pair, row.text, row.terminated, answer(pair))
+    return scorer(pair, row.text, row.terminated, answer(pair))
+
 
 _DIGITS = frozenset("0123456789")
 
