@@ -8,7 +8,8 @@ every reader of the record with its peak memory, at several N, and extrapolate.
 For each size N, ``postlab run --engine ensemble`` trains N teaching seed-runs (SFT, both RL
 arms, every evaluation) into a run folder; then, each in its own process so its peak resident
 memory is its own (``os.wait4``): ``verify`` (every check, every checkpoint re-evaluated),
-``report --format json``, ``report --html`` (figures and the page), ``export`` (Parquet),
+``report --format json``, ``report --html`` (figures and the page, which shows the
+verification just made rather than repeating it), ``export`` (Parquet),
 ``compare`` (the run against itself) and ``samples``. It states the bytes on disk per
 seed-run (the record's files, and the whole folder with checkpoints), then edits one byte
 of one chunk and checks that ``verify`` names that chunk.
@@ -143,6 +144,8 @@ def main() -> None:
           f"Python {platform.python_version()}; {args.workers} workers on {args.device}")
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-records-"))
     base.mkdir(parents=True, exist_ok=True)
+    # verify's remembered checks (which the page shows) go with the run folders
+    os.environ["POSTLAB_CACHE_DIR"] = str(base / "memo")
     results: dict[int, dict[str, dict[str, float]]] = {}
     try:
         for size in sizes:

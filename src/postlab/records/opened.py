@@ -90,7 +90,9 @@ def open_run(target: Path | None, plan_path: Path | None = None, *,
     """A run folder or record file (None: the bundled teaching run), read and checked.
 
     ``check_rows`` False leaves the rows-fit and digest checks to the caller (a report
-    checks the split it was asked for first, so its message names that split).
+    checks the split it was asked for first, so its message names that split). A chunked
+    record's seeds are checked as they are first read (``each_seed``): a seed that fails
+    raises :class:`UserError` when reached, before any of its rows are seen.
     """
     files = locate_run(target)
     raw = read_bytes(files.record, "record")
