@@ -69,14 +69,23 @@ def folder_bytes(folder: Path, pattern: str = "**/*") -> int:
 
 
 def as_one_document(run: Path, out: Path) -> Path:
-    """A copy of ``run`` whose record is one JSON document, as earlier versions wrote it."""
+    """A copy of ``run`` whose record is one JSON document, as earlier versions wrote it.
+
+    Made in a process of its own: a child's peak resident memory (``ru_maxrss``) counts the
+    memory of the process that started it, so this one must stay small, and the record held
+    whole here would have been counted in every reader measured after it."""
+    subprocess.run([sys.executable, __file__, "--one-document", str(run), str(out)],
+                   check=True)
+    return out
+
+
+def _write_one_document(run: Path, out: Path) -> None:
     from postlab.jsonio import dump_json
     from postlab.records.record import load_record, one_document
 
     shutil.copytree(run, out, ignore=shutil.ignore_patterns("rows"))
     record = load_record(run / "record.json")
     (out / "record.json").write_bytes(dump_json(one_document(record)))
-    return out
 
 
 def _twin(run: Path) -> Path:
@@ -138,7 +147,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--keep", type=Path, help="keep the run folders here")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--one-document", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_document:
+        _write_one_document(*args.one_document)
+        return
     sizes = sorted(int(size) for size in args.sizes.split(","))
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}; {args.workers} workers on {args.device}")
@@ -150,13 +163,27 @@ def main() -> None:
     try:
         for size in sizes:
             folder = base / f"seeds-{size}"
-            folder.mkdir()
             run = folder / "run"
-            plan = teaching_plan(folder / "plan.json", size)
-            train, train_mib, _ = timed([*POSTLAB, "run", "--plan", str(plan), "--out-dir",
-                                         str(run), "--engine", "ensemble", "--workers",
-                                         str(args.workers), "--device", args.device,
-                                         "--quiet", "--allow-large"])
+            if (run / "fingerprint.txt").is_file():
+                # a finished run of an earlier invocation (--keep): its readers are measured
+                # again, its training is not
+                train, train_mib = float("nan"), float("nan")
+                for stale in ("one-document", "one-document-twin", "old", "tables",
+                              "page.html", "run-twin"):
+                    path = folder / stale
+                    if path.is_symlink() or path.is_file():
+                        path.unlink()
+                    elif path.is_dir():
+                        shutil.rmtree(path)
+                print(f"\n{size} seed-runs: the run kept in {run} is read again "
+                      "(training not measured in this invocation)")
+            else:
+                folder.mkdir()
+                plan = teaching_plan(folder / "plan.json", size)
+                train, train_mib, _ = timed([*POSTLAB, "run", "--plan", str(plan), "--out-dir",
+                                             str(run), "--engine", "ensemble", "--workers",
+                                             str(args.workers), "--device", args.device,
+                                             "--quiet", "--allow-large"])
             rows = folder_bytes(run, "rows/*") + (run / "record.json").stat().st_size
             whole = folder_bytes(run)
             chunks = len(json.loads((run / "record.json").read_text())["chunks"])
