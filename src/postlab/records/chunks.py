@@ -281,10 +281,11 @@ class ChunkedRuns(Sequence[dict[str, Any]]):
     """A chunked record's seed entries, in record order, read from disk on each access.
 
     A walk over all seeds holds one seed's entry and one chunk's bytes at a time, plus the
-    first :data:`KEPT_SEEDS` entries read, which are kept: a command walks the seeds several
-    times (verify nine, a report seven), and a record of a few seeds then decodes each once
-    (decoding a teaching seed takes about 30 ms; verify of 16 teaching seeds went from 17.8 s
-    to 11.6 s, the one-document layout's 7.9 s). Callers treat entries as read-only. Each entry is
+    first :data:`KEPT_SEEDS` entries read, which are kept: a command may walk the seeds several
+    times (verify about five; a report's checks ride on its one walk, :meth:`on_each`), and a
+    record of a few seeds then decodes each once (decoding a teaching seed takes about 30 ms;
+    verify of 16 teaching seeds went from 17.8 s to 11.6 s, the one-document layout's 7.9 s).
+    Callers treat entries as read-only. Each entry is
     checked as a JSON record's are (``check``) the first time it is read.
     """
 
