@@ -135,8 +135,12 @@ def test_teaching_plan_passes_with_a_quick_calibration():
     assert len(text.splitlines()) == 2
     for figure in ("3 seeds x 2 arms", "122,760 completions", "<= 736,560 tokens",
                    "3,480 gradient steps", "11,678 parameters", "evaluation 1,008 x 9",
-                   "on one worker here (calibrated"):
+                   "on one worker here (calibrated", "of it before training"):
         assert figure in text
+    # the process's own memory (torch loaded, a model built) is measured, and added
+    counts = estimate_counts(teaching_plan())
+    assert est.base_bytes > 50 * 2**20
+    assert est.memory_bytes == counts.memory_bytes + est.base_bytes
 
 
 @pytest.mark.parametrize("name", list(ENORMOUS))

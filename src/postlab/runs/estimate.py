@@ -8,7 +8,9 @@ estimated:
 * counts follow from the plan alone: completions and gradient steps are what the engine will
   do (exact, with dynamic sampling's extra groups as an upper bound), tokens are an upper bound
   (every completion may use ``max_new_tokens``), memory is a rough figure for the largest batch
-  held at once plus the model's copies and the record;
+  held at once plus the model's copies and one seed's entry (a run writes each seed's rows
+  into a chunk and lets them go), on top of what the process holds before training, measured
+  when calibrating;
 * time comes from a short calibration: the real model code (the model, decoding with
   :func:`postlab.engines.rollout.generate`, the RL objective, the reward contract, record
   writing) is timed on this machine at bounded sizes and scaled linearly to the plan's sizes.
@@ -20,7 +22,6 @@ built or timed, so an absurd plan is refused at once.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
 from postlab.engines.train import sequence_log_dist
 from postlab.errors import UserError
+from postlab.machine.resources import resident_bytes, usable_cores
 from postlab.plan.arms import arm_specs
 from postlab.policies import POLICIES, Policy, build_policy, policy_kind
 from postlab.policies.tokenizers import vocab_size
@@ -49,9 +51,9 @@ GIB = 2**30
 
 # --- limits: a plan over any of them needs --allow-large --------------------------------------
 
-#: Rough peak memory of one worker: the largest batch, the model's copies and the record. Half
-#: of a 16 GB laptop; beyond it the machine swaps or the out-of-memory killer ends the run,
-#: often hours in.
+#: Rough peak memory of one worker: the process, the largest batch, the model's copies and one
+#: seed's entry. Half of a 16 GB laptop; beyond it the machine swaps or the out-of-memory
+#: killer ends the run, often hours in.
 MAX_MEMORY_BYTES = 8 * GIB
 #: Tokens generated (upper bound). Decoding is one Python step per token and every completion
 #: becomes a record row, so 1e9 tokens is days of one core whatever the model.
@@ -140,12 +142,16 @@ class ComputeEstimate:
     batch_bytes: int
     #: rows the record keeps
     record_rows: int
-    #: rough peak of one worker: the largest batch, the model's copies and the record
+    #: rough peak of one worker: the largest batch, the model's copies and one seed's entry,
+    #: plus, once calibrated, what the process holds before training (``base_bytes``)
     memory_bytes: int
     #: estimated wall time on one worker; None until calibrated
     seconds: float | None = None
     #: how long the calibration took; None until calibrated
     calibration_seconds: float | None = None
+    #: resident memory of the process when calibrated (interpreter, torch, the policy's
+    #: libraries, one model built); None until calibrated
+    base_bytes: int | None = None
 
 
 # --- counts --------------------------------------------------------------------------------
@@ -201,10 +207,11 @@ def estimate_counts(plan: dict[str, Any]) -> ComputeEstimate:
     completions = rl_completions + evaluations
     sft_steps = seeds * (plan["sft_steps"] + sum(a.sft_steps or 0 for a in arms if not a.is_rl))
     rl_updates = seeds * rl_arms * plan["rl_steps"] * plan["updates_per_rollout"]
-    # the record keeps every rollout (dropped groups included) and one evaluation per stage
+    # the record keeps every rollout (dropped groups included) and one evaluation per stage;
+    # a run holds one seed's entry until it is written into a chunk, never the whole record
     record_rows = rl_completions + seeds * stages * per_evaluation
-    record_bytes = (record_rows * ROW_BYTES + sft_steps * SFT_STEP_BYTES
-                    + rl_updates * RL_UPDATE_BYTES)
+    seed_bytes = (record_rows * ROW_BYTES + sft_steps * SFT_STEP_BYTES
+                  + rl_updates * RL_UPDATE_BYTES) // max(1, seeds)
 
     positions = shape["decode_positions"]
     evaluation_bytes = 2 * per_evaluation * ROW_BYTES  # a stage's rows and the reload check's
@@ -228,7 +235,7 @@ def estimate_counts(plan: dict[str, Any]) -> ComputeEstimate:
         tokens=completions * plan["max_new_tokens"], gradient_steps=sft_steps + rl_updates,
         parameters=shape["parameters"], batch_kind=kind, batch_sequences=sequences,
         batch_positions=batch_positions, batch_bytes=batch_bytes, record_rows=record_rows,
-        memory_bytes=batch_bytes + model_bytes + record_bytes)
+        memory_bytes=batch_bytes + model_bytes + seed_bytes)
 
 
 # --- calibration ---------------------------------------------------------------------------
@@ -256,6 +263,7 @@ class Calibration:
     write_seconds: float  # per record row written (into a chunk)
     optimizer_seconds: float  # per gradient step: clipping and Adam
     seconds: float  # how long calibrating took
+    base_bytes: int  # resident memory after calibrating: what a run holds before training
 
 
 def _bounded(rows: int, positions: int, least: int, work: float, cap: int) -> tuple[int, int]:
@@ -442,13 +450,6 @@ def _time_optimizer(model: Policy, plan: dict[str, Any], parameters: int,
     return best * scale + OPTIMIZER_OVERHEAD_SECONDS
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def calibrate(plan: dict[str, Any]) -> Calibration:
     """Time the real code paths at bounded sizes on this machine.
 
@@ -461,7 +462,7 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
     threads = torch.get_num_threads()
     try:
         # More threads than cores would only slow the run further; time what the cores give.
-        torch.set_num_threads(max(1, min(plan["threads"], _cores())))
+        torch.set_num_threads(max(1, min(plan["threads"], usable_cores())))
         shape = _shape(plan)
         generator = torch.Generator().manual_seed(CALIBRATION_SEED)
         model = build_policy(plan)
@@ -474,7 +475,8 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
         torch.random.set_rng_state(rng_state)
     return Calibration(sft=sft, reference=reference, update=update, decode=decode,
                        row_seconds=row_seconds, write_seconds=write_seconds,
-                       optimizer_seconds=optimizer, seconds=time.perf_counter() - start)
+                       optimizer_seconds=optimizer, seconds=time.perf_counter() - start,
+                       base_bytes=resident_bytes())
 
 
 def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
@@ -520,9 +522,17 @@ def estimate(plan: dict[str, Any], *, calibrated: bool = True) -> ComputeEstimat
     counts = estimate_counts(plan)
     if not calibrated:
         return counts
-    calibration = calibrate(plan)
+    return calibrated(counts, plan, calibrate(plan))
+
+
+def calibrated(counts: ComputeEstimate, plan: dict[str, Any],
+               calibration: Calibration) -> ComputeEstimate:
+    """The counts with this machine's figures: the wall time, and the process's own memory
+    added to the plan's."""
     return replace(counts, seconds=wall_seconds(plan, calibration),
-                   calibration_seconds=calibration.seconds)
+                   calibration_seconds=calibration.seconds,
+                   memory_bytes=counts.memory_bytes + calibration.base_bytes,
+                   base_bytes=calibration.base_bytes)
 
 
 # --- limits --------------------------------------------------------------------------------
@@ -566,10 +576,8 @@ def check_size(plan_data: dict[str, Any], allow_large: bool) -> ComputeEstimate:
     problems = size_problems(counts)
     if problems and not allow_large:
         raise _refuse(problems)
-    calibration = calibrate(plan_data)
-    est = replace(counts, seconds=wall_seconds(plan_data, calibration),
-                  calibration_seconds=calibration.seconds)
-    if not allow_large and est.seconds is not None and est.seconds > MAX_SECONDS:
+    est = calibrated(counts, plan_data, calibrate(plan_data))
+    if not allow_large and size_problems(est):
         raise _refuse(size_problems(est))
     return est
 
@@ -620,6 +628,8 @@ def render_estimate(est: ComputeEstimate) -> str:
              f"tokens, {format_count(est.gradient_steps)} gradient steps, "
              f"{format_count(est.parameters)} parameters")
     second = f"largest batch {_batch(est)}; memory ~{format_bytes(est.memory_bytes)}"
+    if est.base_bytes is not None:
+        second += f" ({format_bytes(est.base_bytes)} of it before training)"
     if est.seconds is None:
         second += "; time not calibrated"
     else:

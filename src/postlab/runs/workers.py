@@ -13,6 +13,7 @@ import os
 from multiprocessing.context import BaseContext
 
 from postlab.errors import UserError
+from postlab.machine.resources import usable_cores
 
 PRELOAD = ["postlab.runs.orchestration", "torch._dynamo"]
 #: Sets the worker count when ``--workers`` is not given: on a machine whose cores other jobs
@@ -30,10 +31,7 @@ def default_workers() -> int:
             raise UserError(f"{WORKERS_VARIABLE}={chosen[:40]!r}: expected a whole number of "
                             "worker processes, at least 1")
         return int(chosen)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def worker_context() -> BaseContext:

@@ -1,0 +1,32 @@
+"""What this process may use and what it holds: its cores and its resident memory."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity where the system says), at least 1."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux: ``/proc/self/statm``), else its peak so far,
+    which is what other systems report."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return peak_resident_bytes()
+
+
+def peak_resident_bytes() -> int:
+    """The most resident memory this process has held (``ru_maxrss``: KiB on Linux, bytes on
+    macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
