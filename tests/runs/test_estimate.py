@@ -124,6 +124,16 @@ def test_teaching_plan_figures():
     assert est.seconds is None
 
 
+def test_the_calibrated_estimate_prices_the_counts_it_was_given():
+    # estimate() is what benchmarks and readers call; check_size() adds only the limits
+    est = estimate(teaching_plan())
+    counts = estimate_counts(teaching_plan())
+    assert est.seconds is not None and est.seconds > 1
+    assert est.calibration_seconds > 0
+    assert est.memory_bytes == counts.memory_bytes + est.base_bytes
+    assert est.completions == counts.completions
+
+
 def test_teaching_plan_passes_with_a_quick_calibration():
     start = time.perf_counter()
     est = check_size(teaching_plan(), allow_large=False)

@@ -522,11 +522,11 @@ def estimate(plan: dict[str, Any], *, calibrated: bool = True) -> ComputeEstimat
     counts = estimate_counts(plan)
     if not calibrated:
         return counts
-    return calibrated(counts, plan, calibrate(plan))
+    return priced(counts, plan, calibrate(plan))
 
 
-def calibrated(counts: ComputeEstimate, plan: dict[str, Any],
-               calibration: Calibration) -> ComputeEstimate:
+def priced(counts: ComputeEstimate, plan: dict[str, Any],
+           calibration: Calibration) -> ComputeEstimate:
     """The counts with this machine's figures: the wall time, and the process's own memory
     added to the plan's."""
     return replace(counts, seconds=wall_seconds(plan, calibration),
@@ -576,7 +576,7 @@ def check_size(plan_data: dict[str, Any], allow_large: bool) -> ComputeEstimate:
     problems = size_problems(counts)
     if problems and not allow_large:
         raise _refuse(problems)
-    est = calibrated(counts, plan_data, calibrate(plan_data))
+    est = priced(counts, plan_data, calibrate(plan_data))
     if not allow_large and size_problems(est):
         raise _refuse(size_problems(est))
     return est
