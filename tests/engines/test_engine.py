@@ -185,3 +185,26 @@ def test_default_workers_is_the_core_count_or_the_variable(monkeypatch, tmp_path
                  "--workers", "5000"]) == 2
     assert "at most 4096" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_recorded_seed_is_not_held_by_the_main_process(tmp_path, monkeypatch):
+    # each seed's results are forgotten once its chunk is written: the main process of a
+    # run of many seeds holds the seeds in flight, not every seed trained so far
+    from postlab.runs import orchestration
+
+    seen = []
+    original = orchestration.run_tasks
+
+    def watching(executor, runs, *args, **kwargs):
+        original(executor, runs, *args, **kwargs)
+        seen.extend(runs)
+
+    monkeypatch.setattr(orchestration, "run_tasks", watching)
+    plan = write_plan(tmp_path / "plan.json", **{**SMALL, "seeds": [1, 2, 3]})
+    record = _run(plan, tmp_path / "run")
+    (run,) = seen
+    assert sorted(run.assemblies) == [1, 2, 3] == sorted(record["seeds"])
+    for assembly in run.assemblies.values():
+        assert assembly.recorded and assembly.complete()
+        assert assembly.sft is None and assembly.arm_results == {}
+    assert run.kept == {} and run.unwritten == []

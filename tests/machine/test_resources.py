@@ -1,6 +1,16 @@
-"""The process's cores and resident memory, as the estimate and the worker count read them."""
+"""The process's cores, resident memory and age, as the estimate and the worker count read
+them."""
 
-from postlab.machine.resources import peak_resident_bytes, resident_bytes, usable_cores
+import subprocess
+import sys
+import time
+
+from postlab.machine.resources import (
+    peak_resident_bytes,
+    process_seconds,
+    resident_bytes,
+    usable_cores,
+)
 
 
 def test_resident_memory_follows_what_the_process_holds():
@@ -15,3 +25,16 @@ def test_resident_memory_follows_what_the_process_holds():
 
 def test_cores_are_at_least_one():
     assert usable_cores() >= 1
+
+
+def test_a_process_knows_how_long_it_has_run():
+    # a child that sleeps before asking reports at least that long; this process, older
+    # than its own sleep, too
+    code = ("import time; time.sleep(0.5); from postlab.machine.resources import "
+            "process_seconds; print(process_seconds())")
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               check=True).stdout)
+    assert 0.45 <= age < 60
+    before = process_seconds()
+    time.sleep(0.2)
+    assert process_seconds() - before >= 0.15

@@ -1,5 +1,6 @@
 """Estimates before training: counts against real records, limits, calibration's bounds."""
 
+import dataclasses
 import json
 import time
 
@@ -134,12 +135,27 @@ def test_the_calibrated_estimate_prices_the_counts_it_was_given():
     assert est.completions == counts.completions
 
 
+def test_the_time_counts_from_the_process_start_and_includes_calibrating():
+    plan = teaching_plan()
+    calibration = est_mod.calibrate(plan)
+    assert calibration.started_seconds is not None and calibration.started_seconds > 0
+    late = dataclasses.replace(calibration, started_seconds=calibration.started_seconds + 100)
+    slow = dataclasses.replace(calibration, seconds=calibration.seconds + 10)
+    base = est_mod.wall_seconds(plan, calibration)
+    assert est_mod.wall_seconds(plan, late) - base == pytest.approx(100)
+    assert est_mod.wall_seconds(plan, slow) - base == pytest.approx(10)
+    unknown = dataclasses.replace(calibration, started_seconds=None)
+    assert est_mod.wall_seconds(plan, unknown) - base == pytest.approx(
+        est_mod.STARTUP_SECONDS - calibration.started_seconds)
+
+
 def test_teaching_plan_passes_with_a_quick_calibration():
     start = time.perf_counter()
     est = check_size(teaching_plan(), allow_large=False)
-    # bounds of seconds, not a speed claim: the suite runs two tests at a time on two cores
-    assert time.perf_counter() - start < 3.0
-    assert 0 < est.calibration_seconds < 3.0
+    # bounds of seconds, not a speed claim: the suite runs two tests at a time on two cores,
+    # and a fresh process's calibration imports torch's compiler stack (about 2 s)
+    assert time.perf_counter() - start < 10.0
+    assert 0 < est.calibration_seconds < 10.0
     assert 1 < est.seconds < MAX_SECONDS
     text = render_estimate(est)
     assert len(text.splitlines()) == 2

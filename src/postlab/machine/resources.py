@@ -1,4 +1,4 @@
-"""What this process may use and what it holds: its cores and its resident memory."""
+"""What this process may use and what it holds: its cores, its resident memory, its age."""
 
 from __future__ import annotations
 
@@ -30,3 +30,17 @@ def peak_resident_bytes() -> int:
     macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def process_seconds() -> float | None:
+    """Wall seconds since this process started (Linux: ``/proc``), None where unknown: what
+    a run has spent starting (the interpreter, torch, the plan's checks) before it calibrates."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            # the command name (field 2) may hold spaces: count fields after its ")"
+            started = int(stat.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime", "rb") as uptime:
+            now = float(uptime.read().split()[0])
+        return max(0.0, now - started / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
