@@ -356,3 +356,23 @@ def test_a_chunk_left_by_a_crash_is_removed_on_resume(trained, tmp_path, capsys)
     assert done.returncode == 0, done.stderr
     assert rows(read_record(target)) == rows(read_record(trained["exact"]))
     assert main(["verify", str(target)]) == 0, capsys.readouterr().out
+
+
+def test_export_reads_each_seed_twice_not_once_a_table(trained, tmp_path, monkeypatch):
+    # every access decodes (none kept): the checks and the run's names ride on one walk,
+    # the six tables on another
+    from collections import Counter
+
+    from postlab.records import chunks
+
+    reads = Counter()
+    read = chunks.ChunkedRuns._read
+
+    def counting(self, seed):
+        reads[seed] += 1
+        return read(self, seed)
+
+    monkeypatch.setattr(chunks, "KEPT_SEEDS", 0)
+    monkeypatch.setattr(chunks.ChunkedRuns, "_read", counting)
+    assert main(["export", str(trained["ensemble"]), "--out-dir", str(tmp_path / "t")]) == 0
+    assert reads == {3: 2, 4: 2, 5: 2}

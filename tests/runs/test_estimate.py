@@ -149,6 +149,22 @@ def test_the_time_counts_from_the_process_start_and_includes_calibrating():
         est_mod.STARTUP_SECONDS - calibration.started_seconds)
 
 
+def test_the_engines_own_steps_correct_the_modelled_ones(monkeypatch):
+    plan = teaching_plan()
+    calibration = est_mod.calibrate(plan)
+    assert all(0.2 < factor < 10 for factor in calibration.factors)
+    # each factor multiplies its kind of step: doubling the RL one adds the RL steps' time
+    rl = est_mod._unit_seconds(plan, calibration)[2]
+    doubled = dataclasses.replace(calibration, factors=(*calibration.factors[:2],
+                                                        2 * calibration.factors[2]))
+    rl_steps = len(plan["seeds"]) * len(plan["arms"]) * plan["rl_steps"]
+    assert est_mod.wall_seconds(plan, doubled) - est_mod.wall_seconds(
+        plan, calibration) == pytest.approx(rl_steps * rl)
+    # where the engine's steps would take too long to time, the modelled ones stand
+    monkeypatch.setattr(est_mod, "REAL_PATH_SECONDS", 0.0)
+    assert est_mod.calibrate(plan).factors == (1.0, 1.0, 1.0)
+
+
 def test_teaching_plan_passes_with_a_quick_calibration():
     start = time.perf_counter()
     est = check_size(teaching_plan(), allow_large=False)

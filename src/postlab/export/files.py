@@ -10,6 +10,7 @@ Parquet files carry the same provenance in their schema metadata; CSV files carr
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,9 +46,10 @@ def write_export(folder: Path, runs: Sequence[tuple[str | None, LoadedRun]], fmt
     the caller publishes); returns the number of tables. ``runs`` pairs each checked run with
     its sweep version (None for a lone run); tables span all of them.
 
-    Each table is streamed: its rows are built and written :data:`BATCH_ROWS` at a time while
-    the records' seeds are read one by one, so memory holds a batch and a seed, not the table
-    (1,000 teaching seeds hold about 25 million evaluation rows)."""
+    The tables are streamed together: their rows are built and written :data:`BATCH_ROWS` at
+    a time while the records' seeds are read once, one by one, so memory holds a batch per
+    table and a seed, not the tables (1,000 teaching seeds hold about 25 million evaluation
+    rows)."""
     import pyarrow.csv as csv
     import pyarrow.parquet as parquet
 
@@ -63,23 +65,22 @@ def write_export(folder: Path, runs: Sequence[tuple[str | None, LoadedRun]], fmt
                  else contracts)
     provenance = _provenance(runs)
     sources = [run.source(version) for version, run in runs]
-    described: dict[str, Any] = {}
-    for name in TABLES:
-        columns = table_columns(name, sources, names)
-        file = f"{name}.{fmt}"
-        metadata = {METADATA_KEY: json.dumps({"schema": SCHEMA, "table": name,
-                                              "postlab_version": __version__,
-                                              "runs": provenance})}
-        schema = arrow_schema(columns, metadata)
-        writer = (parquet.ParquetWriter(folder / file, schema) if fmt == "parquet"
-                  else csv.CSVWriter(folder / file, schema))
-        rows = 0
-        with writer:
-            for batch in arrow_batches(name, sources, names, schema, BATCH_ROWS):
-                writer.write_batch(batch)
-                rows += batch.num_rows
-        described[name] = {"file": file, "rows": rows, "meaning": TABLES[name].meaning,
-                           "columns": [_column_entry(c) for c in columns]}
+    columns = {name: table_columns(name, sources, names) for name in TABLES}
+    schemas = {name: arrow_schema(columns[name], {METADATA_KEY: json.dumps({
+        "schema": SCHEMA, "table": name, "postlab_version": __version__,
+        "runs": provenance})}) for name in TABLES}
+    rows = dict.fromkeys(TABLES, 0)
+    with contextlib.ExitStack() as stack:
+        writers = {name: stack.enter_context(
+            parquet.ParquetWriter(folder / f"{name}.{fmt}", schemas[name]) if fmt == "parquet"
+            else csv.CSVWriter(folder / f"{name}.{fmt}", schemas[name])) for name in TABLES}
+        for name, batch in arrow_batches(sources, names, schemas, BATCH_ROWS):
+            writers[name].write_batch(batch)
+            rows[name] += batch.num_rows
+    described = {name: {"file": f"{name}.{fmt}", "rows": rows[name],
+                        "meaning": TABLES[name].meaning,
+                        "columns": [_column_entry(c) for c in columns[name]]}
+                 for name in TABLES}
     publish_bytes(folder / SCHEMA_FILE, dump_json({
         "schema": SCHEMA, "postlab_version": __version__, "format": fmt,
         "sweep": any(version is not None for version, _ in runs), "runs": provenance,

@@ -127,11 +127,16 @@ def load_run(path: str | Path | None = None) -> LoadedRun:
     opened = open_run(target)
     record, plan = opened.record, opened.plan
     runs = record["runs"]
-    stages = dict.fromkeys(stage for run in runs for stage in run["evaluations"])
-    arms = dict.fromkeys(arm for run in runs for arm in run.get("training", {}))
+    stages: dict[str, None] = {}
+    arms: dict[str, None] = {}
+    seeds = []
+    for run in runs:  # one walk over the seeds, not one for each
+        seeds.append(run["seed"])
+        stages.update(dict.fromkeys(run["evaluations"]))
+        arms.update(dict.fromkeys(run.get("training", {})))
     return LoadedRun(record_path=opened.source, plan_sha256=plan.sha256,
                      record_sha256=opened.record_sha256,
-                     seeds=tuple(run["seed"] for run in runs), stages=tuple(stages),
+                     seeds=tuple(seeds), stages=tuple(stages),
                      arms=tuple(arms), rewarded_by=dict(rl_contracts(plan.data)), plan=plan,
                      record=record)
 

@@ -15,6 +15,7 @@ answer), ``updates`` (one optimiser update), ``steps`` (one RL step: its groups)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -353,19 +354,36 @@ def build_table(name: str, sources: Sequence[Source], contracts: Sequence[str]) 
     return TableData(name, columns, values)
 
 
-def arrow_batches(name: str, sources: Sequence[Source], contracts: Sequence[str],
-                  schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """One table as Arrow record batches of at most ``batch_rows`` rows, built as the rows
-    are walked: an export holds one batch, not the table."""
-    columns: tuple[list[Any], ...] = tuple([] for _ in schema)
-    for row in table_rows(name, sources, contracts):
-        for column, value in zip(columns, row, strict=True):
-            column.append(value)
-        if len(columns[0]) >= batch_rows:
-            yield _batch(columns, schema)
-            columns = tuple([] for _ in schema)
-    if columns and columns[0]:
-        yield _batch(columns, schema)
+def seed_sources(sources: Sequence[Source]) -> Iterator[Source]:
+    """Each source's seeds one at a time, as one-seed sources: tables built from them, in this
+    order, hold the rows :func:`table_rows` gives over the whole sources."""
+    for source in sources:
+        for entry in source.record["runs"]:
+            yield dataclasses.replace(source, record={**source.record, "runs": [entry]})
+
+
+def arrow_batches(sources: Sequence[Source], contracts: Sequence[str],
+                  schemas: dict[str, pa.Schema], batch_rows: int
+                  ) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Every table of ``schemas`` as Arrow record batches of exactly ``batch_rows`` rows (the
+    last of each table fewer), from one walk over the seeds: an export holds one seed and a
+    batch per table, and reads each seed once, not once a table (a 50-seed export read each
+    seed eight times, 45% of its time)."""
+    sweep = any(source.version is not None for source in sources)
+    columns = {name: tuple([] for _ in schema) for name, schema in schemas.items()}
+    for one in seed_sources(sources):
+        prefix = (one.version,) if sweep else ()
+        for name, schema in schemas.items():
+            held = columns[name]
+            for row in _BUILDERS[name](one, contracts):
+                for column, value in zip(held, (*prefix, *row), strict=True):
+                    column.append(value)
+                if len(held[0]) >= batch_rows:
+                    yield name, _batch(held, schema)
+                    held = columns[name] = tuple([] for _ in schema)
+    for name, schema in schemas.items():
+        if columns[name][0]:
+            yield name, _batch(columns[name], schema)
 
 
 def _batch(columns: tuple[list[Any], ...], schema: pa.Schema) -> pa.RecordBatch:

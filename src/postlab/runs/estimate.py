@@ -103,7 +103,7 @@ CALIBRATION_WORK = 1e9
 TRAIN_ROW_CAP = 64
 DECODE_ROW_CAP = 1024
 #: Cheap measurements are repeated for this long, keeping the fastest (the machine is shared).
-REPEAT_SECONDS = 0.03
+REPEAT_SECONDS = 0.1
 #: Adam and gradient clipping are timed on at most this many parameters and scaled.
 OPTIMIZER_PROXY_ELEMENTS = 1 << 20
 #: torch.optim.Adam's own bookkeeping per step, which timing its functional form leaves out.
@@ -115,6 +115,11 @@ STARTUP_SECONDS = 4.0
 #: Checkpoints are written, synced, read back, hashed and re-evaluated after every stage.
 CHECKPOINT_BYTES_PER_SECOND = 2e8
 CALIBRATION_SEED = 20261129
+#: The engine's own steps timed when calibrating (:func:`_time_real_paths`), each kind only
+#: where its modelled time (all repeats) is at most REAL_PATH_SECONDS.
+REAL_STEPS = 4
+REAL_REPEATS = 3
+REAL_PATH_SECONDS = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,6 +268,9 @@ class Calibration:
     seconds: float  # how long calibrating took
     #: the process's age when calibrating began: what a run spends before (None: unknown)
     started_seconds: float | None = None
+    #: real steps over the modelled ones, for an SFT step, a stage's evaluation and an RL
+    #: step (:func:`_time_real_paths`): what the bounded measurements leave out
+    factors: tuple[float, float, float] = (1.0, 1.0, 1.0)
     base_bytes: int  # resident memory after calibrating: what a run holds before training
 
 
@@ -453,6 +461,51 @@ def _time_optimizer(model: Policy, plan: dict[str, Any], parameters: int,
     return best * scale + OPTIMIZER_OVERHEAD_SECONDS
 
 
+def _fewest_seconds(call: Callable[[], Any]) -> float:
+    best = float("inf")
+    for _ in range(REAL_REPEATS):
+        start = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration) -> tuple[
+        float, float, float]:
+    """Run the engine's own code for a few steps where that is cheap, and return real over
+    modelled seconds for an SFT step, an evaluation and an RL step (1.0 where a step would
+    take too long to time). The bounded measurements time the model's arithmetic; the
+    engine's loops add batch building, rewards, syncs and torch.optim's bookkeeping, which
+    made the teaching plan's steps 1.5-2.3 times the modelled ones (measured on 2 cores)."""
+    from postlab.engines.rollout import evaluate_model
+    from postlab.engines.train import reinforce, supervised
+
+    sft_step, _, rl_step = _unit_seconds(plan, unit)
+    # the fewest seconds of REAL_REPEATS calls, as the bounded measurements keep theirs
+    factors = [1.0, 1.0, 1.0]
+    if REAL_REPEATS * REAL_STEPS * sft_step <= REAL_PATH_SECONDS:
+        supervised(model, plan, CALIBRATION_SEED, steps=1)  # its first step warms up
+        factors[0] = _fewest_seconds(lambda: supervised(
+            model, plan, CALIBRATION_SEED, steps=REAL_STEPS)) / REAL_STEPS / sft_step
+    # the evaluation of a few questions per split, against its modelled cost
+    questions = max(1, DECODE_ROW_CAP // plan["eval_samples"])
+    few = {**plan, "split": {name: pairs[:questions] for name, pairs in plan["split"].items()}}
+    few_evaluation = _unit_seconds(few, unit)[1]
+    if REAL_REPEATS * few_evaluation <= REAL_PATH_SECONDS:
+        factors[1] = _fewest_seconds(lambda: evaluate_model(
+            model, few, CALIBRATION_SEED)) / few_evaluation
+    rl = next((arm for arm in arm_specs(plan) if arm.is_rl), None)
+    if rl is not None and REAL_REPEATS * REAL_STEPS * rl_step <= REAL_PATH_SECONDS:
+        steps = {**plan, "rl_steps": REAL_STEPS}
+
+        def train() -> None:
+            model.train()
+            reinforce(model, model.reference_policy(), steps, CALIBRATION_SEED, rl.contract)
+
+        factors[2] = _fewest_seconds(train) / REAL_STEPS / rl_step
+    return factors[0], factors[1], factors[2]
+
+
 def calibrate(plan: dict[str, Any]) -> Calibration:
     """Time the real code paths at bounded sizes on this machine.
 
@@ -478,27 +531,21 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
         decode, row_seconds, write_seconds = _time_decode(model, plan, shape)
         reference, update = _time_rl(model, plan, shape, generator)
         optimizer = _time_optimizer(model, plan, shape["parameters"], generator)
+        unit = Calibration(sft=sft, reference=reference, update=update, decode=decode,
+                           row_seconds=row_seconds, write_seconds=write_seconds,
+                           optimizer_seconds=optimizer, seconds=0.0, base_bytes=0)
+        factors = _time_real_paths(model, plan, unit)
     finally:
         torch.set_num_threads(threads)
         torch.random.set_rng_state(rng_state)
-    return Calibration(sft=sft, reference=reference, update=update, decode=decode,
-                       row_seconds=row_seconds, write_seconds=write_seconds,
-                       optimizer_seconds=optimizer, seconds=time.perf_counter() - start,
-                       started_seconds=started,
-                       base_bytes=resident_bytes())
+    return replace(unit, factors=factors, seconds=time.perf_counter() - start,
+                   started_seconds=started, base_bytes=resident_bytes())
 
 
-def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
-    """The run's time on one worker: the engine's work per seed, priced by the calibration.
-
-    Decodes are priced at ``max_new_tokens`` steps (an upper bound: decoding stops once every
-    sequence has ended), and dynamic sampling at its full budget of extra groups. For models
-    far larger than the teaching plan's the calibration sees only a few sequences, whose
-    matrix products are less efficient than the plan's, so the estimate errs high (about
-    twice the measured time at hidden 4096).
-    """
+def _unit_seconds(plan: dict[str, Any], c: Calibration) -> tuple[float, float, float]:
+    """Modelled seconds of an SFT step, a stage's evaluation (every split, greedy and
+    sampled) and an RL step, each times its real-path factor."""
     shape = _shape(plan)
-    c = calibration
     positions = shape["decode_positions"]
 
     def decode(rows: int) -> float:
@@ -514,6 +561,23 @@ def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
                                                 + c.optimizer_seconds))
     if plan.get("dynamic_sampling"):
         rl_step += decode(plan["dynamic_sampling"]["max_extra_groups"] * group)
+    sft_factor, evaluation_factor, rl_factor = c.factors
+    return sft_step * sft_factor, evaluation * evaluation_factor, rl_step * rl_factor
+
+
+def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
+    """The run's time on one worker, from its process's start: the engine's work per seed,
+    priced by the calibration.
+
+    Decodes are priced at ``max_new_tokens`` steps (an upper bound: decoding stops once every
+    sequence has ended), and dynamic sampling at its full budget of extra groups. For models
+    far larger than the teaching plan's the calibration sees only a few sequences, whose
+    matrix products are less efficient than the plan's, so the estimate errs high (about
+    twice the measured time at hidden 4096).
+    """
+    shape = _shape(plan)
+    c = calibration
+    sft_step, evaluation, rl_step = _unit_seconds(plan, c)
     arms = arm_specs(plan)
     stages = 1 + len(arms)
     checkpoint = shape["parameters"] * FLOAT_BYTES * 3 / CHECKPOINT_BYTES_PER_SECOND
