@@ -6,6 +6,7 @@ import sys
 import time
 
 from postlab.machine.resources import (
+    peak_growth,
     peak_resident_bytes,
     process_seconds,
     resident_bytes,
@@ -38,3 +39,19 @@ def test_a_process_knows_how_long_it_has_run():
     before = process_seconds()
     time.sleep(0.2)
     assert process_seconds() - before >= 0.15
+
+
+def test_the_peak_of_a_call_counts_what_it_freed_before_returning():
+    def briefly() -> int:
+        held = bytearray(64 * 2**20)
+        held[::4096] = b"x" * len(held[::4096])
+        return len(held)
+
+    result, grown = peak_growth(briefly)
+    assert result == 64 * 2**20
+    if grown is not None:  # where the system lets a process reset its high-water mark
+        assert 48 * 2**20 < grown < 128 * 2**20
+        # and a second time, though the allocator could keep the first call's pages
+        assert peak_growth(briefly)[1] > 48 * 2**20
+    nothing = peak_growth(lambda: None)[1]
+    assert nothing is None or 0 <= nothing < 8 * 2**20

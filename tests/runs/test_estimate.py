@@ -131,7 +131,8 @@ def test_the_calibrated_estimate_prices_the_counts_it_was_given():
     counts = estimate_counts(teaching_plan())
     assert est.seconds is not None and est.seconds > 1
     assert est.calibration_seconds > 0
-    assert est.memory_bytes == counts.memory_bytes + est.base_bytes
+    assert est.memory_bytes == (counts.memory_bytes - counts.batch_bytes + est.batch_bytes
+                                + est.base_bytes)
     assert est.completions == counts.completions
 
 
@@ -165,6 +166,24 @@ def test_the_engines_own_steps_correct_the_modelled_ones(monkeypatch):
     assert est_mod.calibrate(plan).factors == (1.0, 1.0, 1.0)
 
 
+def test_memory_comes_from_the_measured_batches_where_measured():
+    plan = teaching_plan()
+    counts = estimate_counts(plan)
+    calibration = est_mod.calibrate(plan)
+    sampled = 63 * 16  # the largest split's questions x samples
+    rows = 2 * (63 + 18 + 19) * 17 * est_mod.ROW_BYTES  # a stage's rows, the reload check's
+    big = dataclasses.replace(calibration, decode_row_bytes=100_000.0, step_bytes=1)
+    assert est_mod.measured_batch_bytes(plan, counts, big) == 100_000 * sampled + rows
+    step = dataclasses.replace(calibration, decode_row_bytes=None, step_bytes=2**30)
+    assert est_mod.measured_batch_bytes(plan, counts, step) == 2**30
+    # nothing measured: the modelled batch
+    none = dataclasses.replace(calibration, decode_row_bytes=None, step_bytes=None)
+    assert est_mod.measured_batch_bytes(plan, counts, none) == counts.batch_bytes
+    priced = est_mod.priced(counts, plan, big)
+    assert priced.memory_bytes == (counts.memory_bytes - counts.batch_bytes
+                                   + 100_000 * sampled + rows + big.base_bytes)
+
+
 def test_teaching_plan_passes_with_a_quick_calibration():
     start = time.perf_counter()
     est = check_size(teaching_plan(), allow_large=False)
@@ -182,7 +201,8 @@ def test_teaching_plan_passes_with_a_quick_calibration():
     # the process's own memory (torch loaded, a model built) is measured, and added
     counts = estimate_counts(teaching_plan())
     assert est.base_bytes > 50 * 2**20
-    assert est.memory_bytes == counts.memory_bytes + est.base_bytes
+    assert est.memory_bytes == (counts.memory_bytes - counts.batch_bytes + est.batch_bytes
+                                + est.base_bytes)
 
 
 @pytest.mark.parametrize("name", list(ENORMOUS))
@@ -210,7 +230,8 @@ def test_enormous_plans_are_accepted_when_allowed(name):
     plan = teaching_plan() | ENORMOUS[name][0]
     start = time.perf_counter()
     est = check_size(plan, allow_large=True)
-    assert time.perf_counter() - start < 5.0
+    # bounded: the first calibration of a process also imports torch's compiler stack
+    assert time.perf_counter() - start < 10.0
     assert est.seconds is not None and est.seconds > 0
     assert est_mod.size_problems(est)
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import sys
+from collections.abc import Callable
+from typing import Any
 
 
 def usable_cores() -> int:
@@ -44,3 +47,39 @@ def process_seconds() -> float | None:
         return max(0.0, now - started / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):
         return None
+
+
+def peak_growth(call: Callable[[], Any]) -> tuple[Any, int | None]:
+    """``call()``'s result and how far it raised this process's resident memory at its peak
+    over what was resident before, in bytes (Linux: the high-water mark, reset first through
+    ``/proc/self/clear_refs``, after the allocator has given back what it kept of memory
+    freed earlier, which the call would otherwise reuse unseen); None where that cannot be
+    read. Memory freed by the end of the call counts: a batch's activations are gone once
+    it returns. The process's own peak (``ru_maxrss``) is left from before the call or
+    after it, whichever is higher."""
+    _release_freed()
+    before = resident_bytes()
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")  # resets the high-water mark (VmHWM)
+    except OSError:
+        return call(), None
+    result = call()
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return result, max(0, int(line.split()[1]) * 1024 - before)
+    except (OSError, ValueError, IndexError):
+        pass
+    return result, None
+
+
+def _release_freed() -> None:
+    """Hand memory the C allocator keeps after frees back to the system (glibc), so resident
+    memory is what is held."""
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to hand back
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)

@@ -9,11 +9,14 @@ estimated:
   do (exact, with dynamic sampling's extra groups as an upper bound), tokens are an upper bound
   (every completion may use ``max_new_tokens``), memory is a rough figure for the largest batch
   held at once plus the model's copies and one seed's entry (a run writes each seed's rows
-  into a chunk and lets them go), on top of what the process holds before training, measured
-  when calibrating;
-* time comes from a short calibration: the real model code (the model, decoding with
-  :func:`postlab.engines.rollout.generate`, the RL objective, the reward contract, record
-  writing) is timed on this machine at bounded sizes and scaled linearly to the plan's sizes.
+  into a chunk and lets them go);
+* time and memory come from a short calibration: the real model code (the model, decoding
+  with :func:`postlab.engines.rollout.generate`, the RL objective, the reward contract, record
+  writing) is timed on this machine at bounded sizes and scaled linearly to the plan's sizes,
+  the engine's own SFT, evaluation and RL steps are run a few times where that is cheap to
+  correct for what the bounded timings leave out, and the peak memory of a decode and of an
+  RL step is measured for the policy at hand; the process's memory after calibrating is what
+  a run holds before training, its age then what the run spent starting.
 
 :func:`check_size` refuses a plan over the limits below with a one-line :class:`UserError`,
 unless the user confirms with ``--allow-large``. Count limits are checked before anything is
@@ -37,7 +40,12 @@ from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
 from postlab.engines.train import sequence_log_dist
 from postlab.errors import UserError
-from postlab.machine.resources import process_seconds, resident_bytes, usable_cores
+from postlab.machine.resources import (
+    peak_growth,
+    process_seconds,
+    resident_bytes,
+    usable_cores,
+)
 from postlab.plan.arms import arm_specs
 from postlab.policies import POLICIES, Policy, build_policy, policy_kind
 from postlab.policies.tokenizers import vocab_size
@@ -271,6 +279,10 @@ class Calibration:
     #: real steps over the modelled ones, for an SFT step, a stage's evaluation and an RL
     #: step (:func:`_time_real_paths`): what the bounded measurements leave out
     factors: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    #: measured peak memory: of a decode per sequence (at the plan's positions), and of the
+    #: engine's RL step at the plan's batch; None where not measured
+    decode_row_bytes: float | None = None
+    step_bytes: int | None = None
     base_bytes: int  # resident memory after calibrating: what a run holds before training
 
 
@@ -341,9 +353,9 @@ def _time_sft(model: Policy, plan: dict[str, Any], shape: dict[str, int]) -> Lin
 
 
 def _time_decode(model: Policy, plan: dict[str, Any],
-                 shape: dict[str, int]) -> tuple[Line, float, float]:
-    """One call of :func:`postlab.engines.rollout.generate`; then rows and rewards per row,
-    and the record's writing per row."""
+                 shape: dict[str, int]) -> tuple[Line, float, float, float | None]:
+    """One call of :func:`postlab.engines.rollout.generate` (its time and its peak memory
+    per sequence); then rows and rewards per row, and the record's writing per row."""
     largest = max(len(pairs) for pairs in plan["split"].values()) * plan["eval_samples"]
     largest = max(largest, plan["prompts_per_step"] * plan["group_size"])
     rows, positions = _bounded(largest, shape["decode_positions"], shape["prompt"],
@@ -362,6 +374,9 @@ def _time_decode(model: Policy, plan: dict[str, Any],
         return (elapsed / (shape["prompt"] + tokens.shape[1] - 1),)
 
     line = _fit(measure, rows)[0]
+    # the decode's memory at its peak, per sequence, at the plan's positions
+    _, grown = peak_growth(lambda: measure(rows))
+    row_bytes = None if grown is None else grown / rows * shape["decode_positions"] / positions
     task = task_for(plan)
     contract = next((arm.contract for arm in arm_specs(plan) if arm.contract),
                     task.contracts[0])
@@ -379,7 +394,7 @@ def _time_decode(model: Policy, plan: dict[str, Any],
     start = time.perf_counter()
     chunk_bytes([entry])
     write_seconds = (time.perf_counter() - start) / (2 * len(made))
-    return line, row_seconds, write_seconds
+    return line, row_seconds, write_seconds, row_bytes
 
 
 def _time_rl(model: Policy, plan: dict[str, Any], shape: dict[str, int],
@@ -470,17 +485,19 @@ def _fewest_seconds(call: Callable[[], Any]) -> float:
     return best
 
 
-def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration) -> tuple[
-        float, float, float]:
+def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration
+                     ) -> tuple[tuple[float, float, float], int | None]:
     """Run the engine's own code for a few steps where that is cheap, and return real over
     modelled seconds for an SFT step, an evaluation and an RL step (1.0 where a step would
     take too long to time). The bounded measurements time the model's arithmetic; the
     engine's loops add batch building, rewards, syncs and torch.optim's bookkeeping, which
-    made the teaching plan's steps 1.5-2.3 times the modelled ones (measured on 2 cores)."""
+    made the teaching plan's steps 1.5-2.3 times the modelled ones (measured on 2 cores).
+    Also returns the RL step's peak memory, at the plan's batch, where it ran."""
     from postlab.engines.rollout import evaluate_model
     from postlab.engines.train import reinforce, supervised
 
     sft_step, _, rl_step = _unit_seconds(plan, unit)
+    step_bytes = None
     # the fewest seconds of REAL_REPEATS calls, as the bounded measurements keep theirs
     factors = [1.0, 1.0, 1.0]
     if REAL_REPEATS * REAL_STEPS * sft_step <= REAL_PATH_SECONDS:
@@ -503,7 +520,8 @@ def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration) -> 
             reinforce(model, model.reference_policy(), steps, CALIBRATION_SEED, rl.contract)
 
         factors[2] = _fewest_seconds(train) / REAL_STEPS / rl_step
-    return factors[0], factors[1], factors[2]
+        step_bytes = peak_growth(train)[1]
+    return (factors[0], factors[1], factors[2]), step_bytes
 
 
 def calibrate(plan: dict[str, Any]) -> Calibration:
@@ -528,18 +546,19 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
         # the run in this process does not pay it again.
         torch.optim.Adam(model.parameters(), lr=plan["sft_lr"])
         sft = _time_sft(model, plan, shape)
-        decode, row_seconds, write_seconds = _time_decode(model, plan, shape)
+        decode, row_seconds, write_seconds, row_bytes = _time_decode(model, plan, shape)
         reference, update = _time_rl(model, plan, shape, generator)
         optimizer = _time_optimizer(model, plan, shape["parameters"], generator)
         unit = Calibration(sft=sft, reference=reference, update=update, decode=decode,
                            row_seconds=row_seconds, write_seconds=write_seconds,
                            optimizer_seconds=optimizer, seconds=0.0, base_bytes=0)
-        factors = _time_real_paths(model, plan, unit)
+        factors, step_bytes = _time_real_paths(model, plan, unit)
     finally:
         torch.set_num_threads(threads)
         torch.random.set_rng_state(rng_state)
     return replace(unit, factors=factors, seconds=time.perf_counter() - start,
-                   started_seconds=started, base_bytes=resident_bytes())
+                   started_seconds=started, base_bytes=resident_bytes(),
+                   decode_row_bytes=row_bytes, step_bytes=step_bytes)
 
 
 def _unit_seconds(plan: dict[str, Any], c: Calibration) -> tuple[float, float, float]:
@@ -605,10 +624,31 @@ def priced(counts: ComputeEstimate, plan: dict[str, Any],
            calibration: Calibration) -> ComputeEstimate:
     """The counts with this machine's figures: the wall time, and the process's own memory
     added to the plan's."""
+    batch_bytes = measured_batch_bytes(plan, counts, calibration)
     return replace(counts, seconds=wall_seconds(plan, calibration),
-                   calibration_seconds=calibration.seconds,
-                   memory_bytes=counts.memory_bytes + calibration.base_bytes,
+                   calibration_seconds=calibration.seconds, batch_bytes=batch_bytes,
+                   memory_bytes=(counts.memory_bytes - counts.batch_bytes + batch_bytes
+                                 + calibration.base_bytes),
                    base_bytes=calibration.base_bytes)
+
+
+def measured_batch_bytes(plan: dict[str, Any], counts: ComputeEstimate,
+                         calibration: Calibration) -> int:
+    """The largest batch's memory from what the calibration measured where it could: a
+    decode's peak per sequence times the plan's largest decode, the engine's RL step at the
+    plan's batch; the modelled figure for the rest. The model above is written for the GRU,
+    and put a small GPT-2's evaluation at a fifth of its measured 160 MiB."""
+    if calibration.decode_row_bytes is None and calibration.step_bytes is None:
+        return counts.batch_bytes
+    sampled = max(len(pairs) for pairs in plan["split"].values()) * plan["eval_samples"]
+    per_evaluation = sum(len(p) for p in plan["split"].values()) * (1 + plan["eval_samples"])
+    measured = [counts.batch_bytes if counts.batch_kind == "SFT" else 0]
+    if calibration.decode_row_bytes is not None:
+        measured.append(int(calibration.decode_row_bytes * sampled)
+                        + 2 * per_evaluation * ROW_BYTES)
+    if calibration.step_bytes is not None:
+        measured.append(calibration.step_bytes)
+    return max(measured)
 
 
 # --- limits --------------------------------------------------------------------------------
