@@ -332,12 +332,14 @@ def table_columns(name: str, sources: Sequence[Source], contracts: Sequence[str]
     return columns_of(name, contracts, sweep=sweep, text_answers=text_answers)
 
 
-def table_rows(name: str, sources: Sequence[Source], contracts: Sequence[str]
-               ) -> Iterator[tuple[Any, ...]]:
+def table_rows(name: str, sources: Sequence[Source], contracts: Sequence[str],
+               sweep: bool | None = None) -> Iterator[tuple[Any, ...]]:
     """One table's rows over every source, in record order, as :func:`table_columns` orders
     them; a generator, so a caller may hold a batch at a time (a chunked record's seeds are
-    read one by one)."""
-    sweep = any(source.version is not None for source in sources)
+    read one by one). ``sweep``: whether rows lead with a version column (default: whether
+    any of ``sources`` is a sweep version)."""
+    if sweep is None:
+        sweep = any(source.version is not None for source in sources)
     for source in sources:
         prefix = (source.version,) if sweep else ()
         for row in _BUILDERS[name](source, contracts):
@@ -372,11 +374,10 @@ def arrow_batches(sources: Sequence[Source], contracts: Sequence[str],
     sweep = any(source.version is not None for source in sources)
     columns = {name: tuple([] for _ in schema) for name, schema in schemas.items()}
     for one in seed_sources(sources):
-        prefix = (one.version,) if sweep else ()
         for name, schema in schemas.items():
             held = columns[name]
-            for row in _BUILDERS[name](one, contracts):
-                for column, value in zip(held, (*prefix, *row), strict=True):
+            for row in table_rows(name, [one], contracts, sweep):
+                for column, value in zip(held, row, strict=True):
                     column.append(value)
                 if len(held[0]) >= batch_rows:
                     yield name, _batch(held, schema)

@@ -55,8 +55,8 @@ def peak_growth(call: Callable[[], Any]) -> tuple[Any, int | None]:
     ``/proc/self/clear_refs``, after the allocator has given back what it kept of memory
     freed earlier, which the call would otherwise reuse unseen); None where that cannot be
     read. Memory freed by the end of the call counts: a batch's activations are gone once
-    it returns. The process's own peak (``ru_maxrss``) is left from before the call or
-    after it, whichever is higher."""
+    it returns. Resetting the mark lowers this process's ``ru_maxrss`` too: peaks before the
+    call are forgotten (a run calibrates before it trains, so its peak is still counted)."""
     _release_freed()
     before = resident_bytes()
     try:
