@@ -3,7 +3,7 @@ every reader of the record with its peak memory, at several N, and extrapolate.
 
     python bench/bench_records.py [--sizes 100,300,1000] [--baseline-up-to 300]
                                   [--workers N] [--device cpu|cuda] [--keep DIR]
-                                  [--json FILE]
+                                  [--lanes 1|2] [--json FILE]
 
 For each size N, ``postlab run --engine ensemble`` trains N teaching seed-runs (SFT, both RL
 arms, every evaluation) into a run folder; then, each in its own process so its peak resident
@@ -13,6 +13,11 @@ verification just made rather than repeating it), ``export`` (Parquet),
 ``compare`` (the run against itself) and ``samples``. It states the bytes on disk per
 seed-run (the record's files, and the whole folder with checkpoints), then edits one byte
 of one chunk and checks that ``verify`` names that chunk.
+
+With ``--lanes 2`` the readers run two at a time (``verify`` then the page, which shows its
+checks, in one lane; the others in the second), for a machine with two cores to spare: each
+reader is one process on one core, so its peak memory is unchanged and its time is measured
+beside one other reader's.
 
 Baseline, side by side: up to ``--baseline-up-to`` seeds, the same record rewritten in the
 one-document layout earlier versions wrote (every seed inline in ``record.json``) is read by
@@ -33,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 POSTLAB = [sys.executable, "-m", "postlab"]
@@ -108,6 +114,15 @@ def readers(run: Path, scratch: Path) -> dict[str, list[str]]:
     }
 
 
+def lanes_of(names: list[str], lanes: int) -> list[list[str]]:
+    """The readers in ``lanes`` sequences; the page follows ``verify`` in its lane, since it
+    shows the checks that verify made."""
+    if lanes == 1:
+        return [names]
+    first = [name for name in names if name in ("verify", "report html")]
+    return [first, [name for name in names if name not in first]]
+
+
 def edited_chunk_caught(run: Path) -> str:
     """Flip one byte of one chunk in the middle of the record; verify must name it."""
     header = json.loads((run / "record.json").read_text())
@@ -146,6 +161,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--keep", type=Path, help="keep the run folders here")
+    parser.add_argument("--lanes", type=int, choices=(1, 2), default=1,
+                        help="readers run this many at a time (2: two cores to spare)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--one-document", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -194,10 +211,21 @@ def main() -> None:
             figures = {"train": {"s": train, "mib": train_mib},
                        "bytes": {"record_per_seed": rows / size,
                                  "folder_per_seed": whole / size}}
-            for name, command in readers(run, folder).items():
-                seconds, mib, _ = timed(command)
-                figures[name] = {"s": seconds, "mib": mib}
-                print(f"  {name:<12} {seconds:8.1f} s  {mib:8.0f} MiB peak")
+            commands = readers(run, folder)
+
+            def lane(names: list[str], commands: dict[str, list[str]] = commands,
+                     figures: dict[str, dict[str, float]] = figures) -> None:
+                for name in names:
+                    seconds, mib, _ = timed(commands[name])
+                    figures[name] = {"s": seconds, "mib": mib}
+                    print(f"  {name:<12} {seconds:8.1f} s  {mib:8.0f} MiB peak", flush=True)
+
+            with ThreadPoolExecutor(args.lanes) as pool:
+                for done in [pool.submit(lane, names)
+                             for names in lanes_of(list(commands), args.lanes)]:
+                    done.result()
+            if args.lanes > 1:
+                print(f"  (readers measured {args.lanes} at a time)")
             if size <= args.baseline_up_to:
                 old = as_one_document(run, folder / "one-document")
                 print(f"  one-document layout (earlier versions), "

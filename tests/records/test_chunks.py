@@ -358,6 +358,39 @@ def test_a_chunk_left_by_a_crash_is_removed_on_resume(trained, tmp_path, capsys)
     assert main(["verify", str(target)]) == 0, capsys.readouterr().out
 
 
+def test_verify_and_the_page_after_it_read_each_seed_as_few_times_as_said(trained, tmp_path,
+                                                                         monkeypatch, capsys):
+    # every access decodes (none kept): verify's checks ride on one walk, and the key its
+    # memo is filed under hashes the folder's checkpoint files without decoding any seed
+    from collections import Counter
+
+    from postlab.records import chunks
+    from postlab.runs import remembered
+
+    monkeypatch.setenv(remembered.CACHE_VARIABLE, str(tmp_path / "memo"))
+    reads = Counter()
+    read = chunks.ChunkedRuns._read
+
+    def counting(self, seed):
+        reads[seed] += 1
+        return read(self, seed)
+
+    monkeypatch.setattr(chunks, "KEPT_SEEDS", 0)
+    monkeypatch.setattr(chunks.ChunkedRuns, "_read", counting)
+    assert main(["verify", str(trained["ensemble"])]) == 0, capsys.readouterr().out
+    assert reads == {3: 1, 4: 1, 5: 1}
+    reads.clear()
+    # the page after it reuses those checks (no seed is decoded for them); it reads each
+    # seed for the analysis (the first once more, for the record's shape), once for its
+    # answer tables and pair grids together, and once for the gaming finding
+    monkeypatch.setattr(remembered, "verify_walked", None)  # would fail if called
+    assert main(["report", str(trained["ensemble"]), "--format", "json",
+                 "--html", str(tmp_path / "page.html")]) == 0
+    assert "reused" in (tmp_path / "page.html").read_text()
+    assert reads == {3: 4, 4: 3, 5: 3}
+    capsys.readouterr()
+
+
 def test_export_reads_each_seed_twice_not_once_a_table(trained, tmp_path, monkeypatch):
     # every access decodes (none kept): the checks and the run's names ride on one walk,
     # the six tables on another

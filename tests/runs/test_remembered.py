@@ -12,7 +12,7 @@ from postlab.cli import main
 from postlab.records.record import bundled_run_dir, load_record, locate_run
 from postlab.render.overview import verification_line
 from postlab.runs import orchestration, remembered
-from postlab.runs.verify import Check
+from postlab.runs.verify import Check, Verified
 
 
 @pytest.fixture
@@ -32,14 +32,24 @@ def _opened(folder):
 def _counting(monkeypatch) -> list[int]:
     """Count the real verifications the memo asks for."""
     calls = []
-    real = remembered.verify_run
+    real = remembered.verify_walked
 
     def counted(files, record):
         calls.append(1)
         return real(files, record)
 
-    monkeypatch.setattr(remembered, "verify_run", counted)
+    monkeypatch.setattr(remembered, "verify_walked", counted)
     return calls
+
+
+def _faking(monkeypatch, checks, calls=None) -> None:
+    """Checks that cost nothing, of a record that names no checkpoint."""
+    def fake(files, record):
+        if calls is not None:
+            calls.append(1)
+        return Verified(checks=checks, checkpoint_files=frozenset())
+
+    monkeypatch.setattr(remembered, "verify_walked", fake)
 
 
 def test_the_page_reuses_checks_until_a_file_changes(run, tmp_path, monkeypatch, capsys):
@@ -84,7 +94,8 @@ def test_a_page_after_verify_shows_that_verification(run, tmp_path, monkeypatch,
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("change", ["checkpoint", "summary", "plan", "record",
+@pytest.mark.parametrize("change", ["checkpoint", "new checkpoint file", "summary", "plan",
+                                    "record",
                                     "fingerprint file", "dangling fingerprint link", "source",
                                     "code path", "moved"])
 def test_every_input_of_the_checks_is_in_the_key(run, tmp_path, monkeypatch, change):
@@ -93,6 +104,8 @@ def test_every_input_of_the_checks_is_in_the_key(run, tmp_path, monkeypatch, cha
     folder = run
     if change == "checkpoint":
         (run / "seed-22-initial.pt").write_bytes(b"other")
+    elif change == "new checkpoint file":  # the key hashes every .pt file, named or not
+        (run / "seed-99-initial.pt").write_bytes(b"more")
     elif change == "summary":
         (run / "summary.json").write_bytes((run / "summary.json").read_bytes() + b" ")
     elif change == "plan":
@@ -125,7 +138,7 @@ def test_every_input_of_the_checks_is_in_the_key(run, tmp_path, monkeypatch, cha
 def test_a_bad_memo_means_the_checks_run_again(run, monkeypatch):
     fake = [Check(name="plan", status="pass", detail="x")]
     calls = []
-    monkeypatch.setattr(remembered, "verify_run", lambda files, record: calls.append(1) or fake)
+    _faking(monkeypatch, fake, calls)
     files, record = _opened(run)
     remembered.verify_remembered(files, record)
     memo = remembered._memo_path(remembered.state_key(files, record))
@@ -143,10 +156,27 @@ def test_an_unwritable_memo_folder_costs_only_the_reuse(run, tmp_path, monkeypat
     blocked.write_text("")
     monkeypatch.setenv(remembered.CACHE_VARIABLE, str(blocked))
     fake = [Check(name="plan", status="pass", detail="x")]
-    monkeypatch.setattr(remembered, "verify_run", lambda files, record: fake)
+    _faking(monkeypatch, fake)
     for _ in range(2):
         result = remembered.verify_remembered(*_opened(run))
         assert result.checks == fake and result.reused_from is None
+
+
+def test_checks_of_a_record_naming_a_checkpoint_the_key_missed_are_not_kept(run,
+                                                                          monkeypatch):
+    # the key hashes the folder's .pt files without decoding the seeds; a record that names
+    # another file (here, one in a subfolder) fails verify, and that failure is not kept,
+    # since a change to that file would not change the key
+    calls = _counting(monkeypatch)
+    files, record = _opened(run)
+    (run / "elsewhere").mkdir()
+    shutil.copy(run / "seed-11-strict.pt", run / "elsewhere" / "seed-11-strict.pt")
+    record["runs"][0]["checkpoints"]["strict"]["file"] = "elsewhere/seed-11-strict.pt"
+    for _ in range(2):
+        result = remembered.verify_remembered(files, record)
+        assert result.reused_from is None
+        assert next(c for c in result.checks if c.name == "record").status == "fail"
+    assert calls == [1, 1]
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

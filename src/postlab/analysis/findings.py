@@ -15,7 +15,7 @@ from typing import Any
 
 from postlab.analysis.aggregate import Analysis
 from postlab.analysis.intervals import Interval, interval, rate_interval
-from postlab.analysis.samples import GAMED, Sample, examples, iter_samples
+from postlab.analysis.samples import GAMED, Sample, Tally, examples, iter_samples
 from postlab.plan.arms import plan_contracts
 
 UP, DOWN, UNCLEAR, SINGLE = "up", "down", "unclear", "single"
@@ -100,15 +100,37 @@ def paid_and_wrong(record: dict[str, Any], plan: dict[str, Any], stage: str, spl
                    contract: str) -> tuple[dict[int, float], int]:
     """Per seed, the share of a stage's sampled answers on ``split`` that ``contract`` accepts
     and the reference refuses; and how many answers each seed gave."""
-    reference = plan_contracts(plan)[0]
-    paid: dict[int, int] = {}
-    total: dict[int, int] = {}
-    for sample in iter_samples(record, plan, stages=[stage], split=split, decoding="sampled"):
-        total[sample.seed] = total.get(sample.seed, 0) + 1
-        hit = contract in sample.accepted and reference not in sample.accepted
-        paid[sample.seed] = paid.get(sample.seed, 0) + hit
-    trials = next(iter(total.values()))
-    return {seed: paid[seed] / total[seed] for seed in total}, trials
+    return _GamedTally([stage], split, contract, plan).walk(record, plan).shares(stage)
+
+
+class _GamedTally:
+    """Paid-and-wrong answers of some stages on one split, per seed, and the commonest such
+    answer of each stage, counted on one walk of the sampled answers (a finding needs the
+    trained arm's and the SFT model's; each walk decodes and judges every answer)."""
+
+    def __init__(self, stages: list[str], split: str, contract: str,
+                 plan: dict[str, Any]) -> None:
+        self.stages, self.split, self.contract = stages, split, contract
+        self.reference = plan_contracts(plan)[0]
+        self.paid: dict[str, dict[int, int]] = {stage: {} for stage in stages}
+        self.total: dict[str, dict[int, int]] = {stage: {} for stage in stages}
+        self.gamed = {stage: Tally() for stage in stages}
+
+    def walk(self, record: dict[str, Any], plan: dict[str, Any]) -> _GamedTally:
+        for sample in iter_samples(record, plan, stages=self.stages, split=self.split,
+                                   decoding="sampled"):
+            total, paid = self.total[sample.stage], self.paid[sample.stage]
+            total[sample.seed] = total.get(sample.seed, 0) + 1
+            hit = self.contract in sample.accepted and self.reference not in sample.accepted
+            paid[sample.seed] = paid.get(sample.seed, 0) + hit
+            if sample.kind == GAMED and self.contract in sample.accepted:
+                self.gamed[sample.stage].add(sample)
+        return self
+
+    def shares(self, stage: str) -> tuple[dict[int, float], int]:
+        total, paid = self.total[stage], self.paid[stage]
+        trials = next(iter(total.values()))
+        return {seed: paid[seed] / total[seed] for seed in total}, trials
 
 
 def _gaming(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any], stage: str,
@@ -117,19 +139,21 @@ def _gaming(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any], st
     answers that contract pays although they are wrong, its change from the SFT model (which
     decides the verb), the commonest such answer (on ``split`` if any, else from its own
     rollouts) and each seed's onset."""
-    shares, trials = paid_and_wrong(record, plan, stage, split, contract)
+    before_too = "initial" in analysis.stages and stage != "initial"
+    tally = _GamedTally([stage, "initial"] if before_too else [stage], split, contract,
+                        plan).walk(record, plan)
+    shares, trials = tally.shares(stage)
     seeds = list(analysis.seeds)
     share = rate_interval([shares[s] for s in seeds], trials)
     change = None
     if "initial" in analysis.stages:
-        before, _ = paid_and_wrong(record, plan, "initial", split, contract)
+        before, _ = tally.shares("initial") if before_too else (shares, trials)
         change = interval([shares[s] - before[s] for s in seeds])
 
     def gamed_here(samples: Iterator[Sample]) -> Iterator[Sample]:
         return (s for s in samples if contract in s.accepted)
 
-    found = examples(gamed_here(iter_samples(record, plan, stages=[stage], split=split,
-                                             decoding="sampled", kinds=[GAMED])), limit=1)
+    found = tally.gamed[stage].examples(limit=1)
     where = "held_out"
     if not found:
         found = examples(gamed_here(iter_samples(record, plan, stages=[stage], kinds=[GAMED],

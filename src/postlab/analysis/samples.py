@@ -154,27 +154,45 @@ class PairGrid:
     operands: tuple[int, ...]  # the operand values a grid's rows and columns run over
 
 
+class PairCells:
+    """The reference contract's acceptance per stage, split and operand pair, counted as
+    samples stream by (one walk can feed it and other tallies)."""
+
+    def __init__(self, plan: dict[str, Any], decoding: str = "sampled") -> None:
+        self.plan, self.decoding = plan, decoding
+        self.cells: dict[tuple[str, str], dict[tuple[int, int], list[int]]] = {}
+
+    def add(self, sample: Sample) -> None:
+        if sample.decoding != self.decoding:
+            return
+        assert sample.split is not None
+        cell = self.cells.setdefault((sample.stage, sample.split), {}).setdefault(
+            (sample.a, sample.b), [0, 0])
+        cell[0] += sample.kind == CORRECT
+        cell[1] += 1
+
+    def grids(self) -> list[PairGrid]:
+        # every seed answers every pair of a split equally often, so pooling the seeds'
+        # answers is the mean of their per-seed rates
+        limit = task_for(self.plan).operand_limit
+        assert limit is not None
+        contract = plan_contracts(self.plan)[0]
+        return [PairGrid(stage=stage, split=split, decoding=self.decoding, contract=contract,
+                         rates={pair: right / total for pair, (right, total) in cells.items()},
+                         operands=tuple(range(limit)))
+                for (stage, split), cells in self.cells.items()]
+
+
 def pair_grids(record: dict[str, Any], plan: dict[str, Any],
                decoding: str = "sampled") -> list[PairGrid]:
     """One grid per stage and split, from the evaluation answers of ``decoding``; none for a
     task whose questions are not operand pairs."""
     if task_for(plan).operand_limit is None:
         return []
-    contracts = plan_contracts(plan)
-    accepted: dict[tuple[str, str], dict[tuple[int, int], list[int]]] = {}
+    cells = PairCells(plan, decoding)
     for sample in iter_samples(record, plan, decoding=decoding):
-        assert sample.split is not None
-        cell = accepted.setdefault((sample.stage, sample.split), {}).setdefault(
-            (sample.a, sample.b), [0, 0])
-        cell[0] += sample.kind == CORRECT
-        cell[1] += 1
-    # every seed answers every pair of a split equally often, so pooling the seeds' answers
-    # is the mean of their per-seed rates
-    operands = tuple(range(task_for(plan).operand_limit))
-    return [PairGrid(stage=stage, split=split, decoding=decoding, contract=contracts[0],
-                     rates={pair: right / total for pair, (right, total) in cells.items()},
-                     operands=operands)
-            for (stage, split), cells in accepted.items()]
+        cells.add(sample)
+    return cells.grids()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,20 +206,51 @@ class KindExamples:
     examples: tuple[Example, ...]
 
 
+class StageTallies:
+    """Per stage and kind (correct, gamed, wrong) of one split's answers of one decoding: the
+    counts and distinct answers, as samples stream by. A task judged by one contract has no
+    gamed kind: nothing can be paid and wrong."""
+
+    def __init__(self, plan: dict[str, Any], split: str, decoding: str = "sampled") -> None:
+        self.split, self.decoding = split, decoding
+        self.kinds = KINDS if len(plan_contracts(plan)) > 1 else (CORRECT, WRONG)
+        self.by_stage: dict[str, dict[str, Tally]] = {}
+
+    def add(self, sample: Sample) -> None:
+        if sample.split != self.split or sample.decoding != self.decoding:
+            return
+        self.by_stage.setdefault(sample.stage, {kind: Tally() for kind in self.kinds})[
+            sample.kind].add(sample)
+
+    def result(self, per_kind: int = 4) -> list[KindExamples]:
+        result = []
+        for stage, kinds in self.by_stage.items():
+            total = sum(found.total for found in kinds.values())
+            for kind in self.kinds:
+                result.append(KindExamples(stage=stage, kind=kind, count=kinds[kind].total,
+                                           total=total,
+                                           examples=tuple(kinds[kind].examples(per_kind))))
+        return result
+
+
 def stage_examples(record: dict[str, Any], plan: dict[str, Any], split: str,
                    decoding: str = "sampled", per_kind: int = 4) -> list[KindExamples]:
-    """Per stage and kind (correct, gamed, wrong): counts and the commonest answers. A task
-    judged by one contract has no gamed kind: nothing can be paid and wrong."""
-    kinds_here = KINDS if len(plan_contracts(plan)) > 1 else (CORRECT, WRONG)
-    by_stage: dict[str, dict[str, Tally]] = {}
+    """Per stage and kind (correct, gamed, wrong): counts and the commonest answers."""
+    tallies = StageTallies(plan, split, decoding)
     for sample in iter_samples(record, plan, split=split, decoding=decoding):
-        by_stage.setdefault(sample.stage, {kind: Tally() for kind in kinds_here})[
-            sample.kind].add(sample)
-    result = []
-    for stage, kinds in by_stage.items():
-        total = sum(found.total for found in kinds.values())
-        for kind in kinds_here:
-            result.append(KindExamples(stage=stage, kind=kind, count=kinds[kind].total,
-                                       total=total,
-                                       examples=tuple(kinds[kind].examples(per_kind))))
-    return result
+        tallies.add(sample)
+    return tallies.result(per_kind)
+
+
+def page_samples(record: dict[str, Any], plan: dict[str, Any], split: str,
+                 decoding: str = "sampled", per_kind: int = 4
+                 ) -> tuple[list[PairGrid], list[KindExamples]]:
+    """:func:`pair_grids` and :func:`stage_examples` from one walk over the seeds (a page
+    needs both; each walk decodes and judges every answer of every seed)."""
+    grids = PairCells(plan, decoding) if task_for(plan).operand_limit is not None else None
+    tallies = StageTallies(plan, split, decoding)
+    for sample in iter_samples(record, plan, decoding=decoding):
+        if grids is not None:
+            grids.add(sample)
+        tallies.add(sample)
+    return ([] if grids is None else grids.grids()), tallies.result(per_kind)

@@ -99,14 +99,15 @@ def report_page(opened: OpenedRun, analysis: Analysis, lang: str, split: str) ->
     """The run's self-contained HTML page: figures and a first screen with its verification."""
     from datetime import UTC, datetime
 
-    from postlab.analysis.samples import pair_grids, stage_examples
+    from postlab.analysis.samples import page_samples
     from postlab.render.figures import draw_figures
     from postlab.render.html import FirstScreen, render_html
     from postlab.render.overview import overview_rows, verification_line
     from postlab.runs.remembered import verify_remembered
 
     record, plan, source = opened.record, opened.plan.data, opened.source
-    figures = draw_figures(analysis, lang, split, pair_grids(record, plan), svg=False)
+    grids, answers = page_samples(record, plan, split, per_kind=3)  # one walk for both
+    figures = draw_figures(analysis, lang, split, grids, svg=False)
     # A record in a run folder is verified as 'postlab verify' would (or its checks reused
     # when nothing they depend on changed since, and the page says when they ran); a record
     # alone (no plan.json beside it) has no checkpoints or summary to check, so it is not
@@ -120,7 +121,7 @@ def report_page(opened: OpenedRun, analysis: Analysis, lang: str, split: str) ->
     screen = FirstScreen(
         facts=overview_rows(plan, record, written, lang), verification=verification,
         verified=verified, findings=finding_lines(opened, analysis, lang, split),
-        answers=stage_examples(record, plan, split, per_kind=3),
+        answers=answers,
         notices=figure_notices(lang))
     return render_html(analysis, figures, lang, split, screen)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,13 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def run_fingerprint(folder: Path, record_path: Path, record: dict[str, Any]) -> Fingerprint:
-    """Hash every file of a run; UserError if one of them cannot be read."""
+def run_fingerprint(folder: Path, record_path: Path, record: dict[str, Any], *,
+                    checkpoint_files: Iterable[str] | None = None) -> Fingerprint:
+    """Hash every file of a run; UserError if one of them cannot be read.
+
+    ``checkpoint_files``: the checkpoint files the record's seeds name, when the caller has
+    already gathered them on its own walk (a chunked record's seeds are then not decoded
+    again just for their names)."""
     raw = read_bytes(record_path, "record")
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
@@ -55,11 +61,17 @@ def run_fingerprint(folder: Path, record_path: Path, record: dict[str, Any]) -> 
     # a chunked record's chunks: named with their digests in record.json, hashed here too
     parts += [(chunk["file"], _sha256(read_bytes(folder / chunk["file"], "record chunk")))
               for chunk in sorted(record.get("chunks", []), key=lambda c: c["file"])]
-    names = sorted({info["file"] for run in record["runs"]
-                    for info in run.get("checkpoints", {}).values()})
+    if checkpoint_files is None:
+        checkpoint_files = named_checkpoints(record["runs"])
+    names = sorted(set(checkpoint_files))
     parts += [(name, _sha256(read_bytes(folder / name, "checkpoint"))) for name in names]
     manifest = MANIFEST_HEADER + "".join(f"{digest}  {name}\n" for name, digest in parts)
     return Fingerprint(value=_sha256(manifest.encode()), parts=tuple(parts))
+
+
+def named_checkpoints(runs: Iterable[dict[str, Any]]) -> set[str]:
+    """The checkpoint files the given seeds' entries name."""
+    return {info["file"] for run in runs for info in run.get("checkpoints", {}).values()}
 
 
 def read_fingerprint_file(folder: Path) -> str | None:

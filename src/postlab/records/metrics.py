@@ -87,25 +87,34 @@ def evaluate(rows: Sequence[Sequence[Any]], samples: int, answer: Answer = sum,
 def summarize(record: dict[str, Any], eval_samples: int, answer: Answer = sum,
               contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> list[dict[str, Any]]:
     """One entry per seed and stage, each split scored greedy (1 sample) and sampled."""
-    summary = []
-    for run in record["runs"]:
-        blocks = rows_by_place(iter_run_rows(run, training=False))
-        entries: dict[str, dict[str, Any]] = {}
-        for place in blocks:
-            entry = entries.setdefault(place.stage, {"seed": place.seed, "stage": place.stage})
-            if place.split in entry:
-                continue
-            greedy, sampled = (blocks.get(place._replace(decoding=d), [])
-                               for d in ("greedy", "sampled"))
-            entry[place.split] = {"greedy": evaluate(greedy, 1, answer, contracts),
-                                  "sampled": evaluate(sampled, eval_samples, answer, contracts)}
-        summary += entries.values()
-    return summary
+    return [entry for run in record["runs"]
+            for entry in summarize_run(run, eval_samples, answer, contracts)]
+
+
+def summarize_run(run: dict[str, Any], eval_samples: int, answer: Answer = sum,
+                  contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> list[dict[str, Any]]:
+    """:func:`summarize` of one seed, for readers that walk the seeds once."""
+    blocks = rows_by_place(iter_run_rows(run, training=False))
+    entries: dict[str, dict[str, Any]] = {}
+    for place in blocks:
+        entry = entries.setdefault(place.stage, {"seed": place.seed, "stage": place.stage})
+        if place.split in entry:
+            continue
+        greedy, sampled = (blocks.get(place._replace(decoding=d), [])
+                           for d in ("greedy", "sampled"))
+        entry[place.split] = {"greedy": evaluate(greedy, 1, answer, contracts),
+                              "sampled": evaluate(sampled, eval_samples, answer, contracts)}
+    return list(entries.values())
 
 
 def summary_for(record: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The summary a plan's run writes: its samples, its task's answers, its contracts."""
     return summarize(record, plan["eval_samples"], answer_function(plan), plan_contracts(plan))
+
+
+def run_summary_for(run: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`summary_for` of one seed."""
+    return summarize_run(run, plan["eval_samples"], answer_function(plan), plan_contracts(plan))
 
 
 #: Per-step training series after the rollout reward rates (one ``<contract>_reward`` per

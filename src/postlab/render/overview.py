@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from postlab.plan.arms import arm_specs, plan_contracts
+from postlab.records.record import seeds_of
 from postlab.tasks.registry import task_for
 
 OVERVIEW_WORDS: dict[str, dict[str, str]] = {
@@ -154,7 +155,7 @@ def overview_rows(plan: dict[str, Any], record: dict[str, Any], written: str | N
         (words["options"], "; ".join(options)),
         (words["evaluation"], words["evaluation_value"].format(
             samples=plan["eval_samples"], contracts=", ".join(plan_contracts(plan)))),
-        (words["seeds"], ", ".join(str(run["seed"]) for run in record["runs"])),
+        (words["seeds"], ", ".join(str(seed) for seed in seeds_of(record))),
         (words["plan"], words["plan_value"].format(version=plan["version"], date=plan["date"],
                                                    sha=record["plan_sha256"][:16] + "…")),
         (words["when"], words["when_value"].format(date=plan["date"],

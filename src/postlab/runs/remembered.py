@@ -8,7 +8,9 @@ render, or of an earlier ``postlab verify`` (which remembers what it found), whe
 they depend on is the same, and says so, with the time they ran:
 
 - the run's fingerprint (plan, record, summary and every checkpoint, byte for byte), the raw
-  record file and the ``fingerprint.txt`` beside it;
+  record file and the ``fingerprint.txt`` beside it; the checkpoints counted are every
+  ``.pt`` file in the run folder, which a chunked record's seeds need not be decoded to list
+  (a verification is remembered only where the record names no checkpoint outside them);
 - where the run is (check details name its plan's path);
 - postlab's source, file by file (checks re-evaluate checkpoints with this code);
 - the numeric environment: torch, Python, platform, code path and device.
@@ -35,12 +37,12 @@ from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
 from postlab.machine import numerics
 from postlab.records.fingerprint import FINGERPRINT_FILE, run_fingerprint
 from postlab.records.record import RunFiles
-from postlab.runs.verify import Check, device_here, verify_run
+from postlab.runs.verify import Check, device_here, verify_walked
 
 #: Where the memo is kept, if set (tests point it at a folder of their own).
 CACHE_VARIABLE = "POSTLAB_CACHE_DIR"
 #: Versions the memo's key and layout: a later layout never reads an earlier one's files.
-MEMO_VERSION = 1
+MEMO_VERSION = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +81,8 @@ def state_key(files: RunFiles, record: dict[str, Any]) -> str | None:
 
     folder = files.record.parent
     try:
-        fingerprint = run_fingerprint(folder, files.record, record).value
+        fingerprint = run_fingerprint(folder, files.record, record,
+                                      checkpoint_files=checkpoints_present(folder)).value
         raw = read_bytes(files.record, "record")
         kept = folder / FINGERPRINT_FILE
         # a dangling link counts as there (verify fails it), and reading it ends the reuse
@@ -109,6 +112,24 @@ def state_key(files: RunFiles, record: dict[str, Any]) -> str | None:
         "device": device,
     }
     return _sha256(dump_json(parts))
+
+
+def checkpoints_present(folder: Path) -> set[str]:
+    """Every checkpoint file in a run folder: a superset of those its record names, found
+    without reading the record's seeds (decoding a teaching seed takes about 30 ms)."""
+    try:
+        return {path.name for path in folder.iterdir()
+                if path.suffix == ".pt" and (path.is_file() or path.is_symlink())}
+    except OSError:
+        return set()
+
+
+def _covered(key: str | None, files: RunFiles, named: frozenset[str]) -> Path | None:
+    """Where to remember these checks, or None: no key, no cache folder, or a record that
+    names a checkpoint the key did not hash (one outside the folder's ``.pt`` files)."""
+    if key is None or not named <= checkpoints_present(files.record.parent):
+        return None
+    return _memo_path(key)
 
 
 def _memo_path(key: str) -> Path | None:
@@ -148,11 +169,12 @@ def verify_and_remember(files: RunFiles, record: dict[str, Any]) -> list[Check]:
     rendered after a verify of the same state shows that verification instead of repeating
     it (the state is taken before the checks run, so it is the state they checked)."""
     key = state_key(files, record)
-    checks = verify_run(files, record)
-    path = None if key is None else _memo_path(key)
+    verified = verify_walked(files, record)
+    path = _covered(key, files, verified.checkpoint_files)
     if key is not None and path is not None:
-        _write_memo(path, key, checks, datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
-    return checks
+        _write_memo(path, key, verified.checks,
+                    datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+    return verified.checks
 
 
 def verify_remembered(files: RunFiles, record: dict[str, Any]) -> Verification:
@@ -164,8 +186,9 @@ def verify_remembered(files: RunFiles, record: dict[str, Any]) -> Verification:
         found = _read_memo(path, key)
         if found is not None:
             return found
-    checks = verify_run(files, record)
+    verified = verify_walked(files, record)
+    path = _covered(key, files, verified.checkpoint_files)
     if key is not None and path is not None:
         when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        _write_memo(path, key, checks, when)
-    return Verification(checks=checks)
+        _write_memo(path, key, verified.checks, when)
+    return Verification(checks=verified.checks)
