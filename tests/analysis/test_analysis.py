@@ -114,3 +114,29 @@ def test_dynamics_and_sft_loss_bands_by_hand():
     assert dyn.series["zero_variance_groups"].mean == (1.0, 2.0)
     assert dyn.series["ratio_outside_clip"].mean == (0.25, 0.25)
     assert analysis.sft_loss.mean == (2.5, 1.5) and analysis.sft_loss.low == (2.0, 1.0)
+
+
+def test_a_band_is_what_summing_and_ranking_each_position_gives():
+    # the band accumulates seed by seed; written here as the obvious per-position reduction
+    import random
+    from array import array
+
+    from postlab.analysis.aggregate import _band
+
+    rng = random.Random(7)
+    specials = [0.0, -0.0, 1e300, -1e300, math.inf, -math.inf, math.nan, 0.1, 1 / 3]
+    for seeds, width in ((1, 5), (3, 1), (17, 40), (200, 3)):
+        columns = [array("d", [rng.choice(specials) if rng.random() < 0.1 else
+                               rng.uniform(-2, 2) for _ in range(width)])
+                   for _ in range(seeds)]
+        band = _band(columns)
+        for position in range(width):
+            values = [column[position] for column in columns]
+            for got, want in ((band.mean[position], sum(values) / len(values)),
+                              (band.low[position], min(values)),
+                              (band.high[position], max(values))):
+                assert (math.isnan(got) and math.isnan(want)) or (
+                    got == want and math.copysign(1, got) == math.copysign(1, want))
+    assert _band([]).mean == ()
+    with pytest.raises(ValueError):
+        _band([array("d", [1.0, 2.0]), array("d", [1.0])])

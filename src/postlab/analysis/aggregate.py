@@ -195,11 +195,28 @@ def _mean_pass_at_k(accepted: Sequence[int], samples: int, k: int) -> float:
 
 
 def _band(columns: Sequence[Sequence[float]]) -> Band:
-    """Per-position mean, min and max over seeds (``columns`` is seeds x positions)."""
-    by_position = list(zip(*columns, strict=True))
-    return Band(mean=tuple(sum(v) / len(v) for v in by_position),
-                low=tuple(min(v) for v in by_position),
-                high=tuple(max(v) for v in by_position))
+    """Per-position mean, min and max over seeds (``columns`` is seeds x positions).
+
+    Accumulated seed by seed, in seed order (so each mean is the same sum, bit for bit, as
+    summing the position's values in a list), holding one value per position: turning the
+    columns into positions first held every value as a Python float at once, 4 times the
+    columns' 8 bytes a value."""
+    if not columns:
+        return Band(mean=(), low=(), high=())
+    width = len(columns[0])
+    total = [0.0] * width
+    low, high = list(columns[0]), list(columns[0])
+    for column in columns:
+        if len(column) != width:
+            raise ValueError(f"a seed has {len(column)} positions, another {width}")
+        for index, value in enumerate(column):
+            total[index] += value
+            if value < low[index]:
+                low[index] = value
+            if value > high[index]:
+                high[index] = value
+    return Band(mean=tuple(value / len(columns) for value in total), low=tuple(low),
+                high=tuple(high))
 
 
 class _Columns:
