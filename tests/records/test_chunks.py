@@ -358,16 +358,12 @@ def test_a_chunk_left_by_a_crash_is_removed_on_resume(trained, tmp_path, capsys)
     assert main(["verify", str(target)]) == 0, capsys.readouterr().out
 
 
-def test_verify_and_the_page_after_it_read_each_seed_as_few_times_as_said(trained, tmp_path,
-                                                                         monkeypatch, capsys):
-    # every access decodes (none kept): verify's checks ride on one walk, and the key its
-    # memo is filed under hashes the folder's checkpoint files without decoding any seed
+def _counted_reads(monkeypatch):
+    """Decodes per seed from now on, with no entry kept (so every access decodes)."""
     from collections import Counter
 
     from postlab.records import chunks
-    from postlab.runs import remembered
 
-    monkeypatch.setenv(remembered.CACHE_VARIABLE, str(tmp_path / "memo"))
     reads = Counter()
     read = chunks.ChunkedRuns._read
 
@@ -377,6 +373,17 @@ def test_verify_and_the_page_after_it_read_each_seed_as_few_times_as_said(traine
 
     monkeypatch.setattr(chunks, "KEPT_SEEDS", 0)
     monkeypatch.setattr(chunks.ChunkedRuns, "_read", counting)
+    return reads
+
+
+def test_verify_and_the_page_after_it_read_each_seed_as_few_times_as_said(trained, tmp_path,
+                                                                         monkeypatch, capsys):
+    # verify's checks ride on one walk, and the key its memo is filed under hashes the
+    # folder's checkpoint files without decoding any seed
+    from postlab.runs import remembered
+
+    monkeypatch.setenv(remembered.CACHE_VARIABLE, str(tmp_path / "memo"))
+    reads = _counted_reads(monkeypatch)
     assert main(["verify", str(trained["ensemble"])]) == 0, capsys.readouterr().out
     assert reads == {3: 1, 4: 1, 5: 1}
     reads.clear()
@@ -392,20 +399,7 @@ def test_verify_and_the_page_after_it_read_each_seed_as_few_times_as_said(traine
 
 
 def test_export_reads_each_seed_twice_not_once_a_table(trained, tmp_path, monkeypatch):
-    # every access decodes (none kept): the checks and the run's names ride on one walk,
-    # the six tables on another
-    from collections import Counter
-
-    from postlab.records import chunks
-
-    reads = Counter()
-    read = chunks.ChunkedRuns._read
-
-    def counting(self, seed):
-        reads[seed] += 1
-        return read(self, seed)
-
-    monkeypatch.setattr(chunks, "KEPT_SEEDS", 0)
-    monkeypatch.setattr(chunks.ChunkedRuns, "_read", counting)
+    # the checks and the run's names ride on one walk, the six tables on another
+    reads = _counted_reads(monkeypatch)
     assert main(["export", str(trained["ensemble"]), "--out-dir", str(tmp_path / "t")]) == 0
     assert reads == {3: 2, 4: 2, 5: 2}
