@@ -132,6 +132,16 @@ def _covered(key: str | None, files: RunFiles, named: frozenset[str]) -> Path | 
     return _memo_path(key)
 
 
+def _check_and_keep(files: RunFiles, record: dict[str, Any], key: str | None) -> list[Check]:
+    """Every check afresh, remembered under ``key`` where the key covers what they read."""
+    verified = verify_walked(files, record)
+    path = _covered(key, files, verified.checkpoint_files)
+    if key is not None and path is not None:
+        _write_memo(path, key, verified.checks,
+                    datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+    return verified.checks
+
+
 def _memo_path(key: str) -> Path | None:
     folder = cache_dir()
     return None if folder is None else folder / "verified" / f"{key}.json"
@@ -168,13 +178,7 @@ def verify_and_remember(files: RunFiles, record: dict[str, Any]) -> list[Check]:
     """Every check afresh, as ``postlab verify`` runs them, remembered for the page: a page
     rendered after a verify of the same state shows that verification instead of repeating
     it (the state is taken before the checks run, so it is the state they checked)."""
-    key = state_key(files, record)
-    verified = verify_walked(files, record)
-    path = _covered(key, files, verified.checkpoint_files)
-    if key is not None and path is not None:
-        _write_memo(path, key, verified.checks,
-                    datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
-    return verified.checks
+    return _check_and_keep(files, record, state_key(files, record))
 
 
 def verify_remembered(files: RunFiles, record: dict[str, Any]) -> Verification:
@@ -186,9 +190,4 @@ def verify_remembered(files: RunFiles, record: dict[str, Any]) -> Verification:
         found = _read_memo(path, key)
         if found is not None:
             return found
-    verified = verify_walked(files, record)
-    path = _covered(key, files, verified.checkpoint_files)
-    if key is not None and path is not None:
-        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        _write_memo(path, key, verified.checks, when)
-    return Verification(checks=verified.checks)
+    return Verification(checks=_check_and_keep(files, record, key))
