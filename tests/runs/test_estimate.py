@@ -163,7 +163,37 @@ def test_the_engines_own_steps_correct_the_modelled_ones(monkeypatch):
         plan, calibration) == pytest.approx(rl_steps * rl)
     # where the engine's steps would take too long to time, the modelled ones stand
     monkeypatch.setattr(est_mod, "REAL_PATH_SECONDS", 0.0)
+    monkeypatch.setattr(est_mod, "REAL_PATH_MAX_SECONDS", 0.0)
     assert est_mod.calibrate(plan).factors == (1.0, 1.0, 1.0)
+
+
+def test_the_engines_steps_are_timed_within_a_share_of_the_run(monkeypatch):
+    plan = teaching_plan()
+    # no floor and no share: nothing is timed, the modelled steps stand
+    monkeypatch.setattr(est_mod, "REAL_PATH_SECONDS", 0.0)
+    monkeypatch.setattr(est_mod, "REAL_PATH_SHARE", 0.0)
+    assert est_mod.calibrate(plan).factors == (1.0, 1.0, 1.0)
+    # the same floor, with the whole modelled run as the share: every kind is timed
+    monkeypatch.setattr(est_mod, "REAL_PATH_SHARE", 1.0)
+    monkeypatch.setattr(est_mod, "REAL_PATH_MAX_SECONDS", 60.0)
+    assert all(factor != 1.0 for factor in est_mod.calibrate(plan).factors)
+    # the share is capped: a cap of nothing times nothing, whatever the share
+    monkeypatch.setattr(est_mod, "REAL_PATH_MAX_SECONDS", 0.0)
+    assert est_mod.calibrate(plan).factors == (1.0, 1.0, 1.0)
+
+
+def test_the_run_is_the_sum_of_its_parts():
+    plan = teaching_plan()
+    calibration = est_mod.calibrate(plan)
+    parts = est_mod._work_parts(plan, calibration)
+    sft, evaluation, rl = est_mod._unit_seconds(plan, calibration)
+    seeds, arms = len(plan["seeds"]), len(plan["arms"])
+    assert parts["sft"] == pytest.approx(seeds * plan["sft_steps"] * sft)
+    assert parts["evaluation"] == pytest.approx(seeds * (1 + arms) * 2 * evaluation)
+    assert parts["rl"] == pytest.approx(seeds * arms * plan["rl_steps"] * rl)
+    started = calibration.started_seconds
+    assert est_mod.wall_seconds(plan, calibration) == pytest.approx(
+        started + calibration.seconds + sum(parts.values()) + est_mod.FINISH_SECONDS)
 
 
 def test_memory_comes_from_the_measured_batches_where_measured():

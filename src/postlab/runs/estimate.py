@@ -13,10 +13,11 @@ estimated:
 * time and memory come from a short calibration: the real model code (the model, decoding
   with :func:`postlab.engines.rollout.generate`, the RL objective, the reward contract, record
   writing) is timed on this machine at bounded sizes and scaled linearly to the plan's sizes,
-  the engine's own SFT, evaluation and RL steps are run a few times where that is cheap to
-  correct for what the bounded timings leave out, and the peak memory of a decode and of an
-  RL step is measured for the policy at hand; the process's memory after calibrating is what
-  a run holds before training, its age then what the run spent starting.
+  the engine's own SFT, evaluation and RL steps are run a few times, within a small share of
+  the modelled run, to correct for what the bounded timings leave out, and the peak memory
+  of a decode and of an RL step is measured for the policy at hand; the process's memory
+  after calibrating is what a run holds before training, its age then what the run spent
+  starting.
 
 :func:`check_size` refuses a plan over the limits below with a one-line :class:`UserError`,
 unless the user confirms with ``--allow-large``. Count limits are checked before anything is
@@ -26,6 +27,7 @@ built or timed, so an absurd plan is refused at once.
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -123,11 +125,18 @@ STARTUP_SECONDS = 4.0
 #: Checkpoints are written, synced, read back, hashed and re-evaluated after every stage.
 CHECKPOINT_BYTES_PER_SECOND = 2e8
 CALIBRATION_SEED = 20261129
-#: The engine's own steps timed when calibrating (:func:`_time_real_paths`), each kind only
-#: where its modelled time (all repeats) is at most REAL_PATH_SECONDS.
+#: The engine's own steps timed when calibrating (:func:`_time_real_paths`): at most
+#: REAL_STEPS steps per call, the median seconds of REAL_REPEATS calls.
 REAL_STEPS = 4
 REAL_REPEATS = 3
+#: What timing them may cost: REAL_PATH_SHARE of the modelled run, at least REAL_PATH_SECONDS
+#: and at most REAL_PATH_MAX_SECONDS. A share, not a fixed second, because the longer a run
+#: the more an error in its steps costs: the reasoning-gym plans' steps (0.2-0.7 s each) were
+#: out of reach of one second, and their bounded timings alone put them 1.5-2.9 times their
+#: measured time, while 12 s is about 1% of the longer one's run.
+REAL_PATH_SHARE = 0.02
 REAL_PATH_SECONDS = 1.0
+REAL_PATH_MAX_SECONDS = 12.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -476,52 +485,86 @@ def _time_optimizer(model: Policy, plan: dict[str, Any], parameters: int,
     return best * scale + OPTIMIZER_OVERHEAD_SECONDS
 
 
-def _fewest_seconds(call: Callable[[], Any]) -> float:
-    best = float("inf")
-    for _ in range(REAL_REPEATS):
+def _typical_seconds(call: Callable[[], Any], until: float,
+                     first: Callable[[Callable[[], Any]], Any] | None = None) -> float:
+    """The median seconds of REAL_REPEATS calls, or of those made by ``until`` (a
+    ``perf_counter`` time; at least one call), so a step slower than modelled overruns the
+    budget by one call at most; ``first``, where given, wraps the first call (to measure its
+    memory on the way). The median, not the fewest: a run's steps take their typical time,
+    and on a shared 2-core machine the fewest of three RL steps of the LoRA plan was 20%
+    under their typical time (0.13 s against 0.15-0.18 s)."""
+    seconds: list[float] = []
+    while len(seconds) < REAL_REPEATS and (not seconds or time.perf_counter() < until):
         start = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - start)
-    return best
+        if first is not None and not seconds:
+            first(call)
+        else:
+            call()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
 
 
 def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration
                      ) -> tuple[tuple[float, float, float], int | None]:
-    """Run the engine's own code for a few steps where that is cheap, and return real over
-    modelled seconds for an SFT step, an evaluation and an RL step (1.0 where a step would
-    take too long to time). The bounded measurements time the model's arithmetic; the
+    """Run the engine's own code for a few steps where that is affordable, and return real
+    over modelled seconds for an SFT step, an evaluation and an RL step (1.0 where a step
+    would take too long to time). The bounded measurements time the model's arithmetic; the
     engine's loops add batch building, rewards, syncs and torch.optim's bookkeeping, which
-    made the teaching plan's steps 1.5-2.3 times the modelled ones (measured on 2 cores).
-    Also returns the RL step's peak memory, at the plan's batch, where it ran."""
+    made the teaching plan's steps 1.5-2.3 times the modelled ones (measured on 2 cores), and
+    a bounded transformer's few positions carry its per-call costs, which scaled a LoRA
+    plan's RL step to 3.5 times the real one.
+
+    The kinds are timed in the order of their share of the modelled run, each only where
+    REAL_REPEATS calls fit what is left of the budget (:data:`REAL_PATH_SHARE`); what each
+    took, not what it was modelled to take, is spent. Also returns the RL step's peak memory,
+    at the plan's batch, where it ran."""
     from postlab.engines.rollout import evaluate_model
     from postlab.engines.train import reinforce, supervised
 
     sft_step, _, rl_step = _unit_seconds(plan, unit)
-    step_bytes = None
-    # the fewest seconds of REAL_REPEATS calls, as the bounded measurements keep theirs
-    factors = [1.0, 1.0, 1.0]
-    if REAL_REPEATS * REAL_STEPS * sft_step <= REAL_PATH_SECONDS:
-        supervised(model, plan, CALIBRATION_SEED, steps=1)  # its first step warms up
-        factors[0] = _fewest_seconds(lambda: supervised(
-            model, plan, CALIBRATION_SEED, steps=REAL_STEPS)) / REAL_STEPS / sft_step
+    parts = _work_parts(plan, unit)
+    budget = min(REAL_PATH_MAX_SECONDS,
+                 max(REAL_PATH_SECONDS, REAL_PATH_SHARE * sum(parts.values())))
+    if size_problems(estimate_counts(plan)):
+        # a plan over the limits (run only with --allow-large) gets the floor: its steps are
+        # modelled the least reliably, so a share of its modelled run bounds nothing
+        budget = REAL_PATH_SECONDS
     # the evaluation of a few questions per split, against its modelled cost
     questions = max(1, DECODE_ROW_CAP // plan["eval_samples"])
     few = {**plan, "split": {name: pairs[:questions] for name, pairs in plan["split"].items()}}
     few_evaluation = _unit_seconds(few, unit)[1]
-    if REAL_REPEATS * few_evaluation <= REAL_PATH_SECONDS:
-        factors[1] = _fewest_seconds(lambda: evaluate_model(
-            model, few, CALIBRATION_SEED)) / few_evaluation
     rl = next((arm for arm in arm_specs(plan) if arm.is_rl), None)
-    if rl is not None and REAL_REPEATS * REAL_STEPS * rl_step <= REAL_PATH_SECONDS:
-        steps = {**plan, "rl_steps": REAL_STEPS}
+    factors = {"sft": 1.0, "evaluation": 1.0, "rl": 1.0}
+    step_bytes = None
 
-        def train() -> None:
-            model.train()
-            reinforce(model, model.reference_policy(), steps, CALIBRATION_SEED, rl.contract)
+    def steps_within(seconds: float, most: int) -> int:
+        """Steps per call such that REAL_REPEATS calls fit the budget left (0: none)."""
+        return min(most, int(budget / (REAL_REPEATS * seconds))) if seconds > 0 else most
 
-        factors[2] = _fewest_seconds(train) / REAL_STEPS / rl_step
-        step_bytes = peak_growth(train)[1]
-    return (factors[0], factors[1], factors[2]), step_bytes
+    for kind in sorted(factors, key=lambda k: parts[k], reverse=True):
+        began = time.perf_counter()
+        if kind == "sft" and parts["sft"] and (steps := steps_within(sft_step, REAL_STEPS)):
+            supervised(model, plan, CALIBRATION_SEED, steps=1)  # its first step warms up
+            factors["sft"] = _typical_seconds(lambda n=steps: supervised(
+                model, plan, CALIBRATION_SEED, steps=n), began + budget) / steps / sft_step
+        elif kind == "evaluation" and steps_within(few_evaluation, 1):
+            factors["evaluation"] = _typical_seconds(lambda: evaluate_model(
+                model, few, CALIBRATION_SEED), began + budget) / few_evaluation
+        elif (kind == "rl" and rl is not None and parts["rl"]
+              and (steps := steps_within(rl_step, REAL_STEPS))):
+            some = {**plan, "rl_steps": steps}
+
+            def train(some: dict[str, Any] = some, contract: str = rl.contract) -> None:
+                model.train()
+                reinforce(model, model.reference_policy(), some, CALIBRATION_SEED, contract)
+
+            def measured(call: Callable[[], Any]) -> None:
+                nonlocal step_bytes
+                step_bytes = peak_growth(call)[1]
+
+            factors["rl"] = _typical_seconds(train, began + budget, measured) / steps / rl_step
+        budget -= time.perf_counter() - began
+    return (factors["sft"], factors["evaluation"], factors["rl"]), step_bytes
 
 
 def calibrate(plan: dict[str, Any]) -> Calibration:
@@ -584,9 +627,30 @@ def _unit_seconds(plan: dict[str, Any], c: Calibration) -> tuple[float, float, f
     return sft_step * sft_factor, evaluation * evaluation_factor, rl_step * rl_factor
 
 
+def _work_parts(plan: dict[str, Any], calibration: Calibration) -> dict[str, float]:
+    """The engine's work on one worker, all seeds, priced by the calibration: its SFT
+    steps, evaluations, RL steps, and the rest (checkpoints, the record's writing)."""
+    shape = _shape(plan)
+    c = calibration
+    sft_step, evaluation, rl_step = _unit_seconds(plan, c)
+    arms = arm_specs(plan)
+    stages = 1 + len(arms)
+    seeds = len(plan["seeds"])
+    checkpoint = shape["parameters"] * FLOAT_BYTES * 3 / CHECKPOINT_BYTES_PER_SECOND
+    sft_steps = plan["sft_steps"] + sum(arm.sft_steps or 0 for arm in arms if not arm.is_rl)
+    rl_steps = plan["rl_steps"] * sum(arm.is_rl for arm in arms)
+    # each seed's rows are written once, into a chunk (record.json is a small manifest)
+    writing = c.write_seconds * estimate_counts(plan).record_rows
+    return {"sft": seeds * sft_steps * sft_step,
+            # each stage is evaluated, saved, reloaded and evaluated again
+            "evaluation": seeds * stages * 2 * evaluation,
+            "rl": seeds * rl_steps * rl_step,
+            "other": seeds * stages * checkpoint + writing}
+
+
 def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
-    """The run's time on one worker, from its process's start: the engine's work per seed,
-    priced by the calibration.
+    """The run's time on one worker, from its process's start: the engine's work
+    (:func:`_work_parts`), priced by the calibration.
 
     Decodes are priced at ``max_new_tokens`` steps (an upper bound: decoding stops once every
     sequence has ended), and dynamic sampling at its full budget of extra groups. For models
@@ -594,22 +658,11 @@ def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
     matrix products are less efficient than the plan's, so the estimate errs high (about
     twice the measured time at hidden 4096).
     """
-    shape = _shape(plan)
     c = calibration
-    sft_step, evaluation, rl_step = _unit_seconds(plan, c)
-    arms = arm_specs(plan)
-    stages = 1 + len(arms)
-    checkpoint = shape["parameters"] * FLOAT_BYTES * 3 / CHECKPOINT_BYTES_PER_SECOND
-    per_seed = (plan["sft_steps"] * sft_step + stages * (2 * evaluation + checkpoint)
-                + sum(plan["rl_steps"] * rl_step if arm.is_rl else (arm.sft_steps or 0) * sft_step
-                      for arm in arms))
-    seeds = len(plan["seeds"])
-    # each seed's rows are written once, into a chunk (record.json is a small manifest)
-    writing = c.write_seconds * estimate_counts(plan).record_rows
     # from the process's start: what it spent before calibrating, the calibration, then the
     # work, which every run in one process pays once
     started = STARTUP_SECONDS if c.started_seconds is None else c.started_seconds
-    return started + c.seconds + seeds * per_seed + writing + FINISH_SECONDS
+    return started + c.seconds + sum(_work_parts(plan, c).values()) + FINISH_SECONDS
 
 
 def estimate(plan: dict[str, Any], *, calibrated: bool = True) -> ComputeEstimate:
