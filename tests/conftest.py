@@ -114,7 +114,7 @@ def reference_report(plan: Path, record: Path) -> str:
 def shared_verification_memo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Pages remember their runs' verifications (postlab.runs.remembered) in one folder that
     every test process of the session shares, never in the user's cache."""
-    from postlab.runs.remembered import CACHE_VARIABLE
+    from postlab.machine.cache import CACHE_VARIABLE
 
     base = tmp_path_factory.getbasetemp()
     # pytest-xdist gives each worker its own base folder inside one shared by the session

@@ -15,6 +15,7 @@ from recordfiles import inline_record, read_record, write_record
 from postlab.cli import main
 from postlab.errors import UserError
 from postlab.jsonio import dump_json
+from postlab.machine.cache import CACHE_VARIABLE
 from postlab.plan.frozen import load_plan
 from postlab.records.chunks import (
     ChunkedRuns,
@@ -382,7 +383,7 @@ def test_verify_and_the_page_after_it_read_each_seed_as_few_times_as_said(traine
     # folder's checkpoint files without decoding any seed
     from postlab.runs import remembered
 
-    monkeypatch.setenv(remembered.CACHE_VARIABLE, str(tmp_path / "memo"))
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "memo"))
     reads = _counted_reads(monkeypatch)
     assert main(["verify", str(trained["ensemble"])]) == 0, capsys.readouterr().out
     assert reads == {3: 1, 4: 1, 5: 1}

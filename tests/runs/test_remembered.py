@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from postlab.cli import main
+from postlab.machine.cache import CACHE_VARIABLE
 from postlab.records.record import bundled_run_dir, load_record, locate_run
 from postlab.render.overview import verification_line
 from postlab.runs import orchestration, remembered
@@ -18,7 +19,7 @@ from postlab.runs.verify import Check, Verified
 @pytest.fixture
 def run(tmp_path, monkeypatch):
     """A copy of the bundled run, and a memo folder of this test's own."""
-    monkeypatch.setenv(remembered.CACHE_VARIABLE, str(tmp_path / "memo"))
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "memo"))
     target = tmp_path / "run"
     shutil.copytree(bundled_run_dir(), target)
     return target
@@ -87,7 +88,7 @@ def test_a_page_after_verify_shows_that_verification(run, tmp_path, monkeypatch,
     assert calls == [1]
     assert ", reused" in page.read_text()
     # with an expected fingerprint its checks are not the page's: checked, not remembered
-    monkeypatch.setenv(remembered.CACHE_VARIABLE, str(tmp_path / "other-memo"))
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "other-memo"))
     expected = (run / "fingerprint.txt").read_text().strip()
     assert main(["verify", str(run), "--expect", expected]) == 0
     assert not (tmp_path / "other-memo").exists()
@@ -154,7 +155,7 @@ def test_a_bad_memo_means_the_checks_run_again(run, monkeypatch):
 def test_an_unwritable_memo_folder_costs_only_the_reuse(run, tmp_path, monkeypatch):
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    monkeypatch.setenv(remembered.CACHE_VARIABLE, str(blocked))
+    monkeypatch.setenv(CACHE_VARIABLE, str(blocked))
     fake = [Check(name="plan", status="pass", detail="x")]
     _faking(monkeypatch, fake)
     for _ in range(2):

@@ -59,11 +59,14 @@ def check_engine(engine: str, plan: Mapping[str, Any], what: str,
         raise UserError(f"{what}: the {engine} engine cannot train {found[0]}")
 
 
-def check_size(plan: LoadedPlan, allow_large: bool) -> ComputeEstimate:
-    """The plan's estimated cost; a plan over the limits is refused unless ``allow_large``."""
-    from postlab.runs.estimate import check_size as check
+def check_size(plan: LoadedPlan, allow_large: bool, *, recalibrate: bool = False
+               ) -> ComputeEstimate:
+    """The plan's estimated cost; a plan over the limits is refused unless ``allow_large``.
+    Priced by the calibration this machine kept for the plan, where there is a fresh one
+    (``recalibrate``: measured again; see :mod:`postlab.runs.calibrations`)."""
+    from postlab.runs.calibrations import check_size_here
 
-    return check(plan.data, allow_large)
+    return check_size_here(plan.data, allow_large, recalibrate=recalibrate)
 
 
 def check_loggers(log: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -116,8 +119,8 @@ def train(plan: LoadedPlan | None, raw: bytes | None, out_dir: Path, *, workers:
 def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = False,
         workers: int | None = None, cpu_path: str | None = None, device: str | None = None,
         engine: str = DEFAULT_ENGINE, log: tuple[str, ...] = (), allow_large: bool = False,
-        say: Say = _silent, say_cost: Say = _silent, display: Quiet | None = None,
-        progress_every: int = 0) -> RunResult:
+        recalibrate: bool = False, say: Say = _silent, say_cost: Say = _silent,
+        display: Quiet | None = None, progress_every: int = 0) -> RunResult:
     """Train every seed and arm of ``plan`` (default: the teaching plan) into the new folder
     ``out_dir``, or complete an interrupted run there with ``resume``.
 
@@ -140,7 +143,7 @@ def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = F
         check_engine(engine, sized.data, str(plan or "the teaching plan"), names)
         from postlab.runs.estimate import render_estimate
 
-        say_cost(render_estimate(check_size(sized, allow_large)))
+        say_cost(render_estimate(check_size(sized, allow_large, recalibrate=recalibrate)))
     start = time.monotonic()
     record = train(loaded, raw, out, workers=count, resume=resume, device=chosen,
                    engine=engine, log=names, display=display, progress_every=progress_every)
@@ -166,9 +169,9 @@ class ReproduceResult:
 
 def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | None = None,
               cpu_path: str | None = None, device: str | None = None,
-              seeds: Sequence[int] = (), allow_large: bool = False, say: Say = _silent,
-              say_cost: Say = _silent, display: Quiet | None = None,
-              progress_every: int = 0) -> ReproduceResult:
+              seeds: Sequence[int] = (), allow_large: bool = False,
+              recalibrate: bool = False, say: Say = _silent, say_cost: Say = _silent,
+              display: Quiet | None = None, progress_every: int = 0) -> ReproduceResult:
     """Train the recorded plan of ``run`` (default: the bundled run) again into ``out_dir``
     on the record's own code path, device and engine, and compare every raw row.
 
@@ -211,7 +214,7 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
         plan, raw = _plan_of_seeds(plan, picked, str(files.record))
     from postlab.runs.estimate import render_estimate
 
-    say_cost(render_estimate(check_size(plan, allow_large)))
+    say_cost(render_estimate(check_size(plan, allow_large, recalibrate=recalibrate)))
     engine = engine_for(record).name  # the record's engine makes its bits
     check_engine(engine, plan.data, str(files.record))
     fresh = train(plan, raw, Path(out_dir), workers=count, device=chosen, engine=engine,
@@ -298,8 +301,9 @@ def sweep(sweep_file: str | Path | None, out_dir: str | Path, *, resume: bool = 
           workers: int | None = None, executor: str | None = None,
           address: str | None = None, cpu_path: str | None = None,
           device: str | None = None, engine: str = DEFAULT_ENGINE,
-          log: tuple[str, ...] = (), allow_large: bool = False, say: Say = _silent,
-          progress: SweepProgress | None = None) -> dict[str, dict[str, Any] | None]:
+          log: tuple[str, ...] = (), allow_large: bool = False, recalibrate: bool = False,
+          say: Say = _silent, progress: SweepProgress | None = None
+          ) -> dict[str, dict[str, Any] | None]:
     """Freeze every plan version of ``sweep_file`` into ``out_dir`` and train every (version,
     seed), locally or on Ray (``executor="ray"``, ``address``); or complete it with
     ``resume``. Returns each version's record, or None for a version whose tasks failed."""
@@ -335,7 +339,8 @@ def sweep(sweep_file: str | Path | None, out_dir: str | Path, *, resume: bool = 
 
         for version in versions:
             check_engine(engine, version.plan, f"version {version.name}", names)
-            estimate = check_size(parse_plan(version.raw, version.name), allow_large)
+            estimate = check_size(parse_plan(version.raw, version.name), allow_large,
+                                  recalibrate=recalibrate)
         say(f"{len(versions)} versions: {', '.join(v.name for v in versions)}")
         say(f"estimate of one version ({versions[-1].name}):\n{render_estimate(estimate)}")
     if executor == "ray":

@@ -147,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "made on; another one compares across code paths)")
     reproduce.add_argument("--allow-large", action="store_true",
                            help="train even if the plan's estimated cost is over the limits")
+    reproduce.add_argument("--recalibrate", action="store_true",
+                           help="calibrate the cost estimate afresh instead of reusing the "
+                                "figures this machine kept for the plan (for up to 12 hours)")
     reproduce.add_argument("--device", choices=DEVICE_CHOICES,
                            help="device to train on (default: the record's; refused before "
                                 "training if this machine lacks it)")
@@ -206,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default, avx2, avx512); with --resume, default: the run's own")
     run.add_argument("--allow-large", action="store_true",
                      help="train even if the plan's estimated cost is over the limits")
+    run.add_argument("--recalibrate", action="store_true",
+                     help="calibrate the cost estimate afresh instead of reusing the "
+                          "figures this machine kept for the plan (for up to 12 hours)")
     run.add_argument("--device", choices=DEVICE_CHOICES,
                      help="cpu (default; with --resume, the run's own), cuda, or auto (cuda "
                           "where torch finds it, else cpu); recorded. CUDA runs one worker")
@@ -243,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "the sweep's own)")
     sweep.add_argument("--allow-large", action="store_true",
                        help="train even if a version's estimated cost is over the limits")
+    sweep.add_argument("--recalibrate", action="store_true",
+                       help="calibrate the cost estimate afresh instead of reusing the "
+                            "figures this machine kept for the plan (for up to 12 hours)")
     sweep.add_argument("--device", choices=DEVICE_CHOICES,
                        help="cpu (default), cuda or auto, as for run; on CUDA each task "
                             "takes one GPU")

@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
         result = api.run(args.out_dir, args.plan, resume=args.resume, workers=args.workers,
                          cpu_path=args.cpu_path, device=args.device, engine=args.engine,
                          log=tuple(args.log or ()), allow_large=args.allow_large,
-                         say=_say(args), say_cost=_say(args), display=display,
-                         progress_every=every)
+                         recalibrate=args.recalibrate, say=_say(args),
+                         say_cost=_say(args), display=display, progress_every=every)
     if not args.quiet:
         print(f"done: {args.out_dir} in {result.seconds:.1f} s")
         print(f"fingerprint: {result.fingerprint} (note it; 'postlab verify {args.out_dir} "
@@ -81,7 +81,8 @@ def reproduce(args: argparse.Namespace) -> int:
     with _training(args.out_dir, args.quiet) as (display, every):
         result = api.reproduce(args.run, args.out_dir, workers=args.workers,
                                cpu_path=args.cpu_path, device=args.device,
-                               seeds=args.seeds, allow_large=args.allow_large, say=_print,
+                               seeds=args.seeds, allow_large=args.allow_large,
+                               recalibrate=args.recalibrate, say=_print,
                                say_cost=_say(args), display=display, progress_every=every)
     sys.stdout.write(render_comparison(result.comparison))
     if not result.identical:
@@ -99,7 +100,8 @@ def sweep(args: argparse.Namespace) -> int:
                             workers=args.workers, executor=args.executor,
                             address=args.address, cpu_path=args.cpu_path, device=args.device,
                             engine=args.engine, log=tuple(args.log or ()),
-                            allow_large=args.allow_large, say=_say(args),
+                            allow_large=args.allow_large, recalibrate=args.recalibrate,
+                            say=_say(args),
                             progress=SweepProgress(0, quiet=args.quiet))
     except (NonFiniteError, RunFailed) as exc:
         print(f"postlab: the sweep stopped: {exc}; finished tasks are kept in {args.out_dir} "

@@ -53,7 +53,7 @@ class CharTokenizer:
         return [self.index[c] for c in text]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return "".join(self.vocab[i] for i in ids)
+        return "".join([self.vocab[i] for i in ids])
 
 
 class Policy(nn.Module, ABC):
@@ -76,9 +76,22 @@ class Policy(nn.Module, ABC):
     prompt_width: int | None = None
 
     def prompts(self, pairs: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Prompt tokens (batch, time) of the task's questions for ``pairs``."""
-        rows = [self.tokenizer.encode(self.prompt_text(pair)) for pair in pairs]
-        return pad_prompts(rows, self.prompt_width, self.tokenizer.pad_id, self.device)
+        """Prompt tokens (batch, time) of the task's questions for ``pairs``.
+
+        Each question's padded tokens are kept once made (per prompt width): an RL step reads
+        its prompts twice, evaluation reads each question again for every stage, and making
+        them afresh (prompt text, encoding, padding) was 6% of a teaching arm's time."""
+        known = self.__dict__.setdefault("_prompt_rows", {})
+        width, pad_id = self.prompt_width, self.tokenizer.pad_id
+        rows = []
+        for pair in pairs:
+            key = (width, *pair)
+            row = known.get(key)
+            if row is None:
+                row = known[key] = pad_prompt(self.tokenizer.encode(self.prompt_text(pair)),
+                                              width, pad_id)
+            rows.append(row)
+        return torch.tensor(rows, device=self.device)
 
     @abstractmethod
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -176,19 +189,19 @@ class Policy(nn.Module, ABC):
         return self
 
 
-def pad_prompts(rows: Sequence[Sequence[int]], width: int | None, pad_id: int,
-                device: torch.device) -> torch.Tensor:
-    """Token rows left-padded with ``pad_id`` to ``width`` (None: they must be equally long).
+def pad_prompt(row: Sequence[int], width: int | None, pad_id: int) -> list[int]:
+    """A prompt's tokens left-padded with ``pad_id`` to ``width`` (None: as they are; a batch
+    of them must then be equally long).
 
     Left, so that every answer starts right after its question; a recurrent policy reads the
     padding first, a transformer attends to it, and both learn to ignore it. Padding to the
     plan's longest prompt rather than the batch's keeps each question's tokens the same in any
     company (evaluation and RL batches differ)."""
-    if width is not None:
-        if any(len(row) > width for row in rows):
-            raise ValueError(f"a prompt is longer than the prompt width {width}")
-        rows = [[pad_id] * (width - len(row)) + list(row) for row in rows]
-    return torch.tensor(rows, device=device)
+    if width is None:
+        return list(row)
+    if len(row) > width:
+        raise ValueError(f"a prompt is longer than the prompt width {width}")
+    return [pad_id] * (width - len(row)) + list(row)
 
 
 def plan_prompt_width(plan: dict[str, Any], tokenizer: Tokenizer) -> int:

@@ -172,6 +172,8 @@ class ComputeEstimate:
     #: resident memory of the process when calibrated (interpreter, torch, the policy's
     #: libraries, one model built); None until calibrated
     base_bytes: int | None = None
+    #: when the calibration priced here was measured, where an earlier run's was reused
+    calibration_reused_from: str | None = None
 
 
 # --- counts --------------------------------------------------------------------------------
@@ -293,6 +295,12 @@ class Calibration:
     decode_row_bytes: float | None = None
     step_bytes: int | None = None
     base_bytes: int  # resident memory after calibrating: what a run holds before training
+    #: what the process's first torch.optim optimizer cost (torch's compiler stack is
+    #: imported once per process): a run reusing these figures pays it while it trains
+    first_optimizer_seconds: float = 0.0
+    #: when these figures were measured, where they were kept from an earlier run
+    #: (:mod:`postlab.runs.calibrations`); None when measured by this process
+    reused_from: str | None = None
 
 
 def _bounded(rows: int, positions: int, least: int, work: float, cap: int) -> tuple[int, int]:
@@ -587,7 +595,9 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
         # The run's first optimizer imports torch's compiler stack (about 2 s and 70 MiB,
         # once per process): paid here, it is in the calibration's time and its memory, and
         # the run in this process does not pay it again.
+        began = time.perf_counter()
         torch.optim.Adam(model.parameters(), lr=plan["sft_lr"])
+        first_optimizer = time.perf_counter() - began
         sft = _time_sft(model, plan, shape)
         decode, row_seconds, write_seconds, row_bytes = _time_decode(model, plan, shape)
         reference, update = _time_rl(model, plan, shape, generator)
@@ -601,7 +611,8 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
         torch.random.set_rng_state(rng_state)
     return replace(unit, factors=factors, seconds=time.perf_counter() - start,
                    started_seconds=started, base_bytes=resident_bytes(),
-                   decode_row_bytes=row_bytes, step_bytes=step_bytes)
+                   decode_row_bytes=row_bytes, step_bytes=step_bytes,
+                   first_optimizer_seconds=first_optimizer)
 
 
 def _unit_seconds(plan: dict[str, Any], c: Calibration) -> tuple[float, float, float]:
@@ -680,6 +691,7 @@ def priced(counts: ComputeEstimate, plan: dict[str, Any],
     batch_bytes = measured_batch_bytes(plan, counts, calibration)
     return replace(counts, seconds=wall_seconds(plan, calibration),
                    calibration_seconds=calibration.seconds, batch_bytes=batch_bytes,
+                   calibration_reused_from=calibration.reused_from,
                    memory_bytes=(counts.memory_bytes - counts.batch_bytes + batch_bytes
                                  + calibration.base_bytes),
                    base_bytes=calibration.base_bytes)
@@ -735,17 +747,20 @@ def _refuse(problems: Sequence[str]) -> UserError:
                      "anyway")
 
 
-def check_size(plan_data: dict[str, Any], allow_large: bool) -> ComputeEstimate:
+def check_size(plan_data: dict[str, Any], allow_large: bool,
+               calibration: Callable[[dict[str, Any]], Calibration] = calibrate
+               ) -> ComputeEstimate:
     """Estimate a valid plan and refuse it if it exceeds a limit, unless ``allow_large``.
 
     Count limits are checked before calibrating, so nothing of an absurd plan is built; the
     calibration itself never allocates more than bounded sizes, even when allowed.
+    ``calibration`` gives the figures (a run's reuses a kept one: :mod:`.calibrations`).
     """
     counts = estimate_counts(plan_data)
     problems = size_problems(counts)
     if problems and not allow_large:
         raise _refuse(problems)
-    est = priced(counts, plan_data, calibrate(plan_data))
+    est = priced(counts, plan_data, calibration(plan_data))
     if not allow_large and size_problems(est):
         raise _refuse(size_problems(est))
     return est
@@ -801,6 +816,9 @@ def render_estimate(est: ComputeEstimate) -> str:
         second += f" ({format_bytes(est.base_bytes)} of it before training)"
     if est.seconds is None:
         second += "; time not calibrated"
+    elif est.calibration_reused_from is not None:
+        second += (f"; about {format_seconds(est.seconds)} on one worker here (calibration of "
+                   f"{est.calibration_reused_from} reused; --recalibrate measures again)")
     else:
         second += (f"; about {format_seconds(est.seconds)} on one worker here (calibrated in "
                    f"{est.calibration_seconds or 0:.1f} s)")

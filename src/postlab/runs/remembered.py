@@ -25,7 +25,6 @@ digests".
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -35,12 +34,11 @@ from typing import Any
 from postlab.errors import UserError
 from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
 from postlab.machine import numerics
+from postlab.machine.cache import cache_dir
 from postlab.records.fingerprint import FINGERPRINT_FILE, run_fingerprint
 from postlab.records.record import RunFiles
 from postlab.runs.verify import Check, device_here, verify_walked
 
-#: Where the memo is kept, if set (tests point it at a folder of their own).
-CACHE_VARIABLE = "POSTLAB_CACHE_DIR"
 #: Versions the memo's key and layout: a later layout never reads an earlier one's files.
 MEMO_VERSION = 2
 
@@ -52,20 +50,6 @@ class Verification:
 
     checks: list[Check]
     reused_from: str | None = None
-
-
-def cache_dir() -> Path | None:
-    """The memo's folder, or None where no home folder can be found (then nothing is kept)."""
-    explicit = os.environ.get(CACHE_VARIABLE)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base:
-        try:
-            base = str(Path.home() / ".cache")
-        except RuntimeError:
-            return None
-    return Path(base) / "postlab"
 
 
 def _sha256(data: bytes) -> str:
