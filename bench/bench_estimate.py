@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from postlab.machine.cache import CACHE_VARIABLE
+
 ROOT = Path(__file__).resolve().parents[1]
 POSTLAB = [sys.executable, "-m", "postlab"]
 TOLERANCE = 0.25
@@ -82,6 +84,7 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}; one worker per run")
     work = Path(tempfile.mkdtemp(prefix="bench-estimate-"))
+    os.environ[CACHE_VARIABLE] = str(work / "cache")
     plans = args.plans or example_plans()
     if not args.no_eval_heavy:
         plans.append(eval_heavy(work))
@@ -91,9 +94,11 @@ def main() -> None:
     for index, plan in enumerate(plans):
         _, _, out = child([sys.executable, "-c", ESTIMATE, str(plan)])
         est = json.loads(out)
+        # the run calibrates as the estimate's own process did (--recalibrate), into a cache
+        # folder of this invocation's own
         seconds, mib, _ = child([*POSTLAB, "run", "--plan", str(plan), "--out-dir",
                                  str(work / f"run-{index}"), "--workers", "1", "--quiet",
-                                 "--allow-large"])
+                                 "--allow-large", "--recalibrate"])
         est_mib = est["memory_bytes"] / 2**20
         time_ratio, memory_ratio = est["seconds"] / seconds, est_mib / mib
         results[plan.name] = {"estimate_s": est["seconds"], "measured_s": seconds,

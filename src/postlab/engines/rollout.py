@@ -59,8 +59,18 @@ def to_rows(model: Policy, pairs: Sequence[Sequence[int]], tokens: torch.Tensor,
     rows = []
     tokenizer = model.tokenizer
     eos = tokenizer.eos_id
-    for pair, seq, valid in zip(pairs, tokens.tolist(), mask.tolist(), strict=True):
-        ids = [tok for tok, use in zip(seq, valid, strict=True) if use]
+    lengths = mask.sum(dim=-1)
+    positions = torch.arange(mask.shape[-1], device=mask.device)
+    if torch.equal(mask, positions < lengths[:, None]):
+        # A decode's mask is a prefix of each row (a sequence stays ended), so its ids are
+        # the first ``length`` tokens: slicing instead of filtering position by position
+        # was 3% of a teaching arm's profile.
+        kept = [seq[:length] for seq, length in zip(tokens.tolist(), lengths.tolist(),
+                                                     strict=True)]
+    else:
+        kept = [[tok for tok, use in zip(seq, valid, strict=True) if use]
+                for seq, valid in zip(tokens.tolist(), mask.tolist(), strict=True)]
+    for pair, ids in zip(pairs, kept, strict=True):
         terminated = bool(ids) and ids[-1] == eos
         visible = ids[:-1] if terminated else ids
         rows.append([pair[0], pair[1], tokenizer.decode(visible), terminated])
