@@ -24,8 +24,8 @@ def one_thread():
     runs (a worker per core, one thread each; it refuses plans of more): with two, a batched
     product over a transposed operand (a weight's gradient) splits its members between the
     threads differently from one member alone on some CPUs (seen on an Intel Xeon with
-    AVX-512 under the AVX2 pin; not on AMD EPYC), so the test calls the engine as a worker
-    would."""
+    AVX-512 under the AVX2 pin, and on an AMD EPYC, Zen 3), so the test calls the engine's
+    pieces as a worker would (``train_parts`` sets the thread count itself)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

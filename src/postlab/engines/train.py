@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from postlab.engines.optim import adam_for
 from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
 from postlab.errors import NonFiniteError
@@ -56,7 +57,7 @@ def supervised(model: Policy, plan: dict[str, Any], seed: int,
                rng_offset: int = 1000) -> list[float]:
     """Teacher-forced cross-entropy on train pairs; returns the loss of every step."""
     rng = random.Random(seed + rng_offset)
-    optimizer = torch.optim.Adam(model.parameters(), lr=plan["sft_lr"])
+    optimizer = adam_for(model.parameters(), plan["sft_lr"])
     task = task_for(plan)
     train_pairs = plan["split"]["train"]
     tokenizer = model.tokenizer
@@ -180,7 +181,7 @@ def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, An
     rng = random.Random(seed + 2000)
     generator = torch.Generator(model.device).manual_seed(seed + 3000)
     trainable = model.trainable()  # every weight, or only the adapters
-    optimizer = torch.optim.Adam(trainable, lr=plan["rl_lr"])
+    optimizer = adam_for(trainable, plan["rl_lr"])
     group_size, beta = plan["group_size"], plan["kl_beta"]
     clip_low, clip_high = clip_range(plan)
     dynamic = plan.get("dynamic_sampling") is not None

@@ -1,9 +1,10 @@
 """Calibrations kept per machine, so that running a plan again does not time it again.
 
 Every ``postlab run`` and ``postlab sweep`` prices its plan by calibrating on this machine
-(:func:`postlab.runs.estimate.calibrate`): on the teaching plan about 2.5 s of a 20 s run
-on 2 cores, most of it importing torch's compiler stack for the optimizer, which a run with
-worker processes never needs in its main process. So a calibration is kept in the user's
+(:func:`postlab.runs.estimate.calibrate`): on the teaching plan 2.1-3.2 s of CPU in the
+main process on 2 cores (timing the engine's own steps, and the first calls into torch's
+kernels), which a run with worker processes never needs there otherwise, and which competes
+with the workers for the cores. So a calibration is kept in the user's
 cache folder (the one :mod:`postlab.runs.remembered` uses) and reused by a later run of the
 same plan on the same machine, with the same postlab source, torch, Python, platform, CPU,
 usable cores and CPU code path, for at most :data:`MAX_AGE_SECONDS`; ``--recalibrate``
@@ -33,7 +34,7 @@ from postlab.machine.resources import process_seconds, usable_cores
 from postlab.runs.estimate import Calibration, ComputeEstimate, Line, calibrate, check_size
 
 #: Versions the key and the layout: a later layout never reads an earlier one's files.
-STORE_VERSION = 1
+STORE_VERSION = 2
 #: How long figures are reused. A machine's speed drifts (other work, power settings): on
 #: the shared development machine the same run took 13.7 s one day and 43 s another, so
 #: figures older than a working day are measured again.
@@ -116,9 +117,8 @@ def stored_calibration(plan: dict[str, Any]) -> Calibration | None:
     age = time.time() - measured.timestamp()
     if not 0 <= age <= MAX_AGE_SECONDS:
         return None
-    # Started now, and not calibrating: what this run pays is what the stored calibration
-    # paid for its first optimizer, which the run's own first optimizer pays instead.
-    return replace(stored, seconds=stored.first_optimizer_seconds,
+    # Started now, and not calibrating: none of the calibration's time is this run's.
+    return replace(stored, seconds=0.0,
                    started_seconds=process_seconds(), reused_from=data["measured_at"])
 
 

@@ -36,8 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.optim.adam import adam
 
+from postlab.engines.optim import Adam
 from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
 from postlab.engines.train import sequence_log_dist
@@ -116,8 +116,6 @@ DECODE_ROW_CAP = 1024
 REPEAT_SECONDS = 0.1
 #: Adam and gradient clipping are timed on at most this many parameters and scaled.
 OPTIMIZER_PROXY_ELEMENTS = 1 << 20
-#: torch.optim.Adam's own bookkeeping per step, which timing its functional form leaves out.
-OPTIMIZER_OVERHEAD_SECONDS = 1.5e-4
 #: Once per run, after training: the summary, the fingerprint, the last syncs.
 FINISH_SECONDS = 0.5
 #: A run's start (interpreter, torch, the plan's checks) where the process's age is unknown.
@@ -295,9 +293,6 @@ class Calibration:
     decode_row_bytes: float | None = None
     step_bytes: int | None = None
     base_bytes: int  # resident memory after calibrating: what a run holds before training
-    #: what the process's first torch.optim optimizer cost (torch's compiler stack is
-    #: imported once per process): a run reusing these figures pays it while it trains
-    first_optimizer_seconds: float = 0.0
     #: when these figures were measured, where they were kept from an earlier run
     #: (:mod:`postlab.runs.calibrations`); None when measured by this process
     reused_from: str | None = None
@@ -470,27 +465,20 @@ def _time_optimizer(model: Policy, plan: dict[str, Any], parameters: int,
     params = [torch.zeros(s) for s in shapes]
     for p in params:
         p.grad = torch.randn(p.shape, generator=generator)
-    grads = [p.grad for p in params]
-    first = [torch.zeros(s) for s in shapes]
-    second = [torch.zeros(s) for s in shapes]
-    steps = [torch.tensor(0.0) for _ in shapes]
+    # the engines' own optimizer, on tensors of their own (the model is left as it is)
+    optimizer = Adam(params, plan["rl_lr"])
 
     def step() -> float:
         start = time.perf_counter()
         nn.utils.clip_grad_norm_(params, plan["gradient_clip"]).item()
-        # torch's Adam arithmetic through its functional form, the same computation
-        # torch.optim.Adam runs per step, without constructing the optimizer
-        adam(params, grads, first, second, [], steps, foreach=False, capturable=False,
-             differentiable=False, fused=None, grad_scale=None, found_inf=None,
-             has_complex=False, amsgrad=False, beta1=0.9, beta2=0.999, lr=plan["rl_lr"],
-             weight_decay=0.0, eps=1e-8, maximize=False)
+        optimizer.step()
         return time.perf_counter() - start
 
     start = time.perf_counter()
     best = step()
     while time.perf_counter() - start < REPEAT_SECONDS:
         best = min(best, step())
-    return best * scale + OPTIMIZER_OVERHEAD_SECONDS
+    return best * scale
 
 
 def _typical_seconds(call: Callable[[], Any], until: float,
@@ -517,7 +505,7 @@ def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration
     """Run the engine's own code for a few steps where that is affordable, and return real
     over modelled seconds for an SFT step, an evaluation and an RL step (1.0 where a step
     would take too long to time). The bounded measurements time the model's arithmetic; the
-    engine's loops add batch building, rewards, syncs and torch.optim's bookkeeping, which
+    engine's loops add batch building, rewards and syncs, which
     made the teaching plan's steps 1.5-2.3 times the modelled ones (measured on 2 cores), and
     a bounded transformer's few positions carry its per-call costs, which scaled a LoRA
     plan's RL step to 3.5 times the real one.
@@ -592,12 +580,6 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
         shape = _shape(plan)
         generator = torch.Generator().manual_seed(CALIBRATION_SEED)
         model = build_policy(plan)
-        # The run's first optimizer imports torch's compiler stack (about 2 s and 70 MiB,
-        # once per process): paid here, it is in the calibration's time and its memory, and
-        # the run in this process does not pay it again.
-        began = time.perf_counter()
-        torch.optim.Adam(model.parameters(), lr=plan["sft_lr"])
-        first_optimizer = time.perf_counter() - began
         sft = _time_sft(model, plan, shape)
         decode, row_seconds, write_seconds, row_bytes = _time_decode(model, plan, shape)
         reference, update = _time_rl(model, plan, shape, generator)
@@ -611,8 +593,7 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
         torch.random.set_rng_state(rng_state)
     return replace(unit, factors=factors, seconds=time.perf_counter() - start,
                    started_seconds=started, base_bytes=resident_bytes(),
-                   decode_row_bytes=row_bytes, step_bytes=step_bytes,
-                   first_optimizer_seconds=first_optimizer)
+                   decode_row_bytes=row_bytes, step_bytes=step_bytes)
 
 
 def _unit_seconds(plan: dict[str, Any], c: Calibration) -> tuple[float, float, float]:

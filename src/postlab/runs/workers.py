@@ -15,7 +15,9 @@ from multiprocessing.context import BaseContext
 from postlab.errors import UserError
 from postlab.machine.resources import usable_cores
 
-PRELOAD = ["postlab.runs.orchestration", "torch._dynamo"]
+#: The engine, and with it torch. Not torch's compiler stack: training never imports it
+#: (:mod:`postlab.engines.optim`), which saves every run's first task its import.
+PRELOAD = ["postlab.runs.orchestration"]
 #: Sets the worker count when ``--workers`` is not given: on a machine whose cores other jobs
 #: already keep busy (a test suite running one test per core, say), more workers add only
 #: their server's start (about 4 CPU-seconds per run, measured on a 2-core machine).

@@ -4,10 +4,10 @@ A member is one (seed, stage) model with its own plan settings; all members of a
 the plan's shapes (vocabulary, sizes, batch sizes, steps) and learning rates, and may differ in
 the other numeric settings (kl_beta, clip, temperature, gradient clip). Every reduction the
 exact engine takes over a batch is taken here per member (the shared RL core,
-:mod:`postlab.rl.objective`, takes a leading member dimension), the optimizer is torch's Adam
-over the stacked tensors, and every random number comes from the counter-based generator keyed
-by the member's seed (:mod:`.counter`), so a member's result does not depend on which or how
-many other members it trains with.
+:mod:`postlab.rl.objective`, takes a leading member dimension), the optimizer is Adam
+(:func:`postlab.engines.optim.adam_for`) over the stacked tensors, and every random number
+comes from the counter-based generator keyed by the member's seed (:mod:`.counter`), so a
+member's result does not depend on which or how many other members it trains with.
 
 The results are the exact engine's in distribution, not in bits: the exact engine draws from
 torch's generators in a fixed order, this one from counters.
@@ -24,6 +24,7 @@ from postlab.engines.ensemble import counter
 from postlab.engines.ensemble.nets import Net
 from postlab.engines.ensemble.optim import clip_per_member
 from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS, Answers
+from postlab.engines.optim import Optimizer, adam_for
 from postlab.engines.options import algorithm_of, clip_range
 from postlab.errors import NonFiniteError
 from postlab.policies.base import CharTokenizer, Tokenizer
@@ -100,18 +101,18 @@ def _cross_entropy(logits: torch.Tensor, target: torch.Tensor, pad: int) -> torc
 
 
 def shared(plans: Sequence[Mapping[str, Any]], key: str) -> float:
-    """A setting every member of the batch shares (a learning rate: torch's Adam takes one
-    per parameter group, and a group's tensors are stacked over all members)."""
+    """A setting every member of the batch shares (a learning rate: Adam takes one per
+    optimizer, and its tensors are stacked over all members)."""
     values = {float(p[key]) for p in plans}
     if len(values) != 1:
         raise ValueError(f"members of one ensemble batch must share {key}; got {sorted(values)}")
     return values.pop()
 
 
-def optimizer_for(params: Mapping[str, torch.Tensor], lr: float) -> torch.optim.Adam:
-    """torch's Adam over the stacked tensors. Its update is elementwise, so each member's
-    slices step exactly as a lone model's parameters would under the same gradients."""
-    return torch.optim.Adam(list(params.values()), lr=lr)
+def optimizer_for(params: Mapping[str, torch.Tensor], lr: float) -> Optimizer:
+    """Adam over the stacked tensors. Its update is elementwise, so each member's slices
+    step exactly as a lone model's parameters would under the same gradients."""
+    return adam_for(params.values(), lr)
 
 
 def supervised(params: dict[str, torch.Tensor], net: Net, tables: Tables,
@@ -134,7 +135,7 @@ def supervised(params: dict[str, torch.Tensor], net: Net, tables: Tables,
         tokens = torch.cat([prompts, target[..., :-1]], dim=2)
         logits = net.run(params, tokens, None)[0][:, :, prompt_length - 1:]
         loss = _cross_entropy(logits, target, tables.tokenizer.pad_id)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss.sum().backward()  # members share no parameter: each gets its own gradient
         norms = clip_per_member(params, gradient_clip)
         check_finite(seeds, loss.detach(), norms, f"{stage} step {step + 1}")
@@ -349,7 +350,7 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
                 clip_low=clip_low, clip_high=clip_high, kl_beta=beta, max_tokens=max_new)
             if old_logp is None:
                 old_logp = terms.logp.detach()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             terms.loss.sum().backward()  # members share no parameter
             norms = clip_per_member(params, gradient_clip)
             check_finite(seeds, terms.loss.detach(), norms, f"RL step {step}")

@@ -3,8 +3,9 @@
 ``torch.nn.utils.clip_grad_norm_`` takes one norm over every tensor it is given, which over
 stacked members would mix them; here each member's norm is taken over its own slices only and
 each member is scaled by its own factor, as ``clip_grad_norm_`` scales a lone model (the same
-formula: scale = min(1, max_norm / (norm + 1e-6))). The optimizer itself is torch's Adam
-(:func:`postlab.engines.ensemble.engine.optimizer_for`), whose update is elementwise.
+formula: scale = min(1, max_norm / (norm + 1e-6))). The optimizer itself is the exact
+engine's Adam (:func:`postlab.engines.ensemble.engine.optimizer_for`), whose update is
+elementwise.
 """
 
 from __future__ import annotations
