@@ -1,4 +1,4 @@
-"""SFT and RL loops for one seed. The only place that calls ``backward()`` and ``step()``.
+"""SFT and RL loops for one seed. The exact engine's only calls of ``backward()`` and ``step()``.
 
 Random streams, fixed by the plan's seed so any stage can be re-run alone:
 ``random.Random(seed + 1000)`` draws SFT batches, ``random.Random(seed + 2000)`` draws RL
