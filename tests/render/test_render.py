@@ -77,7 +77,7 @@ def test_markdown_and_table(capsys):
     out = capsys.readouterr().out
     assert "## Results by stage (test split)" in out
     assert "| RL under substring | sampled | coverage |" in out
-    assert "pass@16" in out and "Student t over the seeds" in out
+    assert "pass@16" in out and "seeds x questions, two-way random effects" in out
     assert main(["report", "--format", "table", "--lang", "zh"]) == 0
     out = capsys.readouterr().out
     assert "奖励投机差距" in out and "pass@16" in out

@@ -15,7 +15,7 @@ from browser import needs_chromium, probe_page
 
 from postlab.analysis.aggregate import analyse
 from postlab.analysis.findings import DOWN, SINGLE, UNCLEAR, UP, direction, findings
-from postlab.analysis.intervals import Interval, interval, rate_interval
+from postlab.analysis.intervals import Interval, crossed_interval, interval
 from postlab.analysis.samples import (
     CORRECT,
     GAMED,
@@ -73,19 +73,26 @@ def test_two_seed_rates_stay_inside_the_unit_interval(record, plan):
 
 
 def test_outcome_intervals_count_outputs_and_questions(record, plan, analysis):
-    """Sampled rates count questions x samples outputs; greedy rates and coverage count
-    questions (19 held-out test pairs), as a separate count of the rows shows."""
+    """Every held-out interval comes from the seeds x questions table of its cells: 3 seeds
+    x 19 held-out test questions, each cell a greedy answer (1 trial), a question's share of
+    16 samples, or its coverage; a change from SFT from the per-cell differences."""
     questions = len(plan["split"]["test"])
     run = record["runs"][0]
     assert len(run["evaluations"]["initial"]["test"]["greedy"]) == questions
     assert len(run["evaluations"]["initial"]["test"]["sampled"]) == questions * 16
-    for decoding, metric, trials in (("greedy", "strict_rate", questions),
-                                     ("sampled", "strict_rate", questions * 16),
-                                     ("sampled", "coverage", questions)):
+    for decoding, metric, per_cell in (("greedy", "strict_rate", 1),
+                                       ("sampled", "strict_rate", 16),
+                                       ("sampled", "coverage", 1)):
         item = analysis.outcome("strict", "test", decoding, metric)
-        assert item.value == rate_interval(item.value.per_seed, trials)
-        # a difference keeps Student t over per-seed differences
-        assert item.change_from_sft == interval(item.change_from_sft.per_seed)
+        table, trials = analysis.cells("strict", "test", decoding, metric)
+        before, _ = analysis.cells("initial", "test", decoding, metric)
+        assert table.shape == (3, questions) and trials == per_cell
+        assert table.mean(axis=1) == pytest.approx(item.value.per_seed)
+        found = crossed_interval([(1.0, table)], trials, rate=True)
+        assert (item.value.low, item.value.high) == pytest.approx((found.low, found.high))
+        change = crossed_interval([(1.0, table - before)], trials)
+        assert (item.change_from_sft.low, item.change_from_sft.high) == pytest.approx(
+            (change.low, change.high))
 
 
 def test_pass_at_k_intervals_count_draws_of_k(analysis):

@@ -1,10 +1,11 @@
 """Everything a report shows, computed once from a record's raw rows.
 
 Renderers (terminal, JSON, Markdown, HTML, figures) take the :class:`Analysis` this module
-returns and lay it out; none of them computes a number. Intervals are over seeds, the
-independent repetitions of the experiment (:mod:`postlab.analysis.intervals`): rates and
-pass@k Student t with a binomial floor, cut to [0, 1], changes and gaps Student t
-over the per-seed differences.
+returns and lay it out; none of them computes a number. Held-out intervals are over seeds and
+questions (:mod:`postlab.analysis.intervals`): each comes from the seeds x questions table of
+its cells (a question's accepted share, coverage or pass@k; for a change or a gap the paired
+difference of two cells), which the analysis keeps as accepted counts, 2 bytes a cell. A
+training reward's interval is over seeds (each seed's rollouts are its own).
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from postlab.analysis.intervals import (  # noqa: F401 (interval, t_quantile re-exported)
     CONFIDENCE,
-    DIFFERENCE_METHOD,
+    CROSSED_METHOD,
     RATE_METHOD,
     Interval,
+    Spread,
+    crossed_spread,
     interval,
     rate_interval,
     t_quantile,
@@ -31,7 +36,6 @@ from postlab.records.metrics import (
     STEP_SERIES,
     Answer,
     count_under,
-    evaluate,
     question_groups,
     step_series,
 )
@@ -40,8 +44,8 @@ from postlab.tasks.registry import answer_function
 from postlab.tasks.rows import ROLLOUT, Place, Row, iter_run_rows, rows_by_place
 
 SCHEMA = "postlab.analysis.aggregate/1"
-INTERVAL_METHOD = (f"rates, coverage and pass@k: {RATE_METHOD}; changes from SFT and hacking "
-                   f"gaps: {DIFFERENCE_METHOD}")
+INTERVAL_METHOD = (f"held-out rates, coverage, pass@k, changes from SFT and hacking gaps: "
+                   f"{CROSSED_METHOD}; training rewards: {RATE_METHOD}")
 BAND_METHOD = "mean over seeds, band from the lowest to the highest seed"
 ONSET_METHOD = ("one-sided CUSUM on the per-step gap (the step's rollouts accepted under the "
                 "trained contract minus those right under the task's first contract): "
@@ -118,6 +122,7 @@ class TrainingReward:
     steps: tuple[int, int]  # first and last step of the window
     reward: Interval
     reference: Interval
+    trials: int = 0  # rollouts a seed's share counts (the window's steps x batch)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +164,42 @@ class Analysis:
     verdicts: tuple[Any, ...] = ()
     #: Per RL arm: the late training reward, to set against held-out success.
     training_rewards: tuple[TrainingReward, ...] = ()
+    #: Per (stage, split, decoding, contract): seeds x questions accepted counts (of 1 greedy
+    #: answer or ``eval_samples`` sampled ones), what every held-out interval is computed
+    #: from; and each split's questions, in the tables' order. Not in the JSON form.
+    counts: dict[tuple[str, str, str, str], np.ndarray] = dataclasses.field(
+        default_factory=dict)
+    questions: dict[str, tuple[tuple[int, ...], ...]] = dataclasses.field(default_factory=dict)
+
+    def cells(self, stage: str, split: str, decoding: str, metric: str
+              ) -> tuple[np.ndarray, int] | None:
+        """The seeds x questions table of one held-out metric's per-question values, and
+        how many draws a cell averages; None where the analysis holds no counts for it.
+        ``metric`` is an outcome metric (``<contract>_rate``, ``coverage``), ``pass@<k>`` or
+        ``hacking_gap``."""
+        samples = self.eval_samples
+        if metric == "hacking_gap":
+            first = self.cells(stage, split, "sampled", f"{self.contracts[0]}_rate")
+            second = self.cells(stage, split, "sampled", f"{self.contracts[1]}_rate")
+            if first is None or second is None:
+                return None
+            return second[0] - first[0], samples
+        if metric == "coverage" or metric.startswith("pass@"):
+            counts = self.counts.get((stage, split, "sampled", self.contracts[0]))
+            if counts is None:
+                return None
+            k = samples if metric == "coverage" else int(metric[len("pass@"):])
+            # each question's pass@k from its accepted count, looked up (pass@samples is
+            # coverage: 1 where any answer was accepted)
+            lookup = np.array([pass_at_k(samples, c, k) for c in range(samples + 1)])
+            return lookup[counts], max(1, samples // k)
+        if not metric.endswith("_rate"):
+            return None
+        counts = self.counts.get((stage, split, decoding, metric[:-len("_rate")]))
+        if counts is None:
+            return None
+        per_cell = samples if decoding == "sampled" else 1
+        return counts / per_cell, per_cell
 
     def outcome(self, stage: str, split: str, decoding: str, metric: str) -> Outcome:
         for item in self.outcomes:
@@ -187,6 +228,17 @@ def mean_pass_at_k(rows: Sequence[Sequence[Any]], samples: int, k: int,
 def _accepted_per_question(rows: Sequence[Sequence[Any]], samples: int, contract: str,
                            answer: Answer) -> list[int]:
     return [count_under(group, contract, answer) for group in question_groups(rows, samples)]
+
+
+def _accepted_by_contract(rows: Sequence[Sequence[Any]], samples: int,
+                          contracts: Sequence[str], answer: Answer
+                          ) -> tuple[tuple[tuple[int, ...], ...], dict[str, list[int]]]:
+    """The questions of an evaluation's rows in order, and per contract each question's
+    accepted count among its ``samples`` rows."""
+    groups = question_groups(rows, samples)
+    return (tuple(tuple(group[0].pair) for group in groups),
+            {name: [count_under(group, name, answer) for group in groups]
+             for name in contracts})
 
 
 def _mean_pass_at_k(accepted: Sequence[int], samples: int, k: int) -> float:
@@ -272,13 +324,14 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
     # per (stage, split, decoding, metric): one value per seed, in seed order
     values: dict[tuple[str, str, str, str], list[float]] = {}
     curves: dict[tuple[str, str], list[tuple[float, ...]]] = {}
-    questions: dict[str, int] = {}  # per split: the first seed's greedy rows
-    grouped: dict[tuple[str, str], int] = {}  # the first seed's sampled questions
     per_arm: dict[str, _ArmSeries] = {}
+    # per (stage, split, decoding, contract): one row of per-question accepted counts a seed
+    counts: dict[tuple[str, str, str, str], list[np.ndarray]] = {}
+    asked: dict[str, tuple[tuple[int, ...], ...]] = {}  # per split: its questions, in order
     sft_loss = _Columns()
     compute = _ComputeSums(plan, stages)
     seeds = []
-    for index, run in enumerate(runs):
+    for run in runs:
         seeds.append(run["seed"])
         blocks = rows_by_place(iter_run_rows(run))
 
@@ -289,22 +342,26 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
         for stage in stages:
             for split in splits:
                 for decoding, count in (("greedy", 1), ("sampled", samples)):
-                    result = evaluate(block(stage, split, None, decoding), count,
-                                      answer, contracts)
-                    computed = {metric: result[metric] for metric in wanted["greedy"]}
-                    computed["coverage"] = result["covered"] / result["questions"]
+                    rows = block(stage, split, None, decoding)
+                    order, per_question = _accepted_by_contract(rows, count, contracts,
+                                                                answer)
+                    if asked.setdefault(split, order) != order:
+                        raise ValueError(f"seed {run['seed']} asked the {split} questions in "
+                                         "another order than the first seed")
+                    computed = {f"{name}_rate": sum(c) / len(rows)
+                                for name, c in per_question.items()}
+                    computed["coverage"] = (sum(c > 0 for c in per_question[reference])
+                                            / len(order))
                     for metric in wanted[decoding]:
                         values.setdefault((stage, split, decoding, metric), []).append(
                             computed[metric])
+                    for name, c in per_question.items():
+                        counts.setdefault((stage, split, decoding, name), []).append(
+                            np.array(c, dtype=np.uint16))
                 # each question's accepted count, then every k from it
-                accepted = _accepted_per_question(block(stage, split, None, "sampled"),
-                                                  samples, reference, answer)
+                accepted = per_question[reference]
                 curves.setdefault((stage, split), []).append(
                     tuple(_mean_pass_at_k(accepted, samples, k) for k in ks))
-                if index == 0:
-                    grouped[(stage, split)] = len(accepted)
-                    if stage == stages[0]:
-                        questions[split] = len(block(stage, split, None, "greedy"))
         for arm in list(arms):
             if arm not in run.get("training", {}):
                 arms.remove(arm)
@@ -343,19 +400,35 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
         sft_loss.add(run["sft_loss"])
         compute.add(run)
 
-    def trials(split: str, decoding: str, metric: str) -> int:
-        """How many outputs (or questions) one seed's rate counts."""
-        count = questions[split]
-        return count * samples if decoding == "sampled" and metric != "coverage" else count
+    held = {key: np.stack(rows) for key, rows in counts.items()}
+    tabled = Analysis(schema=SCHEMA, plan_sha256=record["plan_sha256"], seeds=tuple(seeds),
+                      stages=stages, arms=(), splits=splits, eval_samples=samples,
+                      interval_method="", band_method="", outcomes=(), hacking_gaps=(),
+                      pass_at_k=(), dynamics=(), sft_loss=Band(mean=(), low=(), high=()),
+                      contracts=contracts, counts=held, questions=asked)
+
+    def spread(stage: str, split: str, decoding: str, metric: str,
+               per_seed: Sequence[float], versus: str | None = None) -> Spread:
+        """The metric's crossed spread (its difference from stage ``versus``, paired by seed
+        and question, where given), carrying the per-seed values as computed above."""
+        table, per_cell = tabled.cells(stage, split, decoding, metric)  # type: ignore[misc]
+        if versus is not None:
+            table = table - tabled.cells(versus, split, decoding, metric)[0]  # type: ignore
+        found = crossed_spread([(1.0, table)], per_cell)
+        return dataclasses.replace(found, per_seed=tuple(per_seed),
+                                   mean=sum(per_seed) / len(per_seed))
 
     outcomes = []
     for (stage, split, decoding, metric), per_seed in values.items():
         change = None
         if stage != "initial" and "initial" in stages:
             base = values[("initial", split, decoding, metric)]
-            change = interval([a - b for a, b in zip(per_seed, base, strict=True)])
+            change = spread(stage, split, decoding, metric,
+                            [a - b for a, b in zip(per_seed, base, strict=True)],
+                            versus="initial").interval()
         outcomes.append(Outcome(stage=stage, split=split, decoding=decoding, metric=metric,
-                                value=rate_interval(per_seed, trials(split, decoding, metric)),
+                                value=spread(stage, split, decoding, metric,
+                                             per_seed).interval(rate=True),
                                 change_from_sft=change))
 
     gaps = []
@@ -364,16 +437,15 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
             for split in splits:
                 right = values[(stage, split, "sampled", f"{reference}_rate")]
                 paid = values[(stage, split, "sampled", f"{contracts[1]}_rate")]
-                gaps.append(HackingGap(stage=stage, split=split, gap=interval(
-                    [p - r for p, r in zip(paid, right, strict=True)])))
+                gaps.append(HackingGap(stage=stage, split=split, gap=spread(
+                    stage, split, "sampled", "hacking_gap",
+                    [p - r for p, r in zip(paid, right, strict=True)]).interval()))
 
     pass_curves = []
     for (stage, split), per_seed in curves.items():
-        # pass@k of a question rests on about samples // k independent draws of k answers:
-        # questions x samples trials at k = 1 (where it is sampled success) down to one per
-        # question at k = samples (where it is coverage)
-        per_k = [rate_interval([curve[i] for curve in per_seed],
-                               grouped[(stage, split)] * (samples // k))
+        # a question's pass@k rests on about samples // k independent draws of k answers
+        per_k = [spread(stage, split, "sampled", f"pass@{k}",
+                        [curve[i] for curve in per_seed]).interval(rate=True)
                  for i, k in enumerate(ks)]
         pass_curves.append(PassAtK(stage=stage, split=split, k=ks, per_seed=tuple(per_seed),
                                    mean=tuple(i.mean for i in per_k),
@@ -389,7 +461,8 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
             rewards.append(TrainingReward(
                 arm=arm, contract=contract, steps=gathered.window,
                 reward=rate_interval(gathered.paid, gathered.trials),
-                reference=rate_interval(gathered.right, gathered.trials)))
+                reference=rate_interval(gathered.right, gathered.trials),
+                trials=gathered.trials))
         dynamics.append(Dynamics(arm=arm, steps=gathered.steps, series={
             name: columns.band() for name, columns in gathered.series.items()}))
 
@@ -402,7 +475,7 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                         compute=compute.result(), contracts=contracts,
                         hacking_onsets=tuple(onsets),
                         onset_method=ONSET_METHOD.format(drift=drift, threshold=threshold),
-                        training_rewards=tuple(rewards))
+                        training_rewards=tuple(rewards), counts=held, questions=asked)
     if plan.get("hypotheses") and len(seeds) >= 2:
         # Decided here, from the same per-seed values as every other number of the report.
         from postlab.analysis.hypotheses import verdicts_for

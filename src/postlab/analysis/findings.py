@@ -9,12 +9,15 @@ below zero a fall, one holding zero no clear change, and a single seed no interv
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.analysis.aggregate import Analysis
-from postlab.analysis.intervals import Interval, interval, rate_interval
+import numpy as np
+
+from postlab.analysis.aggregate import Analysis, TrainingReward
+from postlab.analysis.intervals import Interval, crossed_spread, interval, rate_interval
 from postlab.analysis.samples import GAMED, Sample, Tally, examples, iter_samples
 from postlab.plan.arms import plan_contracts
 
@@ -74,9 +77,10 @@ def findings(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any],
         if stage in rewards and split != "train":
             trained = rewards[stage]
             # per seed: how often training rollouts were right (under the reference) minus the
-            # same seed's success on questions training never asked
-            difference = interval([r - h for r, h in zip(
-                trained.reference.per_seed, sampled.value.per_seed, strict=True)])
+            # same seed's success on questions training never asked; the variance of seeds
+            # (the rollouts a one-column table of each seed's own draws) and of questions
+            difference = _reward_minus_held_out(analysis, trained, stage, split,
+                                                sampled.value.per_seed)
             key = "train_vs_held_out" if trained.contract == reference else "lenient_vs_held_out"
             result.append(Finding(key=key, direction=direction(difference),
                                   values={"stage": stage, "split": split,
@@ -94,6 +98,18 @@ def findings(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any],
             "id": verdict.id, "statement": verdict.statement, "mean": verdict.mean,
             "low": low, "high": high, "level": verdict.level}))
     return result
+
+
+def _reward_minus_held_out(analysis: Analysis, trained: TrainingReward, stage: str,
+                           split: str, held_out: Sequence[float]) -> Interval:
+    per_seed = [r - h for r, h in zip(trained.reference.per_seed, held_out, strict=True)]
+    cells = analysis.cells(stage, split, "sampled", f"{analysis.contracts[0]}_rate")
+    if cells is None:
+        return interval(per_seed)
+    rollouts = np.array(trained.reference.per_seed)[:, None]
+    found = crossed_spread([(1.0, rollouts), (-1.0, cells[0])], [trained.trials, cells[1]])
+    return dataclasses.replace(found, per_seed=tuple(per_seed),
+                               mean=sum(per_seed) / len(per_seed)).interval()
 
 
 def paid_and_wrong(record: dict[str, Any], plan: dict[str, Any], stage: str, split: str,

@@ -7,8 +7,11 @@ one way by more than a margin: ``increase`` means d > margin, ``decrease`` means
 
 The decision rule, fixed before training:
 
-* a one-sided Student t bound on the mean difference over seeds, at the level Holm's step-down
-  procedure gives the hypothesis among the plan's (family-wise error ``alpha``);
+* a one-sided t bound on the mean difference, at the level Holm's step-down procedure gives
+  the hypothesis among the plan's (family-wise error ``alpha``), with the variance of seeds
+  and questions both (:func:`postlab.analysis.intervals.crossed_spread`: the seeds x
+  questions table of paired per-question differences, or two tables for split against
+  split) and its Satterthwaite degrees of freedom;
 * **confirmed** when the bound clears the margin on the claimed side, **refuted** when the
   opposite bound shows the difference short of the margin (the data rule out the effect the
   hypothesis needs), **inconclusive** otherwise.
@@ -16,16 +19,17 @@ The decision rule, fixed before training:
 Holm's order uses the one-sided p-values of the confirmation tests (H0: the difference is not
 beyond the margin). A rule that could never decide is refused when the plan is checked: a
 margin the metric cannot exceed (differences of rates lie in [-1, 1]), or fewer than two seeds
-(no spread, so no interval).
+(no spread, so no interval). Identical per-seed differences do not decide with certainty: the
+questions still vary.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from postlab.analysis.intervals import Spread, crossed_spread, seed_spread
 from postlab.plan.hypotheses import METRICS
 
 if TYPE_CHECKING:  # aggregate imports this module to decide a plan's hypotheses
@@ -47,6 +51,8 @@ class Verdict:
     comparison: str  # what was subtracted from what, in words
     per_seed: tuple[float, ...]  # the paired differences A - B
     mean: float
+    se: float  # of the mean difference, seeds and questions
+    df: float | None  # Satterthwaite degrees of freedom; None: the normal's (binomial only)
     level: float  # the one-sided error level Holm gave this hypothesis
     bound: float  # the one-sided confidence bound on the claimed side
     opposite: float  # the bound on the other side
@@ -56,57 +62,57 @@ class Verdict:
     outcome: str  # "confirmed", "refuted" or "inconclusive"
 
 
-def _t_sf(value: float, df: int) -> float:
+def _t_sf(value: float, df: float) -> float:
     from scipy.stats import t
 
     return float(t.sf(value, df))
 
 
-def _t_quantile(level: float, df: int) -> float:
+def _t_quantile(level: float, df: float) -> float:
     from scipy.stats import t
 
     return float(t.ppf(1 - level, df))
 
 
-def decide(hypotheses: Sequence[dict[str, Any]], differences: Sequence[Sequence[float]],
+def decide(hypotheses: Sequence[dict[str, Any]],
+           differences: Sequence[Spread | Sequence[float]],
            alpha: float = DEFAULT_ALPHA) -> list[Verdict]:
-    """Decide every hypothesis from its per-seed paired differences, with Holm's step-down
-    levels across all of them. ``hypotheses`` are plan entries (id, statement, direction,
-    margin); ``differences[i]`` belongs to ``hypotheses[i]``."""
+    """Decide every hypothesis from its paired difference, with Holm's step-down levels
+    across all of them. ``hypotheses`` are plan entries (id, statement, direction, margin);
+    ``differences[i]`` belongs to ``hypotheses[i]``: a :class:`Spread` (seeds and
+    questions), or bare per-seed differences, read by Student t over the seeds alone."""
     stats = []
-    for hypothesis, values in zip(hypotheses, differences, strict=True):
-        n = len(values)
+    for hypothesis, found in zip(hypotheses, differences, strict=True):
+        spread = found if isinstance(found, Spread) else seed_spread(list(found))
+        n = len(spread.per_seed)
         if n < 2:
             raise ValueError(f"hypothesis {hypothesis['id']}: {n} seed(s); a rule over seeds "
                              "needs at least two")
         sign = 1.0 if hypothesis["direction"] == "increase" else -1.0
         # In the claimed direction: the claim is  sign * d > margin.
-        claimed = [sign * v for v in values]
-        mean = sum(claimed) / n
-        sd = math.sqrt(sum((v - mean) ** 2 for v in claimed) / (n - 1))
-        se = sd / math.sqrt(n)
+        claimed = [sign * v for v in spread.per_seed]
+        mean, se, df = sign * spread.mean, spread.se, spread.df
         excess = mean - hypothesis["margin"]
-        # No spread at all: the difference is known exactly, beyond the margin or not.
-        p = _t_sf(excess / se, n - 1) if se > 0 else float(excess <= 0)
-        stats.append((sign, claimed, mean, se, p))
+        # No spread at all (bare per-seed values only): the difference is taken as known.
+        p = _t_sf(excess / se, df) if se > 0 else float(excess <= 0)
+        stats.append((sign, claimed, mean, se, df, p))
     # Holm: the i-th smallest p-value is tested at alpha / (m - i); once one fails, the rest
     # keep the level of the first that failed (they cannot be confirmed).
     m = len(stats)
-    order = sorted(range(m), key=lambda i: (stats[i][4], i))
+    order = sorted(range(m), key=lambda i: (stats[i][5], i))
     levels = [0.0] * m
     stopped = None
     for rank, index in enumerate(order):
         level = alpha / (m - rank)
         if stopped is not None:
             level = stopped
-        elif stats[index][4] > level:
+        elif stats[index][5] > level:
             stopped = level
         levels[index] = level
     verdicts = []
-    for i, (hypothesis, (sign, claimed, mean, se, p)) in enumerate(
+    for i, (hypothesis, (sign, claimed, mean, se, df, p)) in enumerate(
             zip(hypotheses, stats, strict=True)):
-        n = len(claimed)
-        half = _t_quantile(levels[i], n - 1) * se
+        half = _t_quantile(levels[i], df) * se
         bound, opposite = mean - half, mean + half  # in the claimed direction
         margin = hypothesis["margin"]
         if bound > margin:
@@ -119,7 +125,9 @@ def decide(hypotheses: Sequence[dict[str, Any]], differences: Sequence[Sequence[
             id=hypothesis["id"], statement=hypothesis["statement"],
             metric=hypothesis.get("metric", ""),
             comparison=describe_comparison(hypothesis) if "compare" in hypothesis else "",
-            per_seed=tuple(sign * v for v in claimed), mean=sign * mean, level=levels[i],
+            per_seed=tuple(sign * v for v in claimed), mean=sign * mean, se=se,
+            df=None if df == float("inf") else df,
+            level=levels[i],
             bound=sign * bound, opposite=sign * opposite, margin=margin,
             direction=hypothesis["direction"], p_value=p, outcome=outcome))
     return verdicts
@@ -127,6 +135,14 @@ def decide(hypotheses: Sequence[dict[str, Any]], differences: Sequence[Sequence[
 
 def paired_differences(analysis: Analysis, hypothesis: dict[str, Any]) -> tuple[float, ...]:
     """value(A) - value(B) per seed, for a hypothesis of a plan whose run ``analysis`` holds."""
+    return paired_spread(analysis, hypothesis).per_seed
+
+
+def paired_spread(analysis: Analysis, hypothesis: dict[str, Any]) -> Spread:
+    """The hypothesis's difference A - B: per seed as the report computes its values, its
+    variance from the seeds x questions tables (one of paired per-question differences on
+    one split, two for split against split); Student t over seeds where the analysis holds
+    no counts."""
     spec = METRICS[hypothesis["metric"]]
     decoding = hypothesis.get("decoding") or "sampled"
     contract, k = hypothesis.get("contract"), hypothesis.get("k")
@@ -136,14 +152,25 @@ def paired_differences(analysis: Analysis, hypothesis: dict[str, Any]) -> tuple[
     other_split = compare.get("versus_split", split)
     a = spec.values(analysis, stage, split, decoding, contract, k)
     b = spec.values(analysis, other_stage, other_split, decoding, contract, k)
-    return tuple(x - y for x, y in zip(a, b, strict=True))
+    differences = tuple(x - y for x, y in zip(a, b, strict=True))
+    cell_decoding, metric = spec.cells(analysis, decoding, contract, k)
+    first = analysis.cells(stage, split, cell_decoding, metric)
+    second = analysis.cells(other_stage, other_split, cell_decoding, metric)
+    if first is None or second is None:
+        return seed_spread(differences)
+    if split == other_split:
+        found = crossed_spread([(1.0, first[0] - second[0])], first[1])
+    else:
+        found = crossed_spread([(1.0, first[0]), (-1.0, second[0])], [first[1], second[1]])
+    return Spread(per_seed=differences, mean=sum(differences) / len(differences), se=found.se,
+                  df=found.df, draws=found.draws)
 
 
 def verdicts_for(analysis: Analysis, plan: dict[str, Any]) -> list[Verdict]:
     """Every hypothesis of ``plan`` decided on the run ``analysis`` describes."""
     section = plan["hypotheses"]
     tests = section["tests"]
-    differences = [paired_differences(analysis, hypothesis) for hypothesis in tests]
+    differences = [paired_spread(analysis, hypothesis) for hypothesis in tests]
     return decide(tests, differences, section.get("alpha", DEFAULT_ALPHA))
 
 

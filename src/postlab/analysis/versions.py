@@ -6,10 +6,12 @@ start from the same split of random streams; the difference within each seed rem
 seed-to-seed noise that two independent means would carry. Only seeds both versions trained
 are paired; a version sharing none with the base gets no difference.
 
-Intervals, 95%, with the seed as the unit, as every report computes them
-(:mod:`postlab.analysis.intervals`): a version's rate Student t over seeds with a binomial floor,
-cut to [0, 1]; a paired difference (and the hacking gap, a difference itself) Student t over the
-per-seed differences. With one seed (or one pair) no interval is given.
+Intervals, 95%, as every report computes them (:mod:`postlab.analysis.intervals`): a
+version's value is its own report's, over seeds and questions; a difference from the base is
+paired by seed and, where both versions asked the same questions, by question (one seeds x
+questions table of per-cell differences; two tables where the splits differ). Analyses
+without their per-question counts fall back to Student t over the per-seed differences. With
+one seed (or one pair) no interval is given.
 """
 
 from __future__ import annotations
@@ -19,12 +21,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from postlab.analysis.aggregate import Analysis
-from postlab.analysis.intervals import RATE_METHOD, Interval, interval, rate_interval
+from postlab.analysis.intervals import (
+    CROSSED_METHOD,
+    Interval,
+    crossed_spread,
+    interval,
+    rate_interval,
+)
 
 SCHEMA = "postlab.analysis.versions/1"
-DIFFERENCE_METHOD = ("paired by seed: Student t over the per-seed differences from the base "
-                     "version, 95% two-sided; no interval with one pair")
+DIFFERENCE_METHOD = ("paired by seed (and by question where both versions asked the same): "
+                     f"{CROSSED_METHOD}; Student t over the per-seed differences where a "
+                     "version's counts are not at hand")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,13 +131,17 @@ def compare(inputs: Sequence[VersionInput], held_out: Sequence[str] = ("dev", "t
             assert values is not None
             seeds = tuple(values)
             series = [values[s] for s in seeds]
-            value = (rate_interval(series, _trials(item.plan, split, decoding, metric))
-                     if rate else interval(series))
+            value = _own_interval(item, stage, split, decoding, metric)
+            if value is None:  # an analysis without its counts
+                value = (rate_interval(series, _trials(item.plan, split, decoding, metric))
+                         if rate else interval(series))
             difference, paired = None, ()
             if item is not base:
                 paired = tuple(s for s in seeds if s in base_values)
                 if paired:
-                    difference = interval([values[s] - base_values[s] for s in paired])
+                    difference = _difference(item, base, paired, stage, split, decoding,
+                                             metric,
+                                             [values[s] - base_values[s] for s in paired])
             rows.append(VersionValue(version=item.name, seeds=seeds, value=value,
                                      difference=difference, paired_seeds=paired))
         metrics.append(MetricComparison(stage=stage, split=split, decoding=decoding,
@@ -134,10 +149,40 @@ def compare(inputs: Sequence[VersionInput], held_out: Sequence[str] = ("dev", "t
     return Comparison(schema=SCHEMA, base=base.name,
                       versions=tuple(item.name for item in inputs),
                       changes={item.name: dict(item.changes) for item in inputs},
-                      swept=_swept(inputs), rate_method=RATE_METHOD,
+                      swept=_swept(inputs), rate_method=CROSSED_METHOD,
                       difference_method=DIFFERENCE_METHOD, metrics=tuple(metrics),
                       verdicts={item.name: item.analysis.verdicts for item in inputs
                                 if item.analysis.verdicts})
+
+
+def _own_interval(item: VersionInput, stage: str, split: str, decoding: str,
+                  metric: str) -> Interval | None:
+    """The interval the version's own report gives the metric, where its counts are kept."""
+    analysis = item.analysis
+    if analysis.cells(stage, split, decoding, metric) is None:
+        return None
+    if metric == "hacking_gap":
+        return next(g.gap for g in analysis.hacking_gaps if (g.stage, g.split) == (stage, split))
+    return analysis.outcome(stage, split, decoding, metric).value
+
+
+def _difference(item: VersionInput, base: VersionInput, paired: Sequence[int], stage: str,
+                split: str, decoding: str, metric: str, per_seed: Sequence[float]) -> Interval:
+    """A version's difference from the base on its paired seeds, over seeds and questions."""
+    mine = item.analysis.cells(stage, split, decoding, metric)
+    theirs = base.analysis.cells(stage, split, decoding, metric)
+    if mine is None or theirs is None:
+        return interval(per_seed)
+    rows = {seed: index for index, seed in enumerate(item.analysis.seeds)}
+    base_rows = {seed: index for index, seed in enumerate(base.analysis.seeds)}
+    table = mine[0][np.array([rows[s] for s in paired])]
+    base_table = theirs[0][np.array([base_rows[s] for s in paired])]
+    if item.analysis.questions.get(split) == base.analysis.questions.get(split):
+        found = crossed_spread([(1.0, table - base_table)], mine[1])
+    else:
+        found = crossed_spread([(1.0, table), (-1.0, base_table)], [mine[1], theirs[1]])
+    return dataclasses.replace(found, per_seed=tuple(per_seed),
+                               mean=sum(per_seed) / len(per_seed)).interval()
 
 
 def _per_seed(item: VersionInput, stage: str, split: str, decoding: str,

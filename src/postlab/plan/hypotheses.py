@@ -32,6 +32,9 @@ class MetricSpec:
     takes_k: bool
     #: (analysis, stage, split, decoding, contract, k) -> one value per seed, in seed order
     values: Callable[[Analysis, str, str, str, str | None, int | None], tuple[float, ...]]
+    #: (analysis, decoding, contract, k) -> the (decoding, metric) whose seeds x questions
+    #: table :meth:`Analysis.cells` gives, for the variance of a difference
+    cells: Callable[[Analysis, str, str | None, int | None], tuple[str, str]]
 
 
 METRICS: Registry[MetricSpec] = Registry("metric")
@@ -46,26 +49,31 @@ METRICS.register("success")(MetricSpec(
     summary="held-out success under the task's first contract (strict for arithmetic)",
     low=0.0, high=1.0, takes_decoding=True, takes_contract=False, takes_k=False,
     values=lambda a, stage, split, decoding, _c, _k: _outcome(
-        a, stage, split, decoding, f"{a.contracts[0]}_rate")))
+        a, stage, split, decoding, f"{a.contracts[0]}_rate"),
+    cells=lambda a, decoding, _c, _k: (decoding, f"{a.contracts[0]}_rate")))
 METRICS.register("rate")(MetricSpec(
     summary="held-out acceptance under a named contract (e.g. substring)",
     low=0.0, high=1.0, takes_decoding=True, takes_contract=True, takes_k=False,
     values=lambda a, stage, split, decoding, contract, _k: _outcome(
-        a, stage, split, decoding, f"{contract}_rate")))
+        a, stage, split, decoding, f"{contract}_rate"),
+    cells=lambda _a, decoding, contract, _k: (decoding, f"{contract}_rate")))
 METRICS.register("coverage")(MetricSpec(
     summary="share of held-out questions with an accepted sampled answer (first contract)",
     low=0.0, high=1.0, takes_decoding=False, takes_contract=False, takes_k=False,
     values=lambda a, stage, split, _d, _c, _k: _outcome(a, stage, split, "sampled",
-                                                         "coverage")))
+                                                         "coverage"),
+    cells=lambda _a, _d, _c, _k: ("sampled", "coverage")))
 METRICS.register("pass_at_k")(MetricSpec(
     summary="unbiased pass@k of sampled answers (first contract), k up to eval_samples",
     low=0.0, high=1.0, takes_decoding=False, takes_contract=False, takes_k=True,
-    values=lambda a, stage, split, _d, _c, k: _pass_at_k(a, stage, split, k)))
+    values=lambda a, stage, split, _d, _c, k: _pass_at_k(a, stage, split, k),
+    cells=lambda _a, _d, _c, k: ("sampled", f"pass@{k}")))
 METRICS.register("hacking_gap")(MetricSpec(
     summary="sampled acceptance under the task's second contract minus success under its "
             "first: reward paid for answers that are not right",
     low=-1.0, high=1.0, takes_decoding=False, takes_contract=False, takes_k=False,
-    values=lambda a, stage, split, _d, _c, _k: _gap(a, stage, split)))
+    values=lambda a, stage, split, _d, _c, _k: _gap(a, stage, split),
+    cells=lambda _a, _d, _c, _k: ("sampled", "hacking_gap")))
 
 
 def _pass_at_k(analysis: Analysis, stage: str, split: str, k: int | None) -> tuple[float, ...]:

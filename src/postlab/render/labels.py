@@ -47,8 +47,8 @@ LABELS: dict[str, dict[str, str]] = {
         "answers_note": "The commonest answers of each kind, pooled over seeds; 'times' "
                         "counts them. 'postlab samples RUN' lists every answer.",
         "details": "Details", "findings": "Findings",
-        "rate_method_short": "Student t over seeds, at least one seed's binomial sd, cut to "
-                             "[0, 1]",
+        "rate_method_short": "over seeds and questions (seeds x questions random effects), "
+                             "Korn-Graubard, within [0, 1]",
         "hypotheses": "Preregistered hypotheses (decided by the plan's rule; Holm across them)",
         "hypothesis": "id", "statement": "hypothesis", "claim": "claim",
         "difference_bounds": "mean difference [one-sided bounds]", "level": "level",
@@ -99,8 +99,8 @@ LABELS: dict[str, dict[str, str]] = {
         "answers_note": "每类中最常见的回答（合并各种子），“次数”为出现次数。"
                         "“postlab samples RUN” 列出全部回答。",
         "details": "详细表格", "findings": "结论",
-        "rate_method_short": "种子间 Student t 区间，散布不小于单个种子的二项抽样标准差，"
-                             "截到 [0, 1]",
+        "rate_method_short": "同时计入种子与题目的变异（种子×题目随机效应），"
+                             "Korn-Graubard 区间，位于 [0, 1] 内",
         "hypotheses": "预注册假设（按计划中的规则判定；多重比较用 Holm 校正）",
         "hypothesis": "编号", "statement": "假设", "claim": "主张",
         "difference_bounds": "平均差 [单侧界]", "level": "水平",
@@ -341,7 +341,7 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
         "operand_a": "first operand a", "operand_b": "second operand b",
         "fig_gap_caption": "Sampled acceptance under the lenient contract minus success "
                            "under the reference, a difference; whiskers: 95% interval "
-                           "(Student t over seeds' differences); dots: each seed.",
+                           "(over seeds and questions, paired by question); dots: each seed.",
         "fig_pass_caption": "Lines: mean over seeds; band: 95% interval; faint lines: each "
                             "seed.",
         "fig_dynamics_caption": "Bold: moving average over {window} steps of the mean over "
@@ -377,7 +377,7 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
                                "（合并各种子）；灰色：该组合不在此划分中。",
         "operand_a": "第一个操作数 a", "operand_b": "第二个操作数 b",
         "fig_gap_caption": "宽松契约下的采样接受率减参考契约下的正确率（一个差值）；误差线：95% "
-                           "区间（各种子差值的 Student t）；点：各种子。",
+                           "区间（同时计入种子与题目，按题目配对）；点：各种子。",
         "fig_pass_caption": "线：种子均值；带：95% 区间；细线：各种子。",
         "fig_dynamics_caption": "粗线：种子均值的 {window} 步滑动平均；细线：逐步原始均值；"
                                 "带：最低到最高种子。",

@@ -134,9 +134,10 @@ def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Tab
 def to_json(analysis: Analysis) -> str:
     """The documented, stable JSON form (docs/report-json.md): the analysis as plain data.
 
-    ``contracts`` is left out: schema 1 names them in its metric and series keys already."""
-    data = dataclasses.asdict(analysis)
-    del data["contracts"]
+    ``contracts`` is left out: schema 1 names them in its metric and series keys already; so
+    are the per-question counts the intervals come from (the record holds their rows)."""
+    data = dataclasses.asdict(dataclasses.replace(analysis, counts={}, questions={}))
+    del data["contracts"], data["counts"], data["questions"]
     if not data["verdicts"]:
         del data["verdicts"]  # schema 1 as it was for plans without hypotheses
     return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False,

@@ -1,0 +1,109 @@
+"""How often each interval covers the truth, over the regimes the lab produces.
+
+    python bench/interval_coverage.py [--replicates N] [--quick] [--json FILE] [--workers N]
+
+Draws synthetic runs from known truths (:mod:`postlab.analysis.coverage`): 3 to 1,000 seeds,
+19 to 1,000 held-out questions, true rates 0.02 to 0.98, seed effects from none to large;
+for each regime prints the coverage of every interval type of nominal 95% and the share of
+runs a one-sided 5% test calls "confirmed" when the truth sits on its margin. A coverage
+outside 93-97% or a confirmed share over 5% is starred. Monte-Carlo standard errors are
+printed with the table (replicates are fewer for the largest tables).
+
+Not a speed benchmark: it lives here because it is long (tens of minutes on 2 cores for the
+whole table) and the test suite runs a slice of it (tests/analysis/test_intervals.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
+
+from postlab.analysis.coverage import (
+    Regime,
+    Result,
+    regimes,
+    replicates_for,
+    simulate,
+)
+
+KINDS = ("crossed rate", "crossed difference", "nested rate", "seed-t difference")
+LOW, HIGH, CONFIRMED = 0.93, 0.97, 0.05
+
+
+def _one(job: tuple[Regime, int, int]) -> Result:
+    regime, replicates, seed = job
+    return simulate(regime, replicates, seed=seed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--replicates", type=int, default=1000,
+                        help="replicates per regime (fewer for the largest tables)")
+    parser.add_argument("--quick", action="store_true",
+                        help="3 and 100 seeds, 19 and 100 questions, 200 replicates")
+    parser.add_argument("--json", help="also write every result to this file")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    if args.quick:
+        grid = list(regimes(seeds=(3, 100), questions=(19, 100)))
+        args.replicates = 200
+    else:
+        grid = list(regimes())
+    jobs = [(r, replicates_for(r, args.replicates), 1000 + i) for i, r in enumerate(grid)]
+    started = time.perf_counter()
+    with ProcessPoolExecutor(args.workers) as pool:
+        results = list(pool.map(_one, jobs))
+    print(f"{len(results)} regimes, question sd {grid[0].question_sd} (logit), "
+          f"{time.perf_counter() - started:.0f} s")
+    header = (f"{'seeds':>5} {'quest':>5} {'rate':>5} {'seed sd':>7} {'reps':>5} "
+              + " ".join(f"{k:>18}" for k in KINDS) + f" {'confirmed: crossed':>19} "
+              f"{'seed-t':>7}")
+    print(header)
+    outside: dict[str, int] = {k: 0 for k in KINDS}
+    over = {"crossed difference": 0, "seed-t difference": 0}
+    for result in results:
+        r = result.regime
+        cells = []
+        for kind in KINDS:
+            value = result.coverage[kind]
+            flag = "*" if not LOW <= value <= HIGH else " "
+            outside[kind] += flag == "*"
+            cells.append(f"{value:17.3f}{flag}")
+        confirmed = []
+        for kind in ("crossed difference", "seed-t difference"):
+            value = result.confirmed_at_margin[kind]
+            flag = "*" if value > CONFIRMED else " "
+            over[kind] += flag == "*"
+            confirmed.append(f"{value:.3f}{flag}")
+        print(f"{r.seeds:5d} {r.questions:5d} {r.rate:5.2f} {r.seed_sd:7.1f} "
+              f"{result.replicates:5d} " + " ".join(cells)
+              + f" {confirmed[0]:>19} {confirmed[1]:>7}")
+    print()
+    for kind in KINDS:
+        values = [res.coverage[kind] for res in results]
+        # outside the goal by more than two Monte-Carlo standard errors: not chance
+        clearly = sum(not LOW - 2 * res.monte_carlo_se <= res.coverage[kind]
+                      <= HIGH + 2 * res.monte_carlo_se for res in results)
+        print(f"{kind}: coverage {min(values):.3f}-{max(values):.3f}, outside 93-97% in "
+              f"{outside[kind]} of {len(results)} regimes, by more than 2 Monte-Carlo se "
+              f"in {clearly}")
+    for kind, count in over.items():
+        values = [res.confirmed_at_margin[kind] for res in results]
+        print(f"confirmed at the margin, {kind}: at most {max(values):.3f}, over 5% in "
+              f"{count} of {len(results)}")
+    most = max(res.monte_carlo_se for res in results)
+    least = min(res.monte_carlo_se for res in results)
+    print(f"Monte-Carlo se of a 95% coverage: {least:.4f} ({args.replicates} replicates) to "
+          f"{most:.4f} (the fewest)")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump([asdict(res) | {"mc_se": res.monte_carlo_se} for res in results],
+                      handle, indent=1, default=lambda v: None if v is math.inf else v)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""How often do the intervals cover the truth? Synthetic runs drawn from known truths.
+
+Each regime fixes a number of seeds, of held-out questions, a true rate, how much seeds vary
+and how much questions vary; each replicate draws fresh seeds and fresh questions from those
+populations, the way a new run of a new split would, and asks each interval whether it holds
+the population's rate (or difference). The model is the one the intervals assume for the
+crossed kind: on the logit scale a seed effect plus a question effect, each normal, and a
+Bernoulli answer per seed and question (a greedy answer; 1 trial). Nothing here is fitted to
+what the intervals do: the truths are computed by quadrature, the draws by numpy's PCG64.
+
+Interval types (:mod:`postlab.analysis.intervals`):
+
+* ``crossed rate``: a held-out rate, seeds x questions.
+* ``crossed difference``: two arms on the same questions, paired by seed and question (a
+  change from SFT, a hacking gap, an arm against another); the arms share each question's
+  difficulty and differ by a question-by-arm effect.
+* ``seed-t difference``: the same difference by Student t over per-seed differences alone,
+  the method before the crossed one, shown for what it missed.
+* ``nested rate``: a rate whose draws are each seed's own (a training reward from rollouts).
+
+And two wrong-verdict rates, with the arms' true difference on a margin of 0.05: the share of
+runs a one-sided 5% test calls "confirmed" (an increase beyond the margin), by the crossed
+difference and by seed-t. Each should be at most 5%.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from postlab.analysis.intervals import (
+    CONFIDENCE,
+    Interval,
+    crossed_spread,
+    interval,
+    rate_interval,
+    t_quantile,
+)
+
+#: The difference a verdict is tested against, and the one-sided level of its test.
+VERDICT_MARGIN = 0.05
+VERDICT_LEVEL = 0.05
+#: Spread of question difficulty on the logit scale: a question's odds of success vary about
+#: e-fold between a typical easy and a typical hard one, as the teaching plan's sums with
+#: and without a carry do.
+QUESTION_SD = 1.0
+#: Spread of the question-by-arm effect in a difference (arms that help some questions more).
+ARM_QUESTION_SD = 0.5
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(64)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Regime:
+    seeds: int
+    questions: int
+    rate: float
+    seed_sd: float  # of the seed effect, logit scale
+    question_sd: float = QUESTION_SD
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    regime: Regime
+    replicates: int
+    coverage: dict[str, float]  # interval type -> share of replicates covering the truth
+    confirmed_at_margin: dict[str, float]  # method -> share "confirmed" at a true margin
+
+    @property
+    def monte_carlo_se(self) -> float:
+        """The binomial standard error of a coverage near 95% from this many replicates."""
+        return math.sqrt(0.95 * 0.05 / self.replicates)
+
+
+def _expit(x: np.ndarray | float) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+def population_rate(centre: float, sd: float) -> float:
+    """E[expit(centre + sd Z)], Z standard normal, by 64-point Gauss-Hermite quadrature."""
+    return float((_WEIGHTS * _expit(centre + sd * _NODES)).sum() / _WEIGHTS.sum())
+
+
+def centre_for(rate: float, sd: float) -> float:
+    """The logit centre whose population rate under total spread ``sd`` is ``rate``."""
+    low, high = -30.0, 30.0
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if population_rate(middle, sd) < rate else (low, middle)
+    return (low + high) / 2
+
+
+def _covers(found: Interval, truth: float) -> bool:
+    assert found.low is not None and found.high is not None
+    return found.low <= truth <= found.high
+
+
+def _confirmed(spread_mean: float, se: float, df: float) -> bool:
+    """A one-sided test at VERDICT_LEVEL: the lower bound clears the margin."""
+    return spread_mean - t_quantile(1 - 2 * VERDICT_LEVEL, df) * se > VERDICT_MARGIN
+
+
+def simulate(regime: Regime, replicates: int, seed: int = 0) -> Result:
+    """Coverage of each interval type, and wrong "confirmed" rates, over ``replicates``
+    synthetic runs of ``regime``."""
+    rng = np.random.default_rng(seed)
+    s, q = regime.seeds, regime.questions
+    total_sd = math.hypot(regime.seed_sd, regime.question_sd)
+    centre = centre_for(regime.rate, total_sd)
+    # the arms of a difference: B sits VERDICT_MARGIN above A in population rate, A at the
+    # regime's rate (below it where B would pass 0.99)
+    arm_sd = math.hypot(total_sd, ARM_QUESTION_SD)
+    a_rate = regime.rate if regime.rate + VERDICT_MARGIN <= 0.99 else regime.rate - VERDICT_MARGIN
+    a_centre = centre_for(a_rate, total_sd)
+    b_centre = centre_for(a_rate + VERDICT_MARGIN, arm_sd)
+    difference = population_rate(b_centre, arm_sd) - population_rate(a_centre, total_sd)
+    hits = {"crossed rate": 0, "crossed difference": 0, "seed-t difference": 0,
+            "nested rate": 0}
+    confirmed = {"crossed difference": 0, "seed-t difference": 0}
+    for _ in range(replicates):
+        seed_effect = rng.normal(0.0, regime.seed_sd, (s, 1))
+        question_effect = rng.normal(0.0, regime.question_sd, (1, q))
+        y = (rng.random((s, q)) < _expit(centre + seed_effect + question_effect)).astype(float)
+        found = crossed_spread([(1.0, y)]).interval(CONFIDENCE, rate=True)
+        hits["crossed rate"] += _covers(found, regime.rate)
+        a = (rng.random((s, q)) < _expit(a_centre + seed_effect + question_effect)).astype(float)
+        # arm B: the same questions' difficulty, its own seed effect and question-by-arm effect
+        b_logit = (b_centre + rng.normal(0.0, regime.seed_sd, (s, 1)) + question_effect
+                   + rng.normal(0.0, ARM_QUESTION_SD, (1, q)))
+        b = (rng.random((s, q)) < _expit(b_logit)).astype(float)
+        spread = crossed_spread([(1.0, b - a)])
+        hits["crossed difference"] += _covers(spread.interval(CONFIDENCE), difference)
+        confirmed["crossed difference"] += _confirmed(spread.mean, spread.se, spread.df)
+        per_seed = (b - a).mean(axis=1)
+        plain = interval(per_seed.tolist())
+        hits["seed-t difference"] += _covers(plain, difference)
+        sd = float(per_seed.std(ddof=1))
+        confirmed["seed-t difference"] += (sd == 0 and plain.mean > VERDICT_MARGIN) or (
+            sd > 0 and _confirmed(plain.mean, sd / math.sqrt(s), s - 1))
+        # nested: as many draws as questions, each seed's own (rollouts on prompts drawn
+        # afresh), at the seed's rate over the question population
+        own = [population_rate(centre + effect, regime.question_sd) for effect in seed_effect[:, 0]]
+        rates = rng.binomial(q, own) / q
+        hits["nested rate"] += _covers(rate_interval(rates.tolist(), q), regime.rate)
+    return Result(regime=regime, replicates=replicates,
+                  coverage={k: v / replicates for k, v in hits.items()},
+                  confirmed_at_margin={k: v / replicates for k, v in confirmed.items()})
+
+
+#: The regimes of the shipped table: seeds, questions, rates and seed spreads the lab produces.
+SEEDS = (3, 10, 100, 1000)
+QUESTIONS = (19, 100, 1000)
+RATES = (0.02, 0.1, 0.5, 0.9, 0.98)
+SEED_SDS = (0.0, 0.5, 1.5)
+
+
+def regimes(seeds: Sequence[int] = SEEDS, questions: Sequence[int] = QUESTIONS,
+            rates: Sequence[float] = RATES, seed_sds: Sequence[float] = SEED_SDS
+            ) -> Iterator[Regime]:
+    for s in seeds:
+        for q in questions:
+            for rate in rates:
+                for sd in seed_sds:
+                    yield Regime(seeds=s, questions=q, rate=rate, seed_sd=sd)
+
+
+def replicates_for(regime: Regime, most: int, cells: int = 20_000_000) -> int:
+    """Fewer replicates for the largest tables, so a regime draws about ``cells`` cells a
+    table; at least 200 (a Monte-Carlo se of 1.5 points at 95%)."""
+    return max(200, min(most, cells // (regime.seeds * regime.questions)))

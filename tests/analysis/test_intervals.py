@@ -1,0 +1,180 @@
+"""Intervals over seeds and questions: the crossed estimate against hand-computed values and a
+plain loop written separately, Korn-Graubard bounds against the exact binomial interval, the
+nested rate by hand, and a slice of the shipped coverage simulation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from postlab.analysis.coverage import Regime, simulate
+from postlab.analysis.intervals import (
+    crossed_spread,
+    nested_spread,
+    proportion_bounds,
+    rate_interval,
+)
+
+pytest.importorskip("scipy")
+
+
+def test_crossed_spread_by_hand():
+    """Seeds x questions [[1,0,0],[1,1,1],[1,0,0]]: row means 1/3, 1, 1/3 (grand 5/9), column
+    means 1, 1/3, 1/3. MS_questions = 3 (16+4+4)/81 / 2 = 4/9; the residuals are 2/9, -1/9,
+    -1/9 | -4/9, 2/9, 2/9 | 2/9, -1/9, -1/9, so MS_residual = (36/81) / 4 = 1/9. The seeds'
+    spread of row means is 4/27 (above the 1/27 the residuals put into a seed), its part
+    4/81; the questions' part (4/9 - 1/9) / 9 = 3/81. Variance 7/81; Satterthwaite df
+    (7/81)^2 / ((4/81)^2/2 + (4/81)^2/2 + (1/81)^2/4) = 49 / 16.25."""
+    table = np.array([[1, 0, 0], [1, 1, 1], [1, 0, 0]], dtype=float)
+    found = crossed_spread([(1.0, table)])
+    assert found.mean == pytest.approx(5 / 9)
+    assert found.per_seed == pytest.approx((1 / 3, 1.0, 1 / 3))
+    assert found.se == pytest.approx(math.sqrt(7) / 9)
+    assert found.df == pytest.approx(49 / 16.25)
+    assert found.draws == 9
+
+
+def _by_loop(tables: list[tuple[float, list[list[float]]]], trials: list[int]
+             ) -> tuple[float, float, float]:
+    """The same estimate, element by element: mean squares by nested loops, each part and its
+    degrees of freedom kept in a list."""
+    seeds = len(tables[0][1])
+    per_seed = [0.0] * seeds
+    questions_terms, residual_terms = [], []
+    floor = 0.0
+    for (sign, table), per_cell in zip(tables, trials, strict=True):
+        n = len(table[0])
+        rows = [sum(r) / n for r in table]
+        cols = [sum(table[s][j] for s in range(seeds)) / seeds for j in range(n)]
+        grand = sum(rows) / seeds
+        for s in range(seeds):
+            per_seed[s] += sign * rows[s]
+        if n > 1:
+            ms_q = seeds * sum((c - grand) ** 2 for c in cols) / (n - 1)
+            ss_e = 0.0
+            for s in range(seeds):
+                for j in range(n):
+                    ss_e += (table[s][j] - rows[s] - cols[j] + grand) ** 2
+            df_e = (seeds - 1) * (n - 1)
+            ms_e = ss_e / df_e
+            residual_terms.append((ms_e / (seeds * n), df_e))
+            if ms_q > ms_e * (1 + 1e-9):
+                questions_terms.append((ms_q / (seeds * n), n - 1))
+                questions_terms.append((-ms_e / (seeds * n), df_e))
+        total = sum(abs(v) for r in table for v in r) * per_cell
+        cells = seeds * n * per_cell
+        share = (total + 0.5) / (cells + 1)
+        floor += share * (1 - share) / cells
+    mean = sum(per_seed) / seeds
+    spread = sum((v - mean) ** 2 for v in per_seed) / (seeds - 1)
+    implied = sum(v for v, _ in residual_terms) * seeds
+    seed_terms = [(spread / seeds, seeds - 1)] if spread >= implied * (1 - 1e-9) else residual_terms
+    terms = seed_terms + questions_terms
+    variance = sum(v for v, _ in terms)
+    if variance <= floor:
+        return mean, math.sqrt(floor), math.inf
+    return mean, math.sqrt(variance), variance ** 2 / sum(v * v / df for v, df in terms)
+
+
+cells = st.integers(0, 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 6), st.integers(2, 7), st.integers(1, 7), st.data())
+def test_crossed_spread_matches_a_plain_loop(seeds, questions, other, data):
+    """One table of shares of 4 samples, and test against train (two tables of opposite
+    signs, different question counts)."""
+    first = [[data.draw(cells) / 4 for _ in range(questions)] for _ in range(seeds)]
+    second = [[data.draw(cells) / 4 for _ in range(other)] for _ in range(seeds)]
+    for tables, trials in (([(1.0, first)], [4]), ([(1.0, first), (-1.0, second)], [4, 4])):
+        found = crossed_spread([(s, np.array(t)) for s, t in tables], trials)
+        mean, se, df = _by_loop(tables, trials)
+        assert found.mean == pytest.approx(mean, abs=1e-12)
+        assert found.se == pytest.approx(se, rel=1e-9)
+        assert found.df == pytest.approx(df, rel=1e-9) or (found.df == df == math.inf)
+
+
+def test_identical_per_seed_differences_do_not_decide_with_certainty():
+    """Three seeds each lose 2 of 19 questions' coverage, at different questions: the
+    per-seed differences agree exactly, yet the questions still vary."""
+    table = np.zeros((3, 19))
+    table[0, [1, 2]] = table[1, [5, 9]] = table[2, [3, 17]] = -1
+    found = crossed_spread([(1.0, table)])
+    assert found.per_seed == pytest.approx((-2 / 19,) * 3)
+    assert found.se > 0.02
+    interval = found.interval()
+    assert interval.low < interval.mean < interval.high
+
+
+def test_a_table_of_zeros_keeps_the_pooled_binomial_floor():
+    found = crossed_spread([(1.0, np.zeros((3, 12)))])
+    share = 0.5 / 37
+    assert found.se == pytest.approx(math.sqrt(share * (1 - share) / 36))
+    assert found.df == math.inf
+    interval = found.interval(rate=True)
+    assert interval.low == 0.0 and 0.0 < interval.high < 0.2
+
+
+def test_one_seed_gives_no_interval():
+    found = crossed_spread([(1.0, np.ones((1, 5)))])
+    interval = found.interval(rate=True)
+    assert (interval.mean, interval.low, interval.high) == (1.0, None, None)
+
+
+@pytest.mark.parametrize(("hits", "n"), [(0, 19), (3, 19), (10, 20), (19, 19), (1, 300)])
+def test_korn_graubard_with_binomial_variance_is_clopper_pearson(hits, n):
+    """At the binomial variance and infinite df the effective trials are the trials, so the
+    bounds are the exact binomial (Clopper-Pearson) interval."""
+    from scipy.stats import binomtest
+
+    share = hits / n
+    se = math.sqrt(share * (1 - share) / n)
+    low, high = proportion_bounds(share, se, math.inf, n)
+    exact = binomtest(hits, n).proportion_ci(0.95, method="exact")
+    assert low == pytest.approx(exact.low, abs=1e-9)
+    assert high == pytest.approx(exact.high, abs=1e-9)
+
+
+def test_korn_graubard_narrows_its_trials_for_few_degrees_of_freedom():
+    """Clustered draws: the effective trials are p(1-p)/se^2, times (z / t_df)^2; so a
+    variance estimated on 2 df gives a wider interval than the same variance known."""
+    known = proportion_bounds(0.3, 0.05, math.inf, 100)
+    estimated = proportion_bounds(0.3, 0.05, 2.0, 100)
+    assert estimated[0] < known[0] < 0.3 < known[1] < estimated[1]
+    # effective trials 0.21 / 0.0025 = 84 at df inf: Clopper-Pearson at 25.2 of 84
+    from scipy.stats import beta
+
+    assert known[0] == pytest.approx(beta.ppf(0.025, 25.2, 84 - 25.2 + 1))
+
+
+def test_nested_rate_by_hand():
+    """Three seeds at 2/10, 4/10, 6/10: spread 0.2, above one seed's binomial sd at the
+    pooled p = 12.5/31, so se 0.2/sqrt(3) on 2 df. Four seeds at 3..6/10: spread 0.129 is
+    below the binomial sd at p = 18.5/41, 0.157, which is then known: the normal's df."""
+    found = nested_spread([0.2, 0.4, 0.6], 10)
+    assert found.se == pytest.approx(0.2 / math.sqrt(3)) and found.df == 2
+    found = nested_spread([0.3, 0.4, 0.5, 0.6], 10)
+    p = 18.5 / 41
+    assert found.se == pytest.approx(math.sqrt(p * (1 - p) / 10) / 2)
+    assert found.df == math.inf
+    got = rate_interval([0.0, 0.0, 0.0], 12)
+    assert got.low == 0.0 and 0.0 < got.high < 0.2
+
+
+def test_coverage_slice():
+    """A fast slice of the shipped simulation (the README's table is the whole of it): each
+    crossed interval near 95%, "confirmed" rare at a true margin, and the seed-only t
+    interval of a difference visibly short of 95% with many seeds on few questions (what the
+    crossed one was built for; a check that the simulation can tell)."""
+    few = simulate(Regime(seeds=3, questions=19, rate=0.5, seed_sd=0.5), 300, seed=11)
+    many = simulate(Regime(seeds=300, questions=19, rate=0.3, seed_sd=0.5), 200, seed=12)
+    for result in (few, many):
+        for kind in ("crossed rate", "crossed difference", "nested rate"):
+            assert 0.90 <= result.coverage[kind] <= 0.995, (result.regime, kind)
+        assert result.confirmed_at_margin["crossed difference"] <= 0.09
+    assert many.coverage["seed-t difference"] < 0.8
+    assert many.confirmed_at_margin["seed-t difference"] > 0.1
