@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from postlab.jsonio import dump_json, publish_bytes
 from postlab.plan.frozen import derive_plan, freeze, split_by_unordered_pair, teaching_plan_loaded
 from postlab.tasks.registry import TASKS
 
@@ -99,6 +100,11 @@ HYPOTHESES = {"alpha": 0.05, "tests": [
 #: Versions of the whole teaching plan (not shortened): their questions are about it.
 TEACHING_EXAMPLES = {"hypotheses": {"hypotheses": HYPOTHESES}}
 
+#: The same questions on their own, for a report of the bundled teaching run, which was trained
+#: before they were written: ``postlab report --hypotheses examples/teaching-hypotheses.json``
+#: decides them as exploratory.
+SECTIONS = {"teaching-hypotheses": HYPOTHESES}
+
 
 def main() -> None:
     teaching = teaching_plan_loaded()
@@ -108,6 +114,9 @@ def main() -> None:
         print(f"wrote examples/{name}.json")
     for name, changes in TEACHING_EXAMPLES.items():
         freeze(HERE / f"{name}.json", derive_plan(teaching, settings(changes), DATE))
+        print(f"wrote examples/{name}.json")
+    for name, section in SECTIONS.items():
+        publish_bytes(HERE / f"{name}.json", dump_json(section, indent=2))
         print(f"wrote examples/{name}.json")
 
 

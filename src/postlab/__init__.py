@@ -1,6 +1,7 @@
 """postlab: post-training small language models with verifiable rewards, reproducibly.
 
-From Python: ``postlab.run``, ``reproduce`` and ``sweep`` train; ``verify``, ``report``,
+From Python: ``postlab.register`` fixes hypotheses before training; ``run``, ``reproduce``
+and ``sweep`` train; ``verify``, ``report``,
 ``compare`` and ``load_run`` read (see :mod:`postlab.api`). They are imported on first use,
 so ``import postlab`` stays light.
 """
@@ -11,11 +12,22 @@ from typing import TYPE_CHECKING, Any
 
 from postlab.version import __version__
 
-__all__ = ["__version__", "compare", "export", "load_run", "plot", "report", "reproduce",
-           "run", "sweep", "verify"]
+__all__ = ["__version__", "compare", "export", "load_run", "plot", "register", "report",
+           "reproduce", "run", "sweep", "verify"]
 
 if TYPE_CHECKING:
-    from postlab.api import compare, export, load_run, plot, report, reproduce, run, sweep, verify
+    from postlab.api import (
+        compare,
+        export,
+        load_run,
+        plot,
+        register,
+        report,
+        reproduce,
+        run,
+        sweep,
+        verify,
+    )
 
 
 def __getattr__(name: str) -> Any:

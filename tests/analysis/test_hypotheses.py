@@ -185,12 +185,16 @@ def test_the_example_decides_one_of_each_and_every_form_shows_it(example_run, ca
         assert f"{ident}: {outcome.upper()}" in text
     assert main(["report", str(example_run), "--format", "markdown", "--lang", "en"]) == 0
     markdown = capsys.readouterr().out
-    assert "## Preregistered hypotheses" in markdown
+    assert "## Hypotheses" in markdown
     assert all(outcome in markdown for outcome in EXPECTED.values())
+    # fixed in the plan's hash, but no registration says when: never "registered"
+    assert markdown.count("in the plan (not registered") == len(EXPECTED)
+    assert "registered before training" not in markdown
     page = tmp_path / "report.html"
     assert main(["report", str(example_run), "--html", str(page), "--lang", "zh"]) == 0
     html = page.read_text()
-    assert "预注册假设" in html and all(w in html for w in ("证实", "否定", "无定论"))
+    assert "假设（按计划中的规则判定" in html and all(w in html for w in ("证实", "否定", "无定论"))
+    assert "写在计划中" in html and "训练前已预注册" not in html
 
 
 def test_a_plan_without_hypotheses_reports_as_before(capsys):

@@ -162,6 +162,9 @@ class Analysis:
     #: The plan's preregistered hypotheses, decided (``postlab.analysis.hypotheses``); in the
     #: JSON form only when the plan has some.
     verdicts: tuple[Any, ...] = ()
+    #: The run's registration (``postlab.plan.registration``): when it was registered, when
+    #: training began, the file's sha256; None for a run without one.
+    registration: dict[str, str] | None = None
     #: Per RL arm: the late training reward, to set against held-out success.
     training_rewards: tuple[TrainingReward, ...] = ()
     #: Per (stage, split, decoding, contract): seeds x questions accepted counts (of 1 greedy
@@ -298,10 +301,15 @@ class _ArmSeries:
     trials: int = 0
 
 
-def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
+def analyse(record: dict[str, Any], plan: dict[str, Any], *,
+            registration: dict[str, Any] | None = None,
+            exploratory: dict[str, Any] | None = None) -> Analysis:
     """The analysis of a record, read one seed at a time: what is kept of a seed is its
     numbers (rates, pass@k, per-step series), never its rows, so a record of many seeds is
-    analysed in the memory of one seed's rows plus a few kilobytes per seed."""
+    analysed in the memory of one seed's rows plus a few kilobytes per seed.
+
+    Hypotheses decided: a checked ``registration``'s (else the plan's own), and
+    ``exploratory`` ones given afterwards (a hypotheses section), each family on its own."""
     runs = record["runs"]
     if not runs:
         raise ValueError("the record holds no completed seed")
@@ -476,11 +484,18 @@ def analyse(record: dict[str, Any], plan: dict[str, Any]) -> Analysis:
                         hacking_onsets=tuple(onsets),
                         onset_method=ONSET_METHOD.format(drift=drift, threshold=threshold),
                         training_rewards=tuple(rewards), counts=held, questions=asked)
-    if plan.get("hypotheses") and len(seeds) >= 2:
-        # Decided here, from the same per-seed values as every other number of the report.
-        from postlab.analysis.hypotheses import verdicts_for
+    from postlab.analysis.hypotheses import families, verdicts_for
 
-        analysis = dataclasses.replace(analysis, verdicts=tuple(verdicts_for(analysis, plan)))
+    decided = families(plan, registration, exploratory)
+    if registration is not None:
+        analysis = dataclasses.replace(analysis, registration={
+            key: record["registration"][key]
+            for key in ("registered_at", "training_started_at", "sha256")})
+    if decided and len(seeds) >= 2:
+        # Decided here, from the same per-seed values as every other number of the report.
+        analysis = dataclasses.replace(analysis, verdicts=tuple(
+            verdict for section, standing in decided
+            for verdict in verdicts_for(analysis, section, standing)))
     return analysis
 
 

@@ -96,7 +96,8 @@ def findings(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any],
         low, high = sorted((verdict.bound, verdict.opposite))
         result.append(Finding(key="hypothesis", direction=verdict.outcome, values={
             "id": verdict.id, "statement": verdict.statement, "mean": verdict.mean,
-            "low": low, "high": high, "level": verdict.level}))
+            "low": low, "high": high, "level": verdict.level, "standing": verdict.standing,
+            "registered_at": (analysis.registration or {}).get("registered_at", "")}))
     return result
 
 

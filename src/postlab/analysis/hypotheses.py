@@ -25,6 +25,7 @@ questions still vary.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,9 @@ class Verdict:
     direction: str
     p_value: float
     outcome: str  # "confirmed", "refuted" or "inconclusive"
+    #: "registered" (fixed with a time before training), "plan" (fixed in the plan's hash, no
+    #: time) or "exploratory" (given to the report afterwards); ``postlab.plan.registration``
+    standing: str = "plan"
 
 
 def _t_sf(value: float, df: float) -> float:
@@ -166,12 +170,30 @@ def paired_spread(analysis: Analysis, hypothesis: dict[str, Any]) -> Spread:
                   df=found.df, draws=found.draws)
 
 
-def verdicts_for(analysis: Analysis, plan: dict[str, Any]) -> list[Verdict]:
-    """Every hypothesis of ``plan`` decided on the run ``analysis`` describes."""
-    section = plan["hypotheses"]
+def verdicts_for(analysis: Analysis, section: dict[str, Any], standing: str = "plan"
+                 ) -> list[Verdict]:
+    """Every hypothesis of a hypotheses ``section`` (one family: Holm runs within it)
+    decided on the run ``analysis`` describes."""
     tests = section["tests"]
     differences = [paired_spread(analysis, hypothesis) for hypothesis in tests]
-    return decide(tests, differences, section.get("alpha", DEFAULT_ALPHA))
+    return [dataclasses.replace(verdict, standing=standing)
+            for verdict in decide(tests, differences, section.get("alpha", DEFAULT_ALPHA))]
+
+
+def families(plan: dict[str, Any], registration: dict[str, Any] | None = None,
+             exploratory: dict[str, Any] | None = None) -> list[tuple[dict[str, Any], str]]:
+    """The hypotheses a report decides, each family with its standing: the registered ones
+    (a checked registration's, which are the plan's own where the plan has some), else the
+    plan's own; then those given afterwards, a family of their own so that looking later
+    cannot change a registered hypothesis's Holm level."""
+    found = []
+    if registration is not None:
+        found.append((registration["hypotheses"], "registered"))
+    elif plan.get("hypotheses"):
+        found.append((plan["hypotheses"], "plan"))
+    if exploratory is not None:
+        found.append((exploratory, "exploratory"))
+    return found
 
 
 def describe_comparison(hypothesis: dict[str, Any]) -> str:

@@ -1,14 +1,16 @@
 """postlab from Python: every command's work as a function with typed arguments.
 
-``run``, ``reproduce`` and ``sweep`` train (:mod:`.training`); ``verify``, ``report``,
+``register`` fixes hypotheses before training (:mod:`.registering`); ``run``, ``reproduce``
+and ``sweep`` train (:mod:`.training`); ``verify``, ``report``,
 ``compare``, ``plot`` and ``export`` read (:mod:`.reading`); ``load_run`` gives a checked
 run's rows as tables. The command line (:mod:`postlab.cli`) parses, calls these and prints.
 Bad input raises :class:`~postlab.errors.UserError` before anything is written.
 """
 
 from postlab.api.reading import compare, export, plot, report, verify
+from postlab.api.registering import register
 from postlab.api.training import reproduce, run, sweep
 from postlab.export.loaded import load_run
 
-__all__ = ["compare", "export", "load_run", "plot", "report", "reproduce", "run", "sweep",
-           "verify"]
+__all__ = ["compare", "export", "load_run", "plot", "register", "report", "reproduce", "run",
+           "sweep", "verify"]

@@ -61,9 +61,11 @@ def _no_split(source: Path, problems: list[str]) -> None:
     raise UserError(f"{source}: {problems[0]}")
 
 
-def analyse(opened: OpenedRun, split: str = "test") -> Analysis:
+def analyse(opened: OpenedRun, split: str = "test",
+            exploratory: dict[str, Any] | None = None) -> Analysis:
     """Everything a report shows about one held-out split, computed once (the record's
-    checks ride on its one walk over the seeds)."""
+    checks ride on its one walk over the seeds). ``exploratory``: hypotheses given after
+    training (a checked hypotheses section), decided apart from the registered ones."""
     from postlab.analysis.aggregate import analyse as compute
     from postlab.records.record import run_plan_problems, seed_list_problems
 
@@ -73,7 +75,8 @@ def analyse(opened: OpenedRun, split: str = "test") -> Analysis:
     refuse(seed_list_problems(opened.record, opened.plan.data), opened.source, what)
     refuse_each(opened.record, functools.partial(run_plan_problems, plan=opened.plan.data),
                 opened.source, what)
-    return compute(opened.record, opened.plan.data)
+    return compute(opened.record, opened.plan.data, registration=opened.registration,
+                   exploratory=exploratory)
 
 
 def finding_lines(opened: OpenedRun, analysis: Analysis, lang: str, split: str) -> list[str]:
@@ -194,11 +197,25 @@ class Report:
     html: Path | None
 
 
+def exploratory_hypotheses(opened: OpenedRun, path: Path | None) -> dict[str, Any] | None:
+    """The hypotheses file ``path`` given to a report after training, checked against the
+    run's plan and against the hypotheses the run fixed before it (None: none given)."""
+    if path is None:
+        return None
+    from postlab.api.registering import read_exploratory
+
+    fixed = (opened.registration or {}).get("hypotheses") or \
+        opened.plan.data.get("hypotheses")
+    return read_exploratory(Path(path), opened.plan, fixed)
+
+
 def report(run: str | Path | None = None, *, plan: str | Path | None = None,
-           split: str = "test", lang: str = "en", html: str | Path | None = None) -> Report:
+           split: str = "test", lang: str = "en", html: str | Path | None = None,
+           hypotheses: str | Path | None = None) -> Report:
     """Aggregate a run (default: the bundled run) over seeds for every stage, split and
     decoding, with the findings in ``lang`` ("en" or "zh"); with ``html``, also write the
-    self-contained page there (a new file)."""
+    self-contained page there (a new file). ``hypotheses``: a file of hypotheses given after
+    training, decided apart from the registered ones as exploratory."""
     page_path = None if html is None else Path(html)
     refuse_existing(page_path)
     target = None if run is None else Path(run)
@@ -207,7 +224,8 @@ def report(run: str | Path | None = None, *, plan: str | Path | None = None,
     opened = open_run(target, None if plan is None else Path(plan), check_rows=False)
     require_readable(opened.record, opened.plan.data, opened.source)
     check_unchanged(opened.record, opened.source)
-    analysis = analyse(opened, split)
+    exploratory = exploratory_hypotheses(opened, None if hypotheses is None else Path(hypotheses))
+    analysis = analyse(opened, split, exploratory)
     if page_path is not None:
         from postlab.jsonio import publish_bytes
 

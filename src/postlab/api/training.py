@@ -105,14 +105,15 @@ def _plan_to_train(plan: str | Path | None, out_dir: Path, resume: bool
 def train(plan: LoadedPlan | None, raw: bytes | None, out_dir: Path, *, workers: int,
           resume: bool = False, device: str = "cpu", engine: str = DEFAULT_ENGINE,
           log: tuple[str, ...] = (), display: Quiet | None = None,
-          progress_every: int = 0) -> dict[str, Any]:
-    """Train a checked plan into ``out_dir`` with an already chosen setting; the record."""
+          progress_every: int = 0, registration: bytes | None = None) -> dict[str, Any]:
+    """Train a checked plan into ``out_dir`` with an already chosen setting; the record.
+    ``registration``: a checked registration's bytes, copied into the folder first."""
     from postlab.runs.orchestration import RunOptions, run_plan
     from postlab.runs.progress import Quiet
 
     options = RunOptions(out_dir=out_dir, workers=workers, resume=resume,
                          progress_every=progress_every, display=display or Quiet(),
-                         device=device, log=log, engine=engine)
+                         device=device, log=log, engine=engine, registration=registration)
     return run_plan(plan, raw, options)
 
 
@@ -120,9 +121,14 @@ def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = F
         workers: int | None = None, cpu_path: str | None = None, device: str | None = None,
         engine: str = DEFAULT_ENGINE, log: tuple[str, ...] = (), allow_large: bool = False,
         recalibrate: bool = False, say: Say = _silent, say_cost: Say = _silent,
-        display: Quiet | None = None, progress_every: int = 0) -> RunResult:
+        display: Quiet | None = None, progress_every: int = 0,
+        registration: str | Path | None = None) -> RunResult:
     """Train every seed and arm of ``plan`` (default: the teaching plan) into the new folder
     ``out_dir``, or complete an interrupted run there with ``resume``.
+
+    ``registration``: a file ``register`` wrote for this plan; it is copied into the folder
+    before the first step and named in the record, so reports can say the hypotheses were
+    registered before training.
 
     ``cpu_path``: "portable" (default), "native" or a path name, pinned before torch loads
     (in a process that already loaded torch, only the path in force is accepted);
@@ -137,6 +143,11 @@ def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = F
     from postlab.runs.orchestration import check_out_dir
 
     check_out_dir(out, resume)  # before any line about the run is printed
+    registered = None
+    if registration is not None and sized is not None:
+        from postlab.api.registering import read_registration
+
+        registered = read_registration(Path(registration), sized)
     say(note)
     say(device_note)
     if sized is not None:
@@ -146,7 +157,8 @@ def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = F
         say_cost(render_estimate(check_size(sized, allow_large, recalibrate=recalibrate)))
     start = time.monotonic()
     record = train(loaded, raw, out, workers=count, resume=resume, device=chosen,
-                   engine=engine, log=names, display=display, progress_every=progress_every)
+                   engine=engine, log=names, display=display, progress_every=progress_every,
+                   registration=registered)
     from postlab.records.fingerprint import read_fingerprint_file
 
     return RunResult(out_dir=out, record=record, fingerprint=read_fingerprint_file(out) or "",

@@ -19,7 +19,7 @@ COMMANDS = {"freeze": plans.freeze, "plan": plans.plan, "report": reports.report
             "run": training.run, "verify": checks.verify, "reproduce": training.reproduce,
             "plot": reports.plot, "samples": reports.samples, "sweep": training.sweep,
             "compare": reports.compare, "exercises": checks.exercises,
-            "export": reports.export}
+            "export": reports.export, "register": plans.register}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -121,6 +121,17 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("path", type=Path, metavar="PATH", help="plan file to validate")
     plan_sub.add_parser("schema", help="print the plan's JSON Schema")
 
+    register = sub.add_parser("register", help="fix hypotheses and their margins, with the "
+                                               "time, before a run of the plan trains")
+    register.add_argument("--plan", type=Path, help="plan the hypotheses are for (default: "
+                                                    "the teaching plan)")
+    register.add_argument("--hypotheses", type=Path, metavar="FILE", help=(
+        "the hypotheses, as a plan's 'hypotheses' section on its own (alpha, tests); "
+        "default: the plan's own"))
+    register.add_argument("--out", type=Path, required=True, metavar="FILE",
+                          help="registration file to write; must not exist. Give it to "
+                               "'postlab run --registration'")
+
     verify = sub.add_parser("verify", help="re-check a run folder or record: hashes, "
                                            "checkpoints, summary, counts, raw rows")
     verify.add_argument("run", type=Path, nargs="?", metavar="RUN",
@@ -174,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--html", type=Path, metavar="FILE",
                         help="also write one self-contained HTML page with tables and figures "
                              "(never overwrites)")
+    report.add_argument("--hypotheses", type=Path, metavar="FILE",
+                        help="also decide these hypotheses (a plan's 'hypotheses' section "
+                             "on its own), shown apart as exploratory: given after training")
     report.add_argument("--split", default="test",
                         help="split for the re-scoring table, or 'all' (default: test)")
 
@@ -201,6 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "cores); results do not depend on it")
     run.add_argument("--resume", action="store_true",
                      help="complete an interrupted run in --out-dir, keeping finished seeds")
+    run.add_argument("--registration", type=Path, metavar="FILE",
+                     help="a registration 'postlab register' wrote for this plan: copied "
+                          "into the run folder before the first step and named in the "
+                          "record, so reports say its hypotheses were registered before "
+                          "training")
     run.add_argument("--quiet", action="store_true", help="print nothing while training")
     run.add_argument("--cpu-path", metavar="PATH",
                      help="CPU code path that decides the bits: portable (default: the widest "

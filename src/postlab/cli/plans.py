@@ -47,6 +47,18 @@ def freeze(args: argparse.Namespace) -> int:
     return 0
 
 
+def register(args: argparse.Namespace) -> int:
+    from postlab.api.registering import register as write
+
+    registration = write(args.out, args.plan, args.hypotheses)
+    count = len(registration["hypotheses"]["tests"])
+    print(f"registered {count} hypothes{'is' if count == 1 else 'es'} at "
+          f"{registration['registered_at']} for plan {registration['plan_sha256'][:16]}…: "
+          f"{args.out} (hypotheses sha256 {registration['hypotheses_sha256'][:16]}…); train "
+          f"with 'postlab run --registration {args.out}'")
+    return 0
+
+
 def plan(args: argparse.Namespace) -> int:
     import json
 

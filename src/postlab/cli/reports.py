@@ -30,9 +30,10 @@ def report(args: argparse.Namespace) -> int:
 
     if args.run is not None and is_sweep(args.run):
         # A sweep's report is its comparison of versions.
-        if args.contracts or args.plan is not None or args.record is not None:
+        if args.contracts or args.plan is not None or args.record is not None or \
+                args.hypotheses is not None:
             raise UserError(f"{args.run} is a sweep folder; its report is 'postlab compare' "
-                            "(--contract, --plan and --record are for one run)")
+                            "(--contract, --plan, --record and --hypotheses are for one run)")
         compare_args = argparse.Namespace(
             runs=[args.run], html=args.html, lang=args.lang, split=None,
             format_="text" if args.format_ == "table" else args.format_)
@@ -55,13 +56,14 @@ def report(args: argparse.Namespace) -> int:
     require_readable(opened.record, opened.plan.data, opened.source)
     check_unchanged(opened.record, opened.source)
     _check_contract_kinds(args.contracts, opened.plan.data)
+    exploratory = api.reading.exploratory_hypotheses(opened, args.hypotheses)
     lang = args.lang or default_lang()
     if args.format_ == "text":
         sys.stdout.write(render_text(build_report(opened.record, opened.plan.data), lang))
-        if opened.plan.data.get("hypotheses"):
-            sys.stdout.write(_verdict_lines(opened, lang))
+        if opened.plan.data.get("hypotheses") or opened.registration or exploratory:
+            sys.stdout.write(_verdict_lines(opened, lang, exploratory))
     if args.format_ != "text" or args.html is not None:
-        _rich_report(args, opened, lang)
+        _rich_report(args, opened, lang, exploratory)
     if args.contracts:
         from postlab.plan.arms import rl_contracts
         from postlab.records.rescore import render_rescore, rescore
@@ -87,26 +89,33 @@ def _check_contract_kinds(contracts: list[str], plan: dict) -> None:
                             f"this run's task has {kind} answers")
 
 
-def _verdict_lines(opened, lang: str) -> str:
-    """The plan's hypotheses and their verdicts, after the reference layout (which has none)."""
+def _verdict_lines(opened, lang: str, exploratory: dict | None = None) -> str:
+    """The hypotheses and their verdicts, after the reference layout (which has none): the
+    registered ones (or the plan's own), then any given now, each saying how it was fixed."""
     from postlab.render.tables import hypothesis_table
 
-    table = hypothesis_table(analyse(opened, "test"), lang)
+    table = hypothesis_table(analyse(opened, "test", exploratory), lang)
     if table is None:
         return "\n(hypotheses need at least two completed seeds to be decided)\n"
     lines = ["", table.title]
+    if opened.registration is not None:
+        named = opened.record["registration"]
+        lines.append(f"registration: registered {named['registered_at']}, training began "
+                     f"{named['training_started_at']} (registration.json sha256 "
+                     f"{named['sha256'][:16]}…)")
     for row in table.rows:
-        ident, statement, claim, _, numbers, level, verdict = row
+        ident, statement, claim, _, numbers, level, verdict, standing = row
         lines.append(f"{ident}: {verdict.upper()} — {statement}")
-        lines.append(f"    {claim}; {numbers} at level {level}")
+        lines.append(f"    {claim}; {numbers} at level {level}; {standing}")
     return "\n".join(lines) + "\n"
 
 
-def _rich_report(args: argparse.Namespace, opened, lang: str) -> None:
+def _rich_report(args: argparse.Namespace, opened, lang: str,
+                 exploratory: dict | None = None) -> None:
     from postlab.jsonio import publish_bytes
     from postlab.render.tables import to_json, to_markdown, to_terminal
 
-    analysis = analyse(opened, args.split)
+    analysis = analyse(opened, args.split, exploratory)
     if args.format_ == "json":
         sys.stdout.write(to_json(analysis))
     elif args.format_ == "markdown":

@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
                          cpu_path=args.cpu_path, device=args.device, engine=args.engine,
                          log=tuple(args.log or ()), allow_large=args.allow_large,
                          recalibrate=args.recalibrate, say=_say(args),
-                         say_cost=_say(args), display=display, progress_every=every)
+                         say_cost=_say(args), display=display, progress_every=every,
+                         registration=args.registration)
     if not args.quiet:
         print(f"done: {args.out_dir} in {result.seconds:.1f} s")
         print(f"fingerprint: {result.fingerprint} (note it; 'postlab verify {args.out_dir} "

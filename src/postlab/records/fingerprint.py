@@ -8,7 +8,8 @@ any change to any of those files is found, however carefully the inner hashes we
 
 The fingerprint covers ``plan.json``, the record's JSON (decompressed, so a gzipped copy keeps
 the fingerprint), ``summary.json``, ``tokenizer.json`` where the record names a trained
-tokenizer, the record's chunk files (``rows/``) where it has them, and the checkpoint files
+tokenizer, ``registration.json`` where the record names a registration, the record's chunk
+files (``rows/``) where it has them, and the checkpoint files
 the record names, sorted by name.
 Nothing else in the folder is evidence: live training logs (``logs/``, ``engines.steplog``) are
 a view of numbers the record holds, and are neither hashed nor verified.
@@ -58,6 +59,9 @@ def run_fingerprint(folder: Path, record_path: Path, record: dict[str, Any], *,
     if "tokenizer_sha256" in record:
         parts.append(("tokenizer.json", _sha256(read_bytes(folder / "tokenizer.json",
                                                            "tokenizer"))))
+    if "registration" in record:
+        parts.append(("registration.json", _sha256(read_bytes(folder / "registration.json",
+                                                              "registration"))))
     # a chunked record's chunks: named with their digests in record.json, hashed here too
     parts += [(chunk["file"], _sha256(read_bytes(folder / chunk["file"], "record chunk")))
               for chunk in sorted(record.get("chunks", []), key=lambda c: c["file"])]

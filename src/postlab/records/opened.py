@@ -39,6 +39,9 @@ class OpenedRun:
     record: dict[str, Any]
     record_sha256: str
     plan: LoadedPlan
+    #: the run folder's registration, checked against the record and the plan; None if the
+    #: record names none
+    registration: dict[str, Any] | None = None
 
     @property
     def source(self) -> Path:
@@ -52,6 +55,42 @@ def plan_beside(record_path: Path, plan_path: Path | None = None) -> LoadedPlan:
         return load_plan(plan_path)
     beside = record_path.parent / "plan.json"
     return load_plan(beside) if beside.is_file() else teaching_plan_loaded()
+
+
+def registration_of(record: dict[str, Any], plan: LoadedPlan, folder: Path
+                    ) -> tuple[dict[str, Any] | None, list[str]]:
+    """The registration a record names, read from its run folder, and every way it fails:
+    missing, not the file the record names, unsound for the plan, or made after training
+    began."""
+    from postlab.jsonio import MalformedJSON, parse_json
+    from postlab.plan.registration import REGISTRATION_FILE, parse_time, registration_problems
+
+    named = record.get("registration")
+    if named is None:
+        return None, []
+    path = folder / REGISTRATION_FILE
+    if not path.is_file():
+        return None, [f"{path}: missing; the record names a registration"]
+    raw = read_bytes(path, "registration")
+    if hashlib.sha256(raw).hexdigest() != named["sha256"]:
+        return None, [f"{path}: changed since training (the record names sha256 "
+                      f"{named['sha256']})"]
+    try:
+        registration = parse_json(raw, str(path))
+    except MalformedJSON as exc:
+        return None, [str(exc)]
+    problems = [f"{path}: {p}" for p in registration_problems(registration, plan.data,
+                                                             plan.sha256)]
+    if not problems:
+        if registration["hypotheses_sha256"] != named["hypotheses_sha256"] or \
+                registration["registered_at"] != named["registered_at"]:
+            problems.append(f"{path}: the record names other hypotheses or another time")
+        registered = parse_time(named["registered_at"])
+        began = parse_time(named["training_started_at"])
+        if registered is not None and began is not None and registered > began:
+            problems.append(f"{path}: registered at {named['registered_at']}, after training "
+                            f"began ({named['training_started_at']})")
+    return (None if problems else registration), problems
 
 
 def refuse(problems: list[str], source: Path, what: str) -> None:
@@ -107,8 +146,11 @@ def open_run(target: Path | None, plan_path: Path | None = None, *,
                             "run --resume' removes it), else remove it")
     plan = plan_beside(files.record, plan_path)
     check_plan_link(record, plan, str(files.record))
+    registration, problems = registration_of(record, plan, files.record.parent)
+    if problems:
+        raise UserError(f"{problems[0]}; 'postlab verify' shows every check")
     if check_rows:
         require_readable(record, plan.data, files.record)
         check_unchanged(record, files.record)
     return OpenedRun(files=files, record=record, record_sha256=hashlib.sha256(raw).hexdigest(),
-                     plan=plan)
+                     plan=plan, registration=registration)

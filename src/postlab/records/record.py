@@ -348,6 +348,7 @@ def check_record(record: Any, source: str) -> None:
         "parameters": _integer(1, MAX_COUNT),
         "wall_seconds": _number(0.0, 10.0**9),
         "numerics": _numerics,
+        "registration": _registration,
         "runs": lambda v, w: _list(v, w, _run),
         "chunks": lambda v, w: None, "seeds": lambda v, w: None,
     }, required=("plan_sha256",))
@@ -361,6 +362,19 @@ def check_record(record: Any, source: str) -> None:
         check_manifest(record["chunks"], record.get("seeds"), source)
     elif "seeds" in record:
         raise UserError(f"{source}: unknown field 'seeds' (only a chunked record lists them)")
+
+
+#: A time as registrations and records write it (UTC, to the second).
+UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def _registration(value: Any, where: str) -> None:
+    """The run folder's registration named by hash, with when it was made and when training
+    began (``postlab.plan.registration``); the file itself is checked by reading it."""
+    time = _text(UTC_TIME, limit=20)
+    _object(value, where, {"sha256": _sha, "hypotheses_sha256": _sha, "registered_at": time,
+                           "training_started_at": time},
+            required=("sha256", "hypotheses_sha256", "registered_at", "training_started_at"))
 
 
 def _engine_name(value: Any, where: str) -> None:

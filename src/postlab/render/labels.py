@@ -49,8 +49,12 @@ LABELS: dict[str, dict[str, str]] = {
         "details": "Details", "findings": "Findings",
         "rate_method_short": "over seeds and questions (seeds x questions random effects), "
                              "Korn-Graubard, within [0, 1]",
-        "hypotheses": "Preregistered hypotheses (decided by the plan's rule; Holm across them)",
-        "hypothesis": "id", "statement": "hypothesis", "claim": "claim",
+        "hypotheses": "Hypotheses (decided by the plan's rule; Holm within the registered "
+                      "ones, and apart within the exploratory ones)",
+        "hypothesis": "id", "statement": "hypothesis", "claim": "claim", "standing": "fixed",
+        "standing_registered": "registered before training ({time})",
+        "standing_plan": "in the plan (not registered: no time shows it preceded training)",
+        "standing_exploratory": "exploratory (given after training)",
         "difference_bounds": "mean difference [one-sided bounds]", "level": "level",
         "verdict": "verdict", "verdict_confirmed": "confirmed", "verdict_refuted": "refuted",
         "verdict_inconclusive": "inconclusive",
@@ -101,8 +105,11 @@ LABELS: dict[str, dict[str, str]] = {
         "details": "详细表格", "findings": "结论",
         "rate_method_short": "同时计入种子与题目的变异（种子×题目随机效应），"
                              "Korn-Graubard 区间，位于 [0, 1] 内",
-        "hypotheses": "预注册假设（按计划中的规则判定；多重比较用 Holm 校正）",
-        "hypothesis": "编号", "statement": "假设", "claim": "主张",
+        "hypotheses": "假设（按计划中的规则判定；预注册与探索性假设各自用 Holm 校正）",
+        "hypothesis": "编号", "statement": "假设", "claim": "主张", "standing": "确定方式",
+        "standing_registered": "训练前已预注册（{time}）",
+        "standing_plan": "写在计划中（未注册：没有时间证明它先于训练）",
+        "standing_exploratory": "探索性（训练后才给出）",
         "difference_bounds": "平均差 [单侧界]", "level": "水平",
         "verdict": "结论", "verdict_confirmed": "证实", "verdict_refuted": "否定",
         "verdict_inconclusive": "无定论",
@@ -232,15 +239,18 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
         "onsets_none": "The per-step gap's change-point rule flagged no onset.",
         "onset_step": "seed {seed}: step {step}", "onset_none": "seed {seed}: none",
         "list_separator": ", ",
-        "hypothesis:confirmed": "Hypothesis {id} is confirmed: {statement} (mean difference "
-                                "{mean:+.3f}, one-sided bounds [{low:+.3f}, {high:+.3f}] at "
-                                "level {level:.4f}).",
-        "hypothesis:refuted": "Hypothesis {id} is refuted: {statement} (mean difference "
-                              "{mean:+.3f}, one-sided bounds [{low:+.3f}, {high:+.3f}] at "
-                              "level {level:.4f}).",
-        "hypothesis:inconclusive": "Hypothesis {id} is inconclusive: {statement} (mean "
-                                   "difference {mean:+.3f}, one-sided bounds [{low:+.3f}, "
-                                   "{high:+.3f}] at level {level:.4f}).",
+        "hypothesis:confirmed": "Hypothesis {id} ({standing}) is confirmed: {statement} "
+                                "(mean difference {mean:+.3f}, one-sided bounds [{low:+.3f}, "
+                                "{high:+.3f}] at level {level:.4f}).",
+        "hypothesis:refuted": "Hypothesis {id} ({standing}) is refuted: {statement} (mean "
+                              "difference {mean:+.3f}, one-sided bounds [{low:+.3f}, "
+                              "{high:+.3f}] at level {level:.4f}).",
+        "hypothesis:inconclusive": "Hypothesis {id} ({standing}) is inconclusive: {statement} "
+                                   "(mean difference {mean:+.3f}, one-sided bounds "
+                                   "[{low:+.3f}, {high:+.3f}] at level {level:.4f}).",
+        "standing_registered": "registered before training, {time}",
+        "standing_plan": "in the plan, not registered",
+        "standing_exploratory": "exploratory, given after training",
     },
     "zh": {
         "where_held_out": "留出（{split}）", "where_train": "训练组合（train）",
@@ -306,12 +316,17 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
         "onsets_none": "逐步差距的变点规则没有发现起点。",
         "onset_step": "种子 {seed}：第 {step} 步", "onset_none": "种子 {seed}：无",
         "list_separator": "；",
-        "hypothesis:confirmed": "假设 {id} 得到证实：{statement}（平均差 {mean:+.3f}，单侧界 "
-                                "[{low:+.3f}, {high:+.3f}]，水平 {level:.4f}）。",
-        "hypothesis:refuted": "假设 {id} 被否定：{statement}（平均差 {mean:+.3f}，单侧界 "
-                              "[{low:+.3f}, {high:+.3f}]，水平 {level:.4f}）。",
-        "hypothesis:inconclusive": "假设 {id} 无定论：{statement}（平均差 {mean:+.3f}，单侧界 "
-                                   "[{low:+.3f}, {high:+.3f}]，水平 {level:.4f}）。",
+        "hypothesis:confirmed": "假设 {id}（{standing}）得到证实：{statement}（平均差 "
+                                "{mean:+.3f}，单侧界 [{low:+.3f}, {high:+.3f}]，水平 "
+                                "{level:.4f}）。",
+        "hypothesis:refuted": "假设 {id}（{standing}）被否定：{statement}（平均差 {mean:+.3f}，"
+                              "单侧界 [{low:+.3f}, {high:+.3f}]，水平 {level:.4f}）。",
+        "hypothesis:inconclusive": "假设 {id}（{standing}）无定论：{statement}（平均差 "
+                                   "{mean:+.3f}，单侧界 [{low:+.3f}, {high:+.3f}]，水平 "
+                                   "{level:.4f}）。",
+        "standing_registered": "训练前已预注册，{time}",
+        "standing_plan": "写在计划中，未注册",
+        "standing_exploratory": "探索性，训练后才给出",
     },
 }
 

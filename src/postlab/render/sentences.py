@@ -79,6 +79,9 @@ def sentence(finding: Finding, lang: str) -> str:
         fields["seeds"] = words["seeds_one" if count == 1 else "seeds_many"].format(n=count)
     if "contract" in values:
         fields["contract"] = describe(values["contract"], lang).name
+    if finding.key == "hypothesis":
+        fields["standing"] = words[f"standing_{values['standing']}"].format(
+            time=values.get("registered_at", ""))
     if finding.key == "gaming":
         fields["example"] = _example(values["example"], values["example_from"], words)
         fields["onsets"] = _onsets(values["onsets"], words)

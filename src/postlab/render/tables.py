@@ -33,8 +33,16 @@ def fmt_seeds(values: tuple[float, ...], digits: int = 3) -> str:
     return " ".join(f"{v:.{digits}f}" for v in values)
 
 
+def standing_text(analysis: Analysis, standing: str, lang: str) -> str:
+    """How a hypothesis was fixed, in words: registered before training (with the time), in
+    the plan, or exploratory."""
+    time = (analysis.registration or {}).get("registered_at", "")
+    return LABELS[lang][f"standing_{standing}"].format(time=time)
+
+
 def hypothesis_table(analysis: Analysis, lang: str) -> Table | None:
-    """The preregistered hypotheses and their verdicts, first in every report form."""
+    """The hypotheses and their verdicts, first in every report form: the registered (or
+    the plan's own), then any exploratory ones, each row saying which it is."""
     if not analysis.verdicts:
         return None
     words = LABELS[lang]
@@ -47,11 +55,12 @@ def hypothesis_table(analysis: Analysis, lang: str) -> Table | None:
                      f"{verdict.comparison}: {verdict.metric} {bound}",
                      fmt_seeds(verdict.per_seed),
                      f"{verdict.mean:+.3f} [{low:+.3f}, {high:+.3f}]",
-                     f"{verdict.level:.4f}", words[f"verdict_{verdict.outcome}"]))
+                     f"{verdict.level:.4f}", words[f"verdict_{verdict.outcome}"],
+                     standing_text(analysis, verdict.standing, lang)))
     return Table(words["hypotheses"], (words["hypothesis"], words["statement"],
                                        words["claim"], words["per_seed"],
                                        words["difference_bounds"], words["level"],
-                                       words["verdict"]), tuple(rows))
+                                       words["verdict"], words["standing"]), tuple(rows))
 
 
 def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Table]:
@@ -140,6 +149,8 @@ def to_json(analysis: Analysis) -> str:
     del data["contracts"], data["counts"], data["questions"]
     if not data["verdicts"]:
         del data["verdicts"]  # schema 1 as it was for plans without hypotheses
+    if data["registration"] is None:
+        del data["registration"]  # likewise for runs without a registration
     return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False,
                       default=_plain) + "\n"
 

@@ -45,6 +45,7 @@ from postlab.jsonio import (
 from postlab.machine import numerics
 from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, parse_plan
+from postlab.plan.registration import REGISTRATION_FILE, utc_now
 from postlab.policies import policy_placement
 from postlab.policies.checkpoint import checkpoint_name, load_checkpoint
 from postlab.policies.tokenizers import (
@@ -109,6 +110,9 @@ class RunOptions:
     #: which engine trains (a name in ``ENGINES``); recorded, and a resumed run must use the
     #: same
     engine: str = DEFAULT_ENGINE
+    #: a registration's exact bytes (checked against the plan by the caller), copied into the
+    #: run folder before the first step; None: none, or on resume the folder's own
+    registration: bytes | None = None
 
 
 def source_hashes() -> dict[str, str]:
@@ -130,7 +134,8 @@ def check_out_dir(out_dir: Path, resume: bool) -> None:
 
 
 def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Path,
-                    resume: bool) -> tuple[LoadedPlan, dict[str, Any] | None]:
+                    resume: bool, registration: bytes | None = None
+                    ) -> tuple[LoadedPlan, dict[str, Any] | None]:
     """Create the run folder with its plan, or, on resume, check and reopen it.
 
     On resume the plan stored in the folder is the one trained; a plan given as well must be
@@ -144,6 +149,8 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
         except OSError as exc:
             raise UserError(f"{out_dir}: cannot create the run folder: {exc.strerror}") from None
         publish_bytes(out_dir / PLAN_FILE, raw_plan)
+        if registration is not None:
+            publish_bytes(out_dir / REGISTRATION_FILE, registration)
         if uses_bpe(plan.data):
             publish_bytes(out_dir / TOKENIZER_FILE, trained_bytes(plan.data))
         return plan, None
@@ -158,6 +165,7 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
             publish_bytes(kept, trained_bytes(stored.data))
         elif read_bytes(kept, "tokenizer") != trained_bytes(stored.data):
             raise UserError(f"{kept}: not the tokenizer the plan trains; cannot resume")
+    _check_resumed_registration(out_dir, registration)
     for leftover in [*out_dir.glob(".*.partial"), *(out_dir / CHUNK_DIR).glob(".*.partial")]:
         # an interrupted atomic write (a file) or folder publication (a folder, e.g. a
         # killed 'postlab plot RUN'); what it was writing was never published
@@ -190,6 +198,53 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
         for info in run["checkpoints"].values():
             load_checkpoint(out_dir / info["file"], info["sha256"])  # refuses a changed file
     return stored, record
+
+
+def _check_resumed_registration(out_dir: Path, registration: bytes | None) -> None:
+    """A registration given to a resumed run must be the one the run began with: one that
+    arrives after training started would not precede it."""
+    if registration is None:
+        return
+    kept = out_dir / REGISTRATION_FILE
+    if not kept.exists():
+        raise UserError(f"{out_dir}: the run began without a registration; one given now "
+                        "would not precede its training (resume without --registration)")
+    if read_bytes(kept, "registration") != registration:
+        raise UserError(f"{kept}: not the registration given; resume with the run's own "
+                        "(or without --registration)")
+
+
+def registration_entry(plan: LoadedPlan, out_dir: Path, previous: dict[str, Any] | None
+                       ) -> dict[str, Any] | None:
+    """What the record says of the run folder's registration: the file's sha256, the time
+    it was registered and the time training began (kept from the record a resumed run left;
+    else now, before this invocation's first step). The file is checked again: a resumed
+    run's may have been changed since."""
+    from postlab.plan.registration import registration_problems
+
+    path = out_dir / REGISTRATION_FILE
+    if not path.exists():
+        if previous is not None and "registration" in previous:
+            raise UserError(f"{path}: missing; the record names a registration")
+        return None
+    raw = read_bytes(path, "registration")
+    registration = parse_json(raw, str(path))
+    problems = registration_problems(registration, plan.data, plan.sha256)
+    if problems:
+        raise UserError(f"{path}: {problems[0]}")
+    sha = hashlib.sha256(raw).hexdigest()
+    if previous is not None and "registration" not in previous:
+        raise UserError(f"{path}: the record names no registration; one added after training "
+                        "began would not precede it")
+    if previous is not None:
+        if previous["registration"]["sha256"] != sha:
+            raise UserError(f"{path}: changed since the run began (the record names sha256 "
+                            f"{previous['registration']['sha256']})")
+        return previous["registration"]
+    return {"sha256": sha,
+            "registered_at": registration["registered_at"],
+            "hypotheses_sha256": registration["hypotheses_sha256"],
+            "training_started_at": utc_now()}
 
 
 def new_record(plan: LoadedPlan, workers: int, device: str = "cpu",
@@ -325,12 +380,16 @@ class OpenRun:
 def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOptions) -> OpenRun:
     """Create (or, on resume, reopen and check) the run folder and start its record."""
     check_loggers(options.log)  # in tasks it would be too late: refused before any write
-    plan, previous = prepare_out_dir(plan, raw_plan, options.out_dir, options.resume)
+    plan, previous = prepare_out_dir(plan, raw_plan, options.out_dir, options.resume,
+                                     options.registration)
     data = plan.data
     start = time.monotonic()
     # Before the record describes the numeric settings.
     configure_torch(data["threads"], options.device)
     record = new_record(plan, options.workers, options.device, options.engine)
+    registered = registration_entry(plan, options.out_dir, previous)
+    if registered is not None:
+        record["registration"] = registered
     if previous is not None:
         then_engine = previous.get("engine", DEFAULT_ENGINE)
         if then_engine != options.engine:

@@ -385,6 +385,33 @@ def _check_source(record: dict[str, Any]) -> Check:
     return Check(name="source", status="pass", detail="postlab's source is the recording one")
 
 
+def _check_registration(record: dict[str, Any], plan: LoadedPlan | None,
+                        folder: Path) -> Check | None:
+    """The registration the record names is the file beside it, sound for the plan, and made
+    before training began; None (no line) where there is neither."""
+    from postlab.plan.registration import REGISTRATION_FILE
+    from postlab.records.opened import registration_of
+
+    named = record.get("registration")
+    if named is None:
+        if (folder / REGISTRATION_FILE).exists():
+            return Check(name="registration", status="warn", detail=(
+                f"{REGISTRATION_FILE} is in the folder but the record names none: it is not "
+                "evidence, and reports do not call the hypotheses registered"))
+        return None
+    if plan is None:
+        return Check(name="registration", status="skip", detail="needs the record's plan")
+    registration, problems = registration_of(record, plan, folder)
+    if problems:
+        return Check(name="registration", status="fail", detail="; ".join(problems))
+    assert registration is not None
+    count = len(registration["hypotheses"]["tests"])
+    return Check(name="registration", status="pass", detail=(
+        f"{count} hypothes{'is' if count == 1 else 'es'} registered "
+        f"{named['registered_at']}, before training began {named['training_started_at']}; "
+        f"{REGISTRATION_FILE} has the recorded sha256 {named['sha256'][:16]}…"))
+
+
 def _check_tokenizer(record: dict[str, Any], plan_data: dict[str, Any] | None,
                      folder: Path) -> Check | None:
     """A trained tokenizer's file is the one the record names and the plan trains; None (no
@@ -505,6 +532,9 @@ def verify_walked(files: RunFiles, record: dict[str, Any], *,
     tokenizer = _check_tokenizer(record, plan_data, folder)
     if tokenizer is not None:
         checks.append(tokenizer)
+    registration = _check_registration(record, plan, folder)
+    if registration is not None:
+        checks.append(registration)
     checks += list(_check_checkpoints(seen, plan_data))
     checks.append(_check_summary(seen, plan_data, folder))
     if plan_data is None:
