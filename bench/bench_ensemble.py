@@ -21,7 +21,7 @@ KL per arm; 90% interval of the difference against the stated margin). By defaul
 train independent seeds and the interval is Welch's; ``--paired`` has both train the same
 seeds (so the same initial weights) and takes the interval over per-seed differences. Exits 1
 if a metric is not shown equivalent. ``--margins`` names a set of
-``postlab.analysis.margins`` (default: the teaching plan's). Needs the ``report`` extra (scipy).
+``postlab.plan.margins`` (default: the teaching plan's). Needs the ``report`` extra (scipy).
 """
 
 from __future__ import annotations
@@ -78,12 +78,12 @@ def main() -> None:
     parser.add_argument("--paired", action="store_true", help="both engines train the same "
                         "seeds, compared seed by seed")
     parser.add_argument("--margins", default="teaching", help="the set of margins of "
-                        "postlab.analysis.margins to test against (teaching, gpt2-example, ...)")
+                        "postlab.plan.margins to test against (teaching, gpt2-example, ...)")
     parser.add_argument("--device", default="cpu", help="the ensemble's device")
     parser.add_argument("--keep", type=Path, help="keep the run folders here (new folder)")
     args = parser.parse_args()
-    from postlab.analysis import margins
     from postlab.analysis.equivalence import LEVEL, compare_engines
+    from postlab.plan import margins
     from postlab.plan.frozen import freeze, load_plan, teaching_plan
     from postlab.records.record import load_record
 

@@ -101,9 +101,9 @@ HYPOTHESES = {"alpha": 0.05, "tests": [
 TEACHING_EXAMPLES = {"hypotheses": {"hypotheses": HYPOTHESES}}
 
 #: The same questions on their own, for a report of the bundled teaching run, which was trained
-#: before they were written: ``postlab report --hypotheses examples/teaching-hypotheses.json``
+#: before they were written: ``postlab report --hypotheses examples/hypotheses/teaching.json``
 #: decides them as exploratory.
-SECTIONS = {"teaching-hypotheses": HYPOTHESES}
+SECTIONS = {"hypotheses/teaching": HYPOTHESES}
 
 
 def main() -> None:

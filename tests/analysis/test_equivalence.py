@@ -118,8 +118,8 @@ def test_seed_metrics_recount_the_record():
 
 
 def test_every_margin_is_written_once_with_its_reason():
-    from postlab.analysis import margins
     from postlab.analysis.equivalence import CI_MARGINS
+    from postlab.plan import margins
 
     assert margins.values(margins.EQUIVALENCE) == MARGINS
     assert margins.values(margins.CI_EQUIVALENCE) == CI_MARGINS

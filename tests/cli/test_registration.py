@@ -113,9 +113,9 @@ def test_the_example_hypotheses_are_the_example_plans_and_make_examples_writes_t
         from make_examples import HYPOTHESES, SECTIONS
     finally:
         sys.path.remove(str(ROOT / "examples"))
-    on_their_own = json.loads((ROOT / "examples" / "teaching-hypotheses.json").read_text())
+    on_their_own = json.loads((ROOT / "examples" / "hypotheses" / "teaching.json").read_text())
     in_the_plan = json.loads((ROOT / "examples" / "hypotheses.json").read_text())["hypotheses"]
-    assert on_their_own == in_the_plan == HYPOTHESES == SECTIONS["teaching-hypotheses"]
+    assert on_their_own == in_the_plan == HYPOTHESES == SECTIONS["hypotheses/teaching"]
 
 
 # --- register -----------------------------------------------------------------------------
@@ -319,7 +319,7 @@ def test_the_bundled_run_decides_the_example_hypotheses_as_exploratory(capsys):
     they are decided as exploratory, with the verdicts of the plan that states them."""
     capsys.readouterr()
     assert main(["report", "--format", "json", "--hypotheses",
-                 str(ROOT / "examples" / "teaching-hypotheses.json")]) == 0
+                 str(ROOT / "examples" / "hypotheses" / "teaching.json")]) == 0
     data = json.loads(capsys.readouterr().out)
     assert "registration" not in data
     assert {v["id"]: (v["outcome"], v["standing"]) for v in data["verdicts"]} == {

@@ -1,6 +1,6 @@
 """The ensemble engine against the exact one, CI-sized: 8 seeds trained by both engines,
 compared seed by seed (the same initial weights, so a t interval over per-seed differences),
-every metric shown equivalent within the CI margins of ``postlab.analysis.margins``. On the
+every metric shown equivalent within the CI margins of ``postlab.plan.margins``. On the
 teaching plan (``CI_EQUIVALENCE``), and on the GPT-2 example plan shortened to 600 SFT and 20
 RL steps (``CI_GPT2_EXAMPLE_EQUIVALENCE``). The full checks, with 32 to 96 seeds per engine
 and tighter margins, are ``bench/bench_ensemble.py``'s (see the README)."""
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from postlab.analysis import margins
 from postlab.analysis.equivalence import CI_MARGINS, compare_engines
 from postlab.cli import main
+from postlab.plan import margins
 from postlab.plan.frozen import freeze, load_plan, teaching_plan
 from postlab.records.record import load_record
 

@@ -30,8 +30,9 @@ from postlab.analysis.intervals import (  # noqa: F401 (interval, t_quantile re-
     rate_interval,
     t_quantile,
 )
-from postlab.analysis.onset import DEFAULT_DRIFT, DEFAULT_THRESHOLD, Onset, cusum, slope
+from postlab.analysis.onset import Onset, Rule, calibrated_rule, cusum, slope, stated_rule
 from postlab.plan.arms import arm_names, arm_specs, plan_contracts
+from postlab.plan.margins import default
 from postlab.records.metrics import (
     STEP_SERIES,
     Answer,
@@ -51,7 +52,46 @@ ONSET_METHOD = ("one-sided CUSUM on the per-step gap (the step's rollouts accept
                 "trained contract minus those right under the task's first contract): "
                 "S_t = max(0, S_(t-1) + "
                 "gap_t - {drift:g}), alarm when S_t > {threshold:g}; onset = first step of the "
-                "excursion that raised it")
+                "excursion that raised it; {promise}")
+ONSET_CALIBRATED = ("drift and threshold chosen for a false-alarm probability of at most "
+                    "{stated:.1%} per seed and arm over {steps} steps of {batch} rollouts at a "
+                    "gap of {tolerated:g} (this rule's, exactly: {reached:.2%}); a gap of "
+                    "{detect:g} from the first step raises the alarm after {delay:.1f} steps "
+                    "on average")
+ONSET_STATED = ("drift and threshold stated by the plan; their false-alarm probability per "
+                "seed and arm over {steps} steps of {batch} rollouts at a gap of "
+                "{tolerated:g}: {reached:.2%}; a gap of {detect:g} from the first step raises "
+                "the alarm after {delay:.1f} steps on average")
+
+
+def monitor_rule(plan: dict[str, Any]) -> Rule:
+    """The plan's hacking-monitor rule with what it promises over its RL steps: calibrated
+    for its false-alarm rate (``hacking_monitor.false_alarm``, default in
+    ``postlab.plan.margins``), or, where the plan states a drift or a threshold (plans
+    written before calibration), that rule, with the old default for the one missing."""
+    monitor = plan.get("hacking_monitor") or {}
+    steps = plan["rl_steps"]
+    batch = plan["prompts_per_step"] * plan["group_size"]
+    tolerated = monitor.get("tolerated_gap") or default("hacking_monitor.tolerated_gap")
+    detect = monitor.get("detect_gap") or default("hacking_monitor.detect_gap")
+    if monitor.get("drift") is not None or monitor.get("threshold") is not None:
+        drift = monitor.get("drift")
+        threshold = monitor.get("threshold")
+        return stated_rule(default("hacking_monitor.drift") if drift is None else drift,
+                           default("hacking_monitor.threshold") if threshold is None
+                           else threshold, steps, batch, tolerated, detect)
+    rate = monitor.get("false_alarm") or default("hacking_monitor.false_alarm")
+    return calibrated_rule(steps, batch, rate, tolerated, detect)
+
+
+def describe_rule(rule: Rule) -> str:
+    """The rule and what it promises, in the words every report form uses."""
+    fields = {"steps": rule.steps, "batch": rule.batch, "tolerated": rule.tolerated_gap,
+              "detect": rule.detect_gap, "reached": rule.false_alarm, "delay": rule.delay}
+    promise = (ONSET_STATED.format(**fields) if rule.stated_false_alarm is None else
+               ONSET_CALIBRATED.format(stated=rule.stated_false_alarm, **fields))
+    return ONSET_METHOD.format(drift=rule.drift, threshold=rule.threshold, promise=promise)
+
 
 def outcome_metrics(contracts: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """Outcome metrics per decoding: the share of outputs accepted under each contract, and
@@ -159,6 +199,9 @@ class Analysis:
     #: step where the plan's CUSUM rule found its onset (``postlab.analysis.onset``).
     hacking_onsets: tuple[Onset, ...] = ()
     onset_method: str = ""
+    #: The rule behind the onsets with what it promises (``postlab.analysis.onset.Rule``);
+    #: None for a plan without RL arms.
+    onset_rule: Rule | None = None
     #: The plan's preregistered hypotheses, decided (``postlab.analysis.hypotheses``); in the
     #: JSON form only when the plan has some.
     verdicts: tuple[Any, ...] = ()
@@ -319,9 +362,7 @@ def analyse(record: dict[str, Any], plan: dict[str, Any], *,
     reference = contracts[0]
     wanted = outcome_metrics(contracts)
     ks = tuple(range(1, samples + 1))
-    monitor = plan.get("hacking_monitor") or {}
-    drift = monitor.get("drift", DEFAULT_DRIFT)
-    threshold = monitor.get("threshold", DEFAULT_THRESHOLD)
+    rule = monitor_rule(plan) if any(spec.is_rl for spec in arm_specs(plan)) else None
     trained_on = {spec.name: spec.contract for spec in arm_specs(plan)}
 
     first = runs[0]
@@ -393,7 +434,8 @@ def analyse(record: dict[str, Any], plan: dict[str, Any], *,
                 # 8 bytes a step, as the series are kept (a tuple of floats took 32)
                 gap_series = array("d", (s[f"{contract}_reward"] - s[f"{reference}_reward"]
                                          for s in seed_steps))
-                result = cusum(gap_series, drift, threshold)
+                assert rule is not None  # an arm that trains on a contract is RL
+                result = cusum(gap_series, rule.drift, rule.threshold)
                 gathered.onsets.append(Onset(
                     arm=arm, seed=run["seed"], contract=contract, gaps=gap_series,
                     alarm=result.alarm, onset=result.onset,
@@ -482,7 +524,8 @@ def analyse(record: dict[str, Any], plan: dict[str, Any], *,
                         dynamics=tuple(dynamics), sft_loss=sft_loss.band(),
                         compute=compute.result(), contracts=contracts,
                         hacking_onsets=tuple(onsets),
-                        onset_method=ONSET_METHOD.format(drift=drift, threshold=threshold),
+                        onset_method="" if rule is None else describe_rule(rule),
+                        onset_rule=rule,
                         training_rewards=tuple(rewards), counts=held, questions=asked)
     from postlab.analysis.hypotheses import families, verdicts_for
 

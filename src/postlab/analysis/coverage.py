@@ -39,10 +39,11 @@ from postlab.analysis.intervals import (
     rate_interval,
     t_quantile,
 )
+from postlab.plan.margins import default
 
 #: The difference a verdict is tested against, and the one-sided level of its test.
-VERDICT_MARGIN = 0.05
-VERDICT_LEVEL = 0.05
+VERDICT_MARGIN = default("coverage.verdict_margin")
+VERDICT_LEVEL = default("coverage.verdict_level")
 #: Spread of question difficulty on the logit scale: a question's odds of success vary about
 #: e-fold between a typical easy and a typical hard one, as the teaching plan's sums with
 #: and without a carry do.

@@ -6,7 +6,7 @@ A difference test cannot show that (failing to find a difference is not evidence
 each metric gets a two one-sided tests procedure (TOST, Schuirmann 1987): the engines are
 declared equivalent on a metric when the 90% interval of the difference of their means over
 seeds lies inside (-margin, +margin), a test at level 0.05. Margins are fixed before
-looking, each with its reason, in :mod:`postlab.analysis.margins` (:data:`MARGINS` for the
+looking, each with its reason, in :mod:`postlab.plan.margins` (:data:`MARGINS` for the
 benchmark's 32 or more seeds per engine, wider :data:`CI_MARGINS` for the test suite's 8 paired
 seeds), and stated wherever results are shown.
 
@@ -31,19 +31,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.analysis import margins
 from postlab.analysis.intervals import interval, t_quantile
+from postlab.plan import margins
 from postlab.plan.arms import plan_contracts, rl_contracts
 from postlab.records.metrics import evaluate
 from postlab.records.record import seeds_of
 from postlab.tasks.registry import answer_function
 
 #: Equivalence margins, on each metric's scale (final_kl: on log KL), with their reasons in
-#: :mod:`postlab.analysis.margins`.
+#: :mod:`postlab.plan.margins`.
 MARGINS = margins.values(margins.EQUIVALENCE)
 #: Margins for the CI-sized check (8 seeds trained by both engines, paired).
 CI_MARGINS = margins.values(margins.CI_EQUIVALENCE)
-LEVEL = 0.05  # each one-sided test; the interval is 1 - 2 * LEVEL = 90%
+LEVEL = margins.default("equivalence.level")  # each one-sided test; the interval: 1 - 2 LEVEL
 
 
 @dataclass(frozen=True, kw_only=True)

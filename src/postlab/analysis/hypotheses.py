@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from postlab.analysis.intervals import Spread, crossed_spread, seed_spread
 from postlab.plan.hypotheses import METRICS
+from postlab.plan.margins import default
 
 if TYPE_CHECKING:  # aggregate imports this module to decide a plan's hypotheses
     from postlab.analysis.aggregate import Analysis
 
 #: Family-wise error rate when a plan states none.
-DEFAULT_ALPHA = 0.05
+DEFAULT_ALPHA = default("hypotheses.alpha")
 
 
 # --- the decision rule ----------------------------------------------------------------------

@@ -42,7 +42,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-CONFIDENCE = 0.95
+from postlab.plan.margins import default
+
+CONFIDENCE = default("intervals.confidence")
 CROSSED_METHOD = ("seeds x questions, two-way random effects: variance of the mean = the seeds' "
                   "spread / S + max(0, MS_questions - MS_residual) / (S I), at least the "
                   "pooled binomial p(1-p)/N, Satterthwaite degrees of freedom; rates "

@@ -59,6 +59,17 @@ def register(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_monitor(data: dict) -> None:
+    """The hacking monitor's rule as the plan fixes it, computed now: the drift and threshold
+    a calibrated rule chooses for the plan's steps and batch, and what it promises."""
+    from postlab.analysis.aggregate import describe_rule, monitor_rule
+    from postlab.plan.arms import arm_specs, plan_contracts
+
+    strictest = plan_contracts(data)[0]
+    if any(spec.is_rl and spec.contract != strictest for spec in arm_specs(data)):
+        print(f"hacking monitor: {describe_rule(monitor_rule(data))}")
+
+
 def plan(args: argparse.Namespace) -> int:
     import json
 
@@ -74,6 +85,7 @@ def plan(args: argparse.Namespace) -> int:
         problems = validate_plan(parse_json(raw, str(args.path)))
         if not problems:
             print(f"{args.path}: valid plan (sha256 {sha256_hex(raw)})")
+            _print_monitor(parse_json(raw, str(args.path)))
             return 0
         for path, message in problems:
             print(f"{args.path}: {path}: {message}", file=sys.stderr)

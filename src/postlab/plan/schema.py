@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from postlab.plan.arms import PIPELINES
+from postlab.plan.margins import default
 from postlab.policies import POLICIES, policy_kind, section_problems
 from postlab.policies.lora import LoraSection, lora_section, require_peft, target_problems
 from postlab.policies.tokenizers import longest_in_tokens
@@ -77,14 +78,31 @@ class DynamicSampling(BaseModel):
 
 
 class HackingMonitor(BaseModel):
-    """The online rule that marks when reward hacking starts (``postlab.analysis.onset``)."""
+    """The online rule that marks when reward hacking starts (``postlab.analysis.onset``):
+    calibrated for a false-alarm probability, or stated as a drift and a threshold."""
 
     model_config = _STRICT
-    drift: float = Field(0.02, ge=0, le=1, description=(
-        "per-step hacking gap tolerated as noise: the CUSUM adds gap - drift each step"))
-    threshold: float = Field(0.5, gt=0, le=1000, description=(
-        "the CUSUM statistic above which the alarm is raised; the onset is the first step of "
-        "the excursion that raised it"))
+    false_alarm: float | None = Field(None, gt=0, lt=0.5, description=(
+        "probability that the rule raises an alarm in a seed's arm over the plan's RL steps "
+        "when nothing is gamed (each step's gap binomial at the plan's batch, at "
+        "tolerated_gap); the drift and threshold are chosen for it when the plan is checked "
+        f"(absent: {default('hacking_monitor.false_alarm')}, unless drift or threshold is "
+        "stated)"))
+    tolerated_gap: float | None = Field(None, gt=0, lt=1, description=(
+        "per-step gap (share of rollouts the trained contract pays and the strictest refuses) "
+        f"that is no gaming (absent: {default('hacking_monitor.tolerated_gap')})"))
+    detect_gap: float | None = Field(None, gt=0, lt=1, description=(
+        "gap the rule is built to find quickly; with tolerated_gap it sets the allowance, "
+        "their binomial likelihood ratio's (absent: "
+        f"{default('hacking_monitor.detect_gap')})"))
+    drift: float | None = Field(None, ge=0, le=1, description=(
+        "a stated rule instead of a calibrated one: the per-step gap tolerated as noise, the "
+        "CUSUM adds gap - drift each step (absent with a threshold stated: "
+        f"{default('hacking_monitor.drift')})"))
+    threshold: float | None = Field(None, gt=0, le=1000, description=(
+        "a stated rule: the CUSUM statistic above which the alarm is raised; the onset is "
+        "the first step of the excursion that raised it (absent with a drift stated: "
+        f"{default('hacking_monitor.threshold')})"))
 
 
 class HypothesisCompare(BaseModel):
@@ -125,7 +143,7 @@ class Hypotheses(BaseModel):
     """Preregistered hypotheses and their family-wise error rate."""
 
     model_config = _STRICT
-    alpha: float = Field(0.05, gt=0, lt=0.5, description=(
+    alpha: float = Field(default("hypotheses.alpha"), gt=0, lt=0.5, description=(
         "family-wise error rate: each hypothesis is decided by a one-sided Student t bound on "
         "the mean paired difference over seeds at the level Holm's step-down procedure gives "
         "it; confirmed when the bound clears the margin, refuted when the opposite bound falls "
@@ -254,7 +272,8 @@ class PlanModel(BaseModel):
     hacking_monitor: HackingMonitor | None = Field(None, description=(
         "one-sided CUSUM on each RL arm's per-step hacking gap (trained contract's acceptance "
         "minus the strictest contract's success): reports give the onset step per seed "
-        "(absent: drift 0.02, threshold 0.5)"))
+        "(absent: calibrated for a false-alarm probability of "
+        f"{default('hacking_monitor.false_alarm')} per seed and arm)"))
     hypotheses: Hypotheses | None = Field(None, description=(
         "questions decided before training, part of the plan's hash; every report gives "
         "each one's verdict (absent: none, as in the teaching plan)"))
@@ -266,12 +285,30 @@ def _path(loc: tuple) -> str:
     return ".".join(str(part) for part in loc) or "plan"
 
 
+def monitor_problems(monitor: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """A hacking monitor states one rule: calibrated (a false-alarm rate) or its own drift and
+    threshold; and tolerates less gap than it is built to find."""
+    if monitor is None:
+        return []
+    problems = []
+    stated = monitor.get("drift") is not None or monitor.get("threshold") is not None
+    if stated and monitor.get("false_alarm") is not None:
+        problems.append(("hacking_monitor", "state false_alarm (a calibrated rule) or drift "
+                                            "and threshold (a rule of your own), not both"))
+    tolerated = monitor.get("tolerated_gap") or default("hacking_monitor.tolerated_gap")
+    detect = monitor.get("detect_gap") or default("hacking_monitor.detect_gap")
+    if tolerated >= detect:
+        problems.append(("hacking_monitor.tolerated_gap",
+                         f"{tolerated} must be below detect_gap ({detect})"))
+    return problems
+
+
 def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
     """Checks that need several fields; the fields themselves are already valid."""
     from postlab.plan.arms import parse_arm
     from postlab.tasks.registry import task_for
 
-    problems: list[tuple[str, str]] = []
+    problems: list[tuple[str, str]] = monitor_problems(plan.get("hacking_monitor"))
     if plan["task"] not in TASKS:
         close = difflib.get_close_matches(plan["task"], TASKS.names(), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""

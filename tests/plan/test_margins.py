@@ -1,0 +1,48 @@
+"""Every equivalence margin and default threshold is written once, with its reason, in
+postlab.plan.margins; the code reads it from there and the README cites each one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from postlab.plan import margins
+from postlab.plan.margins import DEFAULTS, SETS, default
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def test_every_margin_and_default_says_why():
+    for group in [DEFAULTS, *SETS.values()]:
+        for name, margin in group.items():
+            assert len(margin.why.split()) >= 8, name
+
+
+def test_the_code_reads_its_defaults_from_the_file():
+    pytest.importorskip("scipy")
+    from postlab.analysis import coverage, equivalence, hypotheses, intervals
+    from postlab.analysis.aggregate import monitor_rule
+    from postlab.plan.frozen import teaching_plan
+    from postlab.plan.schema import Hypotheses, HackingMonitor
+
+    assert hypotheses.DEFAULT_ALPHA == default("hypotheses.alpha")
+    assert Hypotheses.model_fields["alpha"].default == default("hypotheses.alpha")
+    assert intervals.CONFIDENCE == default("intervals.confidence")
+    assert equivalence.LEVEL == default("equivalence.level")
+    assert coverage.VERDICT_MARGIN == default("coverage.verdict_margin")
+    assert coverage.VERDICT_LEVEL == default("coverage.verdict_level")
+    assert all(field.default is None for field in HackingMonitor.model_fields.values())
+    rule = monitor_rule(teaching_plan())
+    assert (rule.stated_false_alarm, rule.tolerated_gap, rule.detect_gap) == (
+        default("hacking_monitor.false_alarm"), default("hacking_monitor.tolerated_gap"),
+        default("hacking_monitor.detect_gap"))
+    half = monitor_rule(teaching_plan() | {"hacking_monitor": {"threshold": 1.0}})
+    assert half.drift == default("hacking_monitor.drift")
+    assert margins.values(margins.EQUIVALENCE)["coverage"] == 0.10
+
+
+def test_the_readme_cites_each_default_with_its_value():
+    assert "`postlab.plan.margins`" in README
+    for name, margin in DEFAULTS.items():
+        assert f"| `{name}` | {margin.value:g} |" in README, name
