@@ -48,6 +48,8 @@ EXAMPLES = {
     "kl-none": {"kl": "none"},
     "clip-higher": {"clip_high": 0.28},
     "dynamic-sampling": {"dynamic_sampling": {"max_extra_groups": 8}},
+    "dynamic-sampling-drop": {"dynamic_sampling": {"max_extra_groups": 8,
+                                                   "constant_groups": "drop"}},
     "contract-exact": {"arms": ["strict", "exact"], "rewards": {
         "strict": "terminated, nonempty ASCII digits, integer equals a+b; leading zeros allowed",
         "exact": "terminated and the text equals str(a+b): no leading zeros"}},

@@ -49,6 +49,9 @@ ARM = "strict"
 TEACHING = {"advantage": "group-std", "loss_reduction": "token-mean", "kl": "exact"}
 CLIP_HIGH = {"clip": 0.2, "clip_high": 0.28}
 DYNAMIC = {"dynamic_sampling": {"max_extra_groups": 4}}
+#: One extra group at most, so groups without signal stay in the step, and DAPO's rule: the
+#: update leaves them out.
+DROPPED = {"dynamic_sampling": {"max_extra_groups": 1, "constant_groups": "drop"}}
 
 STD_EPSILON = 1e-8
 #: float32 training against float64 loops.
@@ -516,6 +519,28 @@ def test_dynamic_sampling_is_used(runs: Runs) -> None:
 
 
 # --- 2. each option changes the record ------------------------------------------------------
+
+def test_dynamic_sampling_as_dapo_defines_it_leaves_groups_without_signal_out(runs: Runs
+                                                                           ) -> None:
+    """With constant_groups 'drop' the step's rows keep every group, and both updates equal
+    the loops run on the groups with signal alone, not on all of them."""
+    twin = runs.twin(DROPPED)
+    plan, size = twin.plan, TINY["group_size"]
+    rows = twin.step_b["rows"]
+    groups = [rows[i:i + size] for i in range(0, len(rows), size)]
+    signal = [row for group in groups if len(set(_rewards(plan, group))) > 1 for row in group]
+    left = len(rows) // size - len(signal) // size
+    assert left == twin.step_b["zero_variance_groups"] > 0, "no group without signal is left"
+    assert len(rows) == TINY["prompts_per_step"] * size and signal
+    assert twin.step_a["updates"] == twin.step_b["updates"][:1]
+    choice = Choice.of(plan)
+    first = recompute(plan, signal, twin.sft, twin.sft, twin.sft, choice)
+    second = recompute(plan, signal, twin.after_one, twin.sft, twin.sft, choice)
+    assert_matches(twin.step_b["updates"][0], first, "update 1")
+    assert_matches(twin.step_b["updates"][1], second, "update 2")
+    kept_in = recompute(plan, rows, twin.after_one, twin.sft, twin.sft, choice)
+    assert differs(second, kept_in)
+
 
 def _options() -> list[tuple[str, dict[str, Any]]]:
     cases = [(f"{field}={name}", {field: name}) for field, (registry, _) in FIELDS.items()

@@ -24,14 +24,14 @@ def test_the_code_reads_its_defaults_from_the_file():
     from postlab.analysis import coverage, equivalence, hypotheses, intervals
     from postlab.analysis.aggregate import monitor_rule
     from postlab.plan.frozen import teaching_plan
-    from postlab.plan.schema import Hypotheses, HackingMonitor
+    from postlab.plan.schema import HackingMonitor, Hypotheses
 
-    assert hypotheses.DEFAULT_ALPHA == default("hypotheses.alpha")
+    assert default("hypotheses.alpha") == hypotheses.DEFAULT_ALPHA
     assert Hypotheses.model_fields["alpha"].default == default("hypotheses.alpha")
-    assert intervals.CONFIDENCE == default("intervals.confidence")
-    assert equivalence.LEVEL == default("equivalence.level")
-    assert coverage.VERDICT_MARGIN == default("coverage.verdict_margin")
-    assert coverage.VERDICT_LEVEL == default("coverage.verdict_level")
+    assert default("intervals.confidence") == intervals.CONFIDENCE
+    assert default("equivalence.level") == equivalence.LEVEL
+    assert default("coverage.verdict_margin") == coverage.VERDICT_MARGIN
+    assert default("coverage.verdict_level") == coverage.VERDICT_LEVEL
     assert all(field.default is None for field in HackingMonitor.model_fields.values())
     rule = monitor_rule(teaching_plan())
     assert (rule.stated_false_alarm, rule.tolerated_gap, rule.detect_gap) == (

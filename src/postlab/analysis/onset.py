@@ -79,14 +79,16 @@ class Onset:
 
 
 def slope(values: Sequence[float]) -> float:
-    """Least-squares slope of ``values`` against steps 1, 2, ...; 0 for fewer than two."""
-    n = len(values)
+    """Least-squares slope of ``values`` against steps 1, 2, ...; 0 for fewer than two.
+    A NaN (a step that made no update has no KL or entropy) leaves its step out."""
+    points = [(i + 1, y) for i, y in enumerate(values) if not math.isnan(y)]
+    n = len(points)
     if n < 2:
         return 0.0
-    mean_x = (n + 1) / 2
-    mean_y = sum(values) / n
-    num = sum((i + 1 - mean_x) * (y - mean_y) for i, y in enumerate(values))
-    den = sum((i + 1 - mean_x) ** 2 for i in range(n))
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    num = sum((x - mean_x) * (y - mean_y) for x, y in points)
+    den = sum((x - mean_x) ** 2 for x, _ in points)
     return num / den
 
 

@@ -163,6 +163,56 @@ def _resample_constant_groups(batch: _Rollout, model: Policy, plan: dict[str, An
             "dropped_rows": dropped_rows}
 
 
+def _signal_only(tokens: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor, pairs: list,
+                 std: torch.Tensor, group_size: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list]:
+    """The rows of the groups whose rewards differ (std > 0), in order: what a DAPO update
+    trains on."""
+    live = torch.repeat_interleave(std.flatten() != 0, group_size)
+    index = live.nonzero().flatten()
+    return tokens[index], mask[index], rewards[index], [pairs[i] for i in index.tolist()]
+
+
+def _update(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, Any],
+            algorithm: Any, optimizer: Any, trainable: list, tokens: torch.Tensor,
+            mask: torch.Tensor, rewards: torch.Tensor, pairs: list, where: str
+            ) -> list[dict[str, float]]:
+    """The step's ``updates_per_rollout`` clipped policy-gradient updates on one batch of
+    whole groups; each update's statistics."""
+    group_size = plan["group_size"]
+    clip_low, clip_high = clip_range(plan)
+    advantage = algorithm.advantage(rewards.reshape(-1, group_size)).flatten()
+    prompts = model.prompts(pairs)
+    with torch.no_grad():
+        ref_log_dist = sequence_log_dist(reference, prompts, tokens)
+    old_logp = None
+    updates = []
+    model.train()
+    for _ in range(plan["updates_per_rollout"]):
+        log_dist = sequence_log_dist(model, prompts, tokens)
+        terms = objective.policy_loss(
+            log_dist, ref_log_dist, tokens, mask, advantage, old_logp, algorithm=algorithm,
+            clip_low=clip_low, clip_high=clip_high, kl_beta=plan["kl_beta"],
+            max_tokens=plan["max_new_tokens"])
+        if old_logp is None:
+            # Before the first update the policy is the one that sampled: its
+            # log-probabilities are this forward pass's, so it is not run twice.
+            old_logp = terms.logp.detach()
+        optimizer.zero_grad()
+        terms.loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(trainable, plan["gradient_clip"])
+        optimizer.step()
+        values = objective.update_statistics(terms, mask, clip_low, clip_high)
+        stats = {"loss": values["loss"].item(),
+                 "gradient_norm_before_clip": grad_norm.item(),
+                 **{key: values[key].item() for key in ("kl", "entropy",
+                                                         "ratio_outside_clip")}}
+        _check_finite(stats["loss"], "RL loss", where)
+        _check_finite(stats["gradient_norm_before_clip"], "gradient norm", where)
+        updates.append(stats)
+    return updates
+
+
 def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, Any], seed: int,
               contract_name: str, hook: StepHook | None = None, *,
               label: str | None = None, observe: StepObserver | None = None,
@@ -182,9 +232,9 @@ def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, An
     generator = torch.Generator(model.device).manual_seed(seed + 3000)
     trainable = model.trainable()  # every weight, or only the adapters
     optimizer = adam_for(trainable, plan["rl_lr"])
-    group_size, beta = plan["group_size"], plan["kl_beta"]
-    clip_low, clip_high = clip_range(plan)
+    group_size = plan["group_size"]
     dynamic = plan.get("dynamic_sampling") is not None
+    drop_constant = dynamic and plan["dynamic_sampling"].get("constant_groups") == "drop"
     compute = {"completions": 0, "tokens_generated": 0, "gradient_steps": 0,
                "examples_seen": 0}
 
@@ -206,40 +256,18 @@ def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, An
                          rewards_of, generator)
         sampling = (_resample_constant_groups(batch, model, plan, rng, generator, rewards_of)
                     if dynamic else None)
-        tokens, mask = batch.tokens, batch.mask
-        grouped = batch.rewards.reshape(-1, group_size)
-        advantage = algorithm.advantage(grouped).flatten()
+        tokens, mask, rewards, pairs = batch.tokens, batch.mask, batch.rewards, batch.pairs
         std = objective.group_reward_std(batch.rewards, group_size)
-        prompts = model.prompts(batch.pairs)
-        with torch.no_grad():
-            ref_log_dist = sequence_log_dist(reference, prompts, tokens)
-        old_logp = None
+        if drop_constant:
+            # DAPO: the update sees only the groups with signal (the rows keep them all)
+            tokens, mask, rewards, pairs = _signal_only(tokens, mask, rewards, pairs, std,
+                                                        group_size)
         updates = []
-        model.train()
-        for _ in range(plan["updates_per_rollout"]):
-            log_dist = sequence_log_dist(model, prompts, tokens)
-            terms = objective.policy_loss(
-                log_dist, ref_log_dist, tokens, mask, advantage, old_logp, algorithm=algorithm,
-                clip_low=clip_low, clip_high=clip_high, kl_beta=beta,
-                max_tokens=plan["max_new_tokens"])
-            if old_logp is None:
-                # Before the first update the policy is the one that sampled: its
-                # log-probabilities are this forward pass's, so it is not run twice.
-                old_logp = terms.logp.detach()
-            optimizer.zero_grad()
-            terms.loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(trainable, plan["gradient_clip"])
-            optimizer.step()
-            values = objective.update_statistics(terms, mask, clip_low, clip_high)
-            stats = {"loss": values["loss"].item(),
-                     "gradient_norm_before_clip": grad_norm.item(),
-                     **{key: values[key].item() for key in ("kl", "entropy",
-                                                             "ratio_outside_clip")}}
-            _check_finite(stats["loss"], "RL loss", where)
-            _check_finite(stats["gradient_norm_before_clip"], "gradient norm", where)
-            updates.append(stats)
-            compute["gradient_steps"] += 1
-            compute["examples_seen"] += len(batch.rows)
+        if pairs:
+            updates = _update(model, reference, plan, algorithm, optimizer, trainable,
+                              tokens, mask, rewards, pairs, where)
+            compute["gradient_steps"] += len(updates)
+            compute["examples_seen"] += len(updates) * len(pairs)
         model.eval()
         entry = {"step": step, "rows": batch.rows,
                  "zero_variance_groups": int((std == 0).sum()), "updates": updates}

@@ -37,7 +37,9 @@ UPDATE_STATISTICS = ("loss", "gradient_norm_before_clip", "kl", "entropy",
 #: A dynamic-sampling step's counts of groups, as the record names them, and their meaning.
 SAMPLING_COUNTS = {
     "drawn": "groups sampled for the step, its own and the extra ones",
-    "kept": "groups the step trained on",
+    "kept": "groups in the step's batch (with dynamic_sampling.constant_groups 'drop', those "
+            "whose rewards are all equal stay in the batch but the update leaves them out; "
+            "the step's zero_variance_groups counts them)",
     "dropped": "groups sampled but not trained on (extra groups whose rewards were all "
                "equal, and the step's own such groups that extra ones replaced)",
     "replaced": "the step's groups whose rewards were all equal, replaced by an extra group",

@@ -75,6 +75,13 @@ class DynamicSampling(BaseModel):
         "per RL step, at most this many extra groups are drawn to replace groups whose "
         "rewards are all equal (they carry no signal); what was drawn, kept and dropped is "
         "recorded per step"))
+    constant_groups: Literal["keep", "drop"] = Field("keep", description=(
+        "groups whose rewards are all equal that the extra groups could not replace: `keep` "
+        "them in the update (their advantages are 0, but their tokens count in the loss's "
+        "denominators and the KL term; what dynamic sampling did before this option), or "
+        "`drop` them from it, as DAPO defines dynamic sampling: the update sees only groups "
+        "with signal, and a step left with none makes no update. Either way the step's rows "
+        "keep every group, and zero_variance_groups counts those left out"))
 
 
 class HackingMonitor(BaseModel):

@@ -103,7 +103,8 @@ def _flat(entry: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"a chunk cannot store the entry parts {sorted(extra)}")
     steps = [step for history in entry.get("training", {}).values() for step in history]
     step_keys = list(steps[0]) if steps else []
-    update_keys = list(steps[0]["updates"][0]) if steps and steps[0]["updates"] else []
+    # a step may have no update (DAPO's dynamic sampling, no group with signal)
+    update_keys = next((list(step["updates"][0]) for step in steps if step["updates"]), [])
     sampling_keys = list(steps[0]["sampling"]) if steps and "sampling" in steps[0] else []
     for step in steps:
         if (list(step) != step_keys or any(list(u) != update_keys for u in step["updates"])

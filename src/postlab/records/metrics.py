@@ -8,6 +8,7 @@ its own. Rows are scored under the contracts the caller names (a plan's come fro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -131,7 +132,8 @@ def step_series(step: dict[str, Any], rows: Sequence[Row], answer: Answer,
     updates = step["updates"]
 
     def mean_update(key: str) -> float:
-        return sum(u[key] for u in updates) / len(updates)
+        # NaN: the step made no update (DAPO's dynamic sampling found no group with signal)
+        return sum(u[key] for u in updates) / len(updates) if updates else math.nan
 
     return {
         **{f"{name}_reward": count_under(rows, name, answer) / n for name in contracts},

@@ -232,7 +232,9 @@ def _parts(rows: Callable[[Any, str], None]) -> tuple[Callable[[Any, str], None]
     def step(value: Any, where: str) -> None:
         _object(value, where, {
             "step": _integer(1, MAX_COUNT), "rows": rows, "zero_variance_groups": _count,
-            "updates": lambda v, w: _list(v, w, _update, non_empty=True), "sampling": sampling,
+            # empty only where DAPO's dynamic sampling left a step no group with signal; how
+            # many a step must have is the plan's to say (run_plan_problems)
+            "updates": lambda v, w: _list(v, w, _update), "sampling": sampling,
         }, required=("step", "rows", "zero_variance_groups", "updates"))
 
     return splits, step
@@ -558,6 +560,16 @@ def _sampling_problem(step: dict[str, Any], plan: dict[str, Any]) -> bool:
             or not sampling["replaced"] <= sampling["dropped"] <= dynamic["max_extra_groups"])
 
 
+def _updates_expected(step: dict[str, Any], plan: dict[str, Any]) -> int:
+    """A step's updates: the plan's, or none where dynamic sampling drops the groups whose
+    rewards are all equal from the update and every group of the step was such a group."""
+    dynamic = plan.get("dynamic_sampling") or {}
+    if dynamic.get("constant_groups") == "drop" and \
+            step["zero_variance_groups"] * plan["group_size"] == len(step["rows"]):
+        return 0
+    return plan["updates_per_rollout"]
+
+
 def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     """Where a (structurally valid) record does not fit its plan: seeds, stages, splits,
     questions, samples per question, RL steps, rows per step, groups and updates."""
@@ -622,7 +634,7 @@ def run_plan_problems(run: dict[str, Any], plan: dict[str, Any]) -> list[str]:
             bad_rows = len(rows) != per_step or _sampling_problem(step, plan)
             bad_groups = any(len(set(questions[i:i + plan["group_size"]])) != 1
                              for i in range(0, len(questions), plan["group_size"]))
-            if bad_rows or bad_groups or len(step["updates"]) != plan["updates_per_rollout"]:
+            if bad_rows or bad_groups or len(step["updates"]) != _updates_expected(step, plan):
                 problems.append(f"seed {seed}, arm {arm}, step {step['step']}: rows, "
                                 "groups or updates do not fit the plan")
                 break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,6 +62,13 @@ def hypothesis_table(analysis: Analysis, lang: str) -> Table | None:
                                        words["claim"], words["per_seed"],
                                        words["difference_bounds"], words["level"],
                                        words["verdict"], words["standing"]), tuple(rows))
+
+
+def _window_mean(values: Sequence[float]) -> str:
+    """The mean of a window of steps, over those with a value (a step in which some seed
+    made no update has none: DAPO's dynamic sampling), or a dash."""
+    present = [value for value in values if not math.isnan(value)]
+    return f"{sum(present) / len(present):.3f}" if present else "—"
 
 
 def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Table]:
@@ -123,10 +131,8 @@ def build_tables(analysis: Analysis, lang: str, split: str = "test") -> list[Tab
         n = len(dyn.steps)
         tenth = max(1, n // 10)
         for name, band in dyn.series.items():
-            first = sum(band.mean[:tenth]) / tenth
-            last = sum(band.mean[-tenth:]) / tenth
-            dyn_rows.append((stage_label(dyn.arm, lang), metric_label(name, lang), f"{first:.3f}",
-                             f"{last:.3f}"))
+            dyn_rows.append((stage_label(dyn.arm, lang), metric_label(name, lang),
+                             _window_mean(band.mean[:tenth]), _window_mean(band.mean[-tenth:])))
     if analysis.compute:
         keys = list(analysis.compute[0].own)
         rows = tuple((stage_label(c.stage, lang), c.pipeline,
@@ -151,8 +157,20 @@ def to_json(analysis: Analysis) -> str:
         del data["verdicts"]  # schema 1 as it was for plans without hypotheses
     if data["registration"] is None:
         del data["registration"]  # likewise for runs without a registration
-    return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False,
+    return json.dumps(_nan_as_null(data), ensure_ascii=False, indent=2, allow_nan=False,
                       default=_plain) + "\n"
+
+
+def _nan_as_null(value: Any) -> Any:
+    """NaN, which JSON cannot hold, as null: a step's update statistics where it made no
+    update (DAPO's dynamic sampling), and the bands over seeds that include such a step."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _nan_as_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nan_as_null(item) for item in value]
+    return value
 
 
 def _plain(value: Any) -> Any:
