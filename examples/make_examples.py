@@ -59,6 +59,15 @@ EXAMPLES = {
         # 80 RL steps x 2 updates = 160 gradient steps; the SFT-only arm gets as many.
         {"name": "sft-more", "pipeline": "sft-only", "sft_steps": 160},
     ]},
+    "arms-demonstrations": {"arms": [
+        {"name": "sft-then-rl", "pipeline": "sft-then-rl", "contract": "strict"},
+        {"name": "rl-only", "pipeline": "rl-only", "contract": "strict"},
+        {"name": "sft-more", "pipeline": "sft-only", "sft_steps": 160},
+        # the SFT again from the same weights, as many steps and demonstrations, chosen by
+        # difficulty (answer 9: random against by-difficulty selection)
+        {"name": "easiest-first", "pipeline": "sft-selected", "selection": "easiest-first"},
+        {"name": "hardest-only", "pipeline": "sft-selected", "selection": "hardest-only"},
+    ]},
     "task-multi-digit-addition": {"task": "multi_digit_addition", "operand_digits": 2,
                                   "split": multi_digit_split(), "max_new_tokens": 4,
                                   "hidden": 64, "sft_steps": 400},

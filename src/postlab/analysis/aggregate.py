@@ -548,6 +548,7 @@ class _ComputeSums:
 
     def __init__(self, plan: dict[str, Any], stages: tuple[str, ...]) -> None:
         self.pipelines = {arm.name: arm.pipeline for arm in arm_specs(plan)}
+        self.from_untrained = {arm.name for arm in arm_specs(plan) if arm.from_untrained}
         self.stages = stages
         self.sums: dict[str, list[list[int]]] | None = None
         self.keys: dict[str, list[str]] = {}
@@ -577,7 +578,7 @@ class _ComputeSums:
         result = []
         for stage in self.stages:
             own = mean(stage)
-            starts_from_sft = stage != "initial" and self.pipelines.get(stage) != "rl-only"
+            starts_from_sft = stage != "initial" and stage not in self.from_untrained
             base = mean("initial") if starts_from_sft else {}
             total = {k: own[k] + (base[k] if starts_from_sft else 0) for k in own}
             result.append(Compute(stage=stage, pipeline=self.pipelines.get(stage, "sft"),

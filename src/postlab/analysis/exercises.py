@@ -136,11 +136,14 @@ def exercise_9(analysis: Any, plan: dict[str, Any], split: str = "test") -> Exer
     without SFT. One row per stage: its pipeline, its compute including the SFT it starts
     from, and held-out results with 95% intervals over seeds (change from SFT paired by seed).
     """
+    from postlab.plan.arms import arm_specs
+
     first = analysis.contracts[0]
     compute = {c.stage: c for c in analysis.compute}
+    rules = {arm.name: arm.selection for arm in arm_specs(plan) if arm.selection}
     values: dict[str, Any] = {}
     lines = [f"held-out {split} split, {len(analysis.seeds)} seeds; compute includes the SFT "
-             "a stage starts from; intervals: Student t over seeds, 95%"]
+             "a stage starts from; 95% intervals over seeds and questions"]
     lines.append(f"{'stage':14s} {'pipeline':12s} {'grad steps':>10s} {'completions':>11s}  "
                  f"{'sampled success':22s} {'change from SFT':24s} coverage")
     for stage in analysis.stages:
@@ -148,10 +151,14 @@ def exercise_9(analysis: Any, plan: dict[str, Any], split: str = "test") -> Exer
         cover = analysis.outcome(stage, split, "sampled", "coverage")
         cost = compute.get(stage)
         pipeline = cost.pipeline if cost else "?"
+        if stage in rules:
+            pipeline = rules[stage]  # an sft-selected arm: its demonstration rule
         steps = cost.total["gradient_steps"] if cost else float("nan")
         completions = cost.total["completions"] if cost else float("nan")
         change = success.change_from_sft
-        values[stage] = {"pipeline": pipeline, "gradient_steps": steps,
+        values[stage] = {"pipeline": cost.pipeline if cost else "?",
+                         "selection": rules.get(stage, "random" if stage == "initial" else None),
+                         "gradient_steps": steps,
                          "completions": completions, "success": success.value.mean,
                          "success_low": success.value.low, "success_high": success.value.high,
                          "change": change.mean if change else None,
@@ -164,7 +171,13 @@ def exercise_9(analysis: Any, plan: dict[str, Any], split: str = "test") -> Exer
     lines.append("read: an RL arm beats the SFT-only arm with as many gradient steps only if "
                  "its change from SFT exceeds the SFT-only arm's; RL only shows what reward "
                  "alone teaches from untrained weights")
-    return Exercise(9, "ablations at matched compute: SFT only, RL only, SFT then RL",
+    if rules:
+        lines.append("an arm named by its demonstration rule (easiest-first, hardest-only) is "
+                     "the SFT again from the same untrained weights, with as many steps and "
+                     "demonstrations, chosen by that rule: its change from SFT is the "
+                     "selection's effect against random demonstrations, paired by seed")
+    return Exercise(9, "ablations at matched compute: SFT only, RL only, SFT then RL, and "
+                       "demonstrations chosen by difficulty",
                     values, lines)
 
 
@@ -248,10 +261,12 @@ def _exercise_9_on_run(record: dict[str, Any], plan: dict[str, Any], folder: Any
     from postlab.plan.arms import arm_specs
 
     pipelines = {arm.pipeline for arm in arm_specs(plan)}
-    if not {"sft-only", "sft-then-rl"} <= pipelines:
+    if not ({"sft-only", "sft-then-rl"} <= pipelines or "sft-selected" in pipelines):
         raise UserError(f"{folder}: answer 9 compares an sft-only arm with an sft-then-rl arm "
-                        "(and rl-only if present); this run's arms are "
-                        f"{', '.join(sorted(pipelines))} (see examples/arms-pipelines.json)")
+                        "(and rl-only if present), or demonstrations chosen by difficulty "
+                        "(an sft-selected arm) with the random ones of the SFT; this run's arms "
+                        f"are {', '.join(sorted(pipelines))} (see examples/arms-pipelines.json "
+                        "and examples/arms-demonstrations.json)")
     return exercise_9(analyse(record, plan), plan)
 
 

@@ -61,9 +61,10 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
     torch.manual_seed(seed)
     model = build_policy(plan)
     parameters = model.parameter_count()
-    # RL-only arms start from the untrained weights, so keep them before SFT changes them.
+    # RL-only and sft-selected arms start from the untrained weights, so keep them before
+    # SFT changes them.
     untrained = copy.deepcopy(model.state_dict()) if any(
-        arm.pipeline == "rl-only" for arm in arm_specs(plan)) else None
+        arm.from_untrained for arm in arm_specs(plan)) else None
     place_policy(model, device)  # after the CPU initialisation, so it is the same everywhere
     total = plan["sft_steps"]
 
@@ -89,7 +90,7 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
              log: tuple[str, ...] = ()) -> dict[str, Any]:
     arm = next(a for a in arm_specs(plan) if a.name == arm_name)
     start = build_policy(plan)
-    if arm.pipeline == "rl-only":
+    if arm.from_untrained:
         start.load_state_dict(sft["untrained_state_dict"])
     else:
         start.load_state_dict(sft["state_dict"])
@@ -111,6 +112,15 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
             result["sft_loss"] = supervised(model, plan, seed, sft_hook if log else None,
                                             steps=arm.sft_steps, rng_offset=5000)
             result["compute"] = sft_compute(plan, arm.sft_steps)
+        elif arm.pipeline == "sft-selected":
+            # the seed's SFT again from the same weights and random stream, the
+            # demonstrations chosen by the arm's rule: with "random" it is that SFT, bit for
+            # bit, so any difference is the selection's
+            model = start
+            result["sft_loss"] = supervised(
+                model, plan, seed, (lambda step, loss: logs.scalars(step, {SFT_LOSS_TAG: loss}))
+                if log else None, selection=arm.selection or "random")
+            result["compute"] = sft_compute(plan, plan["sft_steps"])
         else:
             reference = start.reference_policy()
             total = plan["rl_steps"]
@@ -188,7 +198,7 @@ class ArmTask:
     def __call__(self, emit: Emit) -> dict[StageKey, dict[str, Any]]:
         spec = next(a for a in arm_specs(self.plan) if a.name == self.arm)
         start: dict[str, Any] = {}
-        if spec.pipeline == "rl-only":
+        if spec.from_untrained:
             start["untrained_state_dict"] = untrained_weights(self.plan, self.seed)
         else:
             path = self.out_dir / self.initial.file

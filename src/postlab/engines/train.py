@@ -30,6 +30,7 @@ from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
 from postlab.tasks.contracts import CONTRACTS, score
 from postlab.tasks.registry import task_for
 from postlab.tasks.rows import Row
+from postlab.tasks.selection import SELECTIONS, order
 
 #: Called after each RL step with (step, rollout rows); used for progress display.
 StepHook = Callable[[int, list], None]
@@ -54,17 +55,20 @@ def sequence_log_dist(model: Policy, prompts: torch.Tensor,
 
 def supervised(model: Policy, plan: dict[str, Any], seed: int,
                hook: Callable[[int, float], None] | None = None, *, steps: int | None = None,
-               rng_offset: int = 1000) -> list[float]:
-    """Teacher-forced cross-entropy on train pairs; returns the loss of every step."""
+               rng_offset: int = 1000, selection: str = "random") -> list[float]:
+    """Teacher-forced cross-entropy on train pairs, drawn each step by the demonstration
+    ``selection`` rule (:mod:`postlab.tasks.selection`); returns the loss of every step."""
     rng = random.Random(seed + rng_offset)
     optimizer = adam_for(model.parameters(), plan["sft_lr"])
     task = task_for(plan)
-    train_pairs = plan["split"]["train"]
+    split = order(plan["split"]["train"], task.difficulty, selection)
+    choose = SELECTIONS[selection]
     tokenizer = model.tokenizer
     pad = tokenizer.pad_id
     losses = []
-    for step in range(plan["sft_steps"] if steps is None else steps):
-        pairs = rng.choices(train_pairs, k=plan["sft_batch"])
+    total = plan["sft_steps"] if steps is None else steps
+    for step in range(total):
+        pairs = choose(split, rng, step, total, plan["sft_batch"])
         targets = [[*tokenizer.encode(task.demonstration(pair)), tokenizer.eos_id]
                    for pair in pairs]
         width = max(map(len, targets))

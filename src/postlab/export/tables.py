@@ -136,8 +136,8 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
           for count, meaning in SAMPLING_COUNTS.items()))),
     TableSpec("sft_losses", "one SFT step's loss", (
         _SEED,
-        Column("stage", "string", "initial (the SFT every arm starts from) or an sft-only "
-                                  "arm's extra SFT"),
+        Column("stage", "string", "initial (the SFT every arm starts from), an sft-only "
+                                  "arm's extra SFT, or an sft-selected arm's own SFT"),
         Column("step", "int64", "the SFT step, from 1"),
         Column("loss", "float64", "the step's cross-entropy loss"))),
     TableSpec("summary", "one seed, stage, split and decoding, as summary.json holds it, under "

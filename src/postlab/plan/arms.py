@@ -14,26 +14,44 @@ PIPELINES = {
     "sft-then-rl": "RL from the SFT model, with the SFT model as the KL reference",
     "rl-only": "RL from the initial (untrained) model, with that model as the KL reference",
     "sft-only": "more SFT steps from the SFT model, no RL (a demonstration-only baseline)",
+    "sft-selected": "SFT from the untrained weights with as many steps and demonstrations as "
+                    "the plan's SFT, chosen by the arm's `selection` rule instead of at random "
+                    "(random against by-difficulty selection at matched data and compute)",
 }
+#: Pipelines that train no RL: their stage is SFT.
+SFT_PIPELINES = ("sft-only", "sft-selected")
 
 
 @dataclass(frozen=True)
 class Arm:
     name: str
     pipeline: str
-    contract: str | None  # the reward contract RL trains on; None for sft-only
+    contract: str | None  # the reward contract RL trains on; None for the SFT pipelines
     sft_steps: int | None  # extra SFT steps of an sft-only arm
+    selection: str | None = None  # an sft-selected arm's demonstration rule
 
     @property
     def is_rl(self) -> bool:
-        return self.pipeline != "sft-only"
+        return self.pipeline not in SFT_PIPELINES
+
+    @property
+    def from_untrained(self) -> bool:
+        """Whether the arm starts from the untrained weights (not from the SFT model)."""
+        return self.pipeline in ("rl-only", "sft-selected")
+
+    def own_sft_steps(self, plan: dict[str, Any]) -> int:
+        """SFT steps the arm trains itself: an sft-only arm's extra ones, an sft-selected
+        arm's (the plan's, matched), none for an RL arm."""
+        if self.pipeline == "sft-selected":
+            return plan["sft_steps"]
+        return self.sft_steps or 0
 
 
 def parse_arm(entry: str | dict[str, Any]) -> Arm:
     if isinstance(entry, str):
         return Arm(name=entry, pipeline="sft-then-rl", contract=entry, sft_steps=None)
     return Arm(name=entry["name"], pipeline=entry["pipeline"], contract=entry.get("contract"),
-               sft_steps=entry.get("sft_steps"))
+               sft_steps=entry.get("sft_steps"), selection=entry.get("selection"))
 
 
 def arm_specs(plan: dict[str, Any]) -> list[Arm]:

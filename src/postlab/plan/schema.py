@@ -23,6 +23,8 @@ from postlab.policies.tokenizers import longest_in_tokens
 from postlab.rl.algorithms import REGISTRIES, TEACHING_ALIASES
 from postlab.tasks.contracts import CONTRACTS, contract_answers
 from postlab.tasks.registry import TASKS
+from postlab.tasks.selection import DESCRIPTIONS as SELECTION_WORDS
+from postlab.tasks.selection import SELECTIONS
 
 
 def _options(field: str) -> str:
@@ -58,13 +60,16 @@ class ArmSpec(BaseModel):
     model_config = _STRICT
     name: Name = Field(description="stage name in the record, reports and checkpoint file "
                                    "names: letters, digits, '_', '.', '-'")
-    pipeline: Literal["sft-then-rl", "rl-only", "sft-only"] = Field(
+    pipeline: Literal["sft-then-rl", "rl-only", "sft-only", "sft-selected"] = Field(
         description="; ".join(f"`{k}`: {v}" for k, v in PIPELINES.items())
         + " (compare them at matched compute: answer 9)")
     contract: str | None = Field(None, description="reward contract RL trains on (RL "
                                                    "pipelines only)")
     sft_steps: int | None = Field(None, ge=1, le=1_000_000,
                                   description="extra SFT steps (sft-only pipeline only)")
+    selection: str | None = Field(None, description=(
+        "how an sft-selected arm chooses its demonstrations (sft-selected only): "
+        + "; ".join(f"`{k}`: {v}" for k, v in SELECTION_WORDS.items())))
 
 
 class DynamicSampling(BaseModel):
@@ -380,6 +385,16 @@ def cross_field_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
                                     f"contracts: {', '.join(fitting)})"))
         if arm.pipeline == "sft-only" and (arm.contract is not None or arm.sft_steps is None):
             problems.append((where, "an sft-only arm takes sft_steps and no contract"))
+        if arm.pipeline == "sft-selected" and (arm.contract is not None or
+                                               arm.sft_steps is not None):
+            problems.append((where, "an sft-selected arm takes a selection, no contract and "
+                                    "no sft_steps (it trains the plan's sft_steps)"))
+        if (arm.pipeline == "sft-selected") != (arm.selection is not None):
+            problems.append((where, "a selection goes with the sft-selected pipeline, and "
+                                    "that pipeline needs one"))
+        elif arm.selection is not None and arm.selection not in SELECTIONS:
+            problems.append((f"{where}.selection", f"unknown selection {arm.selection!r}; "
+                                                   f"known: {', '.join(SELECTIONS.names())}"))
         if arm.is_rl and (arm.contract is None or arm.sft_steps is not None):
             problems.append((where, "an RL arm takes a contract and no sft_steps"))
     if len(set(names)) != len(names) or "initial" in names:

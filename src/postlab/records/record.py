@@ -611,8 +611,8 @@ def run_plan_problems(run: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     if "compute" in run and list(run["compute"]) != stages:
         problems.append(f"seed {seed}: compute for stages {list(run['compute'])}, "
                         f"expected {stages}")
-    sft_only = {arm.name: arm.sft_steps for arm in arm_specs(plan)
-                if arm.pipeline == "sft-only"}
+    sft_only = {arm.name: arm.own_sft_steps(plan) for arm in arm_specs(plan)
+                if not arm.is_rl}
     extra_sft = run.get("arm_sft_loss", {})
     if list(extra_sft) != list(sft_only) or any(
             len(extra_sft[name]) != steps for name, steps in sft_only.items()):

@@ -34,6 +34,11 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
         "pipeline_sft-then-rl": "SFT then RL on the {contract} contract",
         "pipeline_rl-only": "RL only (from the untrained model) on the {contract} contract",
         "pipeline_sft-only": "SFT only ({steps} more steps)",
+        "pipeline_sft-selected": "SFT from the untrained model, as many steps and "
+                                 "demonstrations as the plan's SFT, chosen {selection}",
+        "selection_easiest-first": "easiest first (a growing pool)",
+        "selection_hardest-only": "from the hardest half only",
+        "selection_random": "at random",
         "evaluation_value": "greedy and {samples} samples per question; judged by {contracts}",
         "plan_value": "version {version}, frozen {date}, sha256 {sha}",
         "when_value": "plan frozen {date}; record file last modified {written}",
@@ -72,6 +77,10 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
         "pipeline_sft-then-rl": "先 SFT，再按{contract}契约做 RL",
         "pipeline_rl-only": "只做 RL（从未训练的模型开始），按{contract}契约",
         "pipeline_sft-only": "只做 SFT（再训练 {steps} 步）",
+        "pipeline_sft-selected": "从未训练的模型做 SFT，步数与示范数同计划的 SFT，示范{selection}",
+        "selection_easiest-first": "由易到难（逐步扩大的题池）",
+        "selection_hardest-only": "只取最难的一半",
+        "selection_random": "随机选取",
         "evaluation_value": "每个问题贪心一次、采样 {samples} 次；按 {contracts} 判定",
         "plan_value": "第 {version} 版，{date} 冻结，sha256 {sha}",
         "when_value": "计划 {date} 冻结；记录文件最后修改于 {written}",
@@ -131,8 +140,10 @@ def overview_rows(plan: dict[str, Any], record: dict[str, Any], written: str | N
                        for name, pairs in plan["split"].items())
     arms = []
     for arm in arm_specs(plan):
+        selection = words.get(f"selection_{arm.selection}", arm.selection or "")
         pipeline = words[f"pipeline_{arm.pipeline}"].format(contract=arm.contract,
-                                                            steps=arm.sft_steps)
+                                                            steps=arm.sft_steps,
+                                                            selection=selection)
         arms.append(words["arm_value"].format(name=arm.name, pipeline=pipeline))
     clip = f"{plan['clip']:g}" + (f"/{plan['clip_high']:g}" if plan.get("clip_high") else "")
     options = [plan["advantage"], plan["loss_reduction"], plan["kl"]]

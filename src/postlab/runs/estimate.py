@@ -225,7 +225,7 @@ def estimate_counts(plan: dict[str, Any]) -> ComputeEstimate:
     evaluations = seeds * stages * 2 * per_evaluation
     rl_completions = seeds * rl_arms * plan["rl_steps"] * (per_step + extra)
     completions = rl_completions + evaluations
-    sft_steps = seeds * (plan["sft_steps"] + sum(a.sft_steps or 0 for a in arms if not a.is_rl))
+    sft_steps = seeds * (plan["sft_steps"] + sum(a.own_sft_steps(plan) for a in arms))
     rl_updates = seeds * rl_arms * plan["rl_steps"] * plan["updates_per_rollout"]
     # the record keeps every rollout (dropped groups included) and one evaluation per stage;
     # a run holds one seed's entry until it is written into a chunk, never the whole record
@@ -629,7 +629,7 @@ def _work_parts(plan: dict[str, Any], calibration: Calibration) -> dict[str, flo
     stages = 1 + len(arms)
     seeds = len(plan["seeds"])
     checkpoint = shape["parameters"] * FLOAT_BYTES * 3 / CHECKPOINT_BYTES_PER_SECOND
-    sft_steps = plan["sft_steps"] + sum(arm.sft_steps or 0 for arm in arms if not arm.is_rl)
+    sft_steps = plan["sft_steps"] + sum(arm.own_sft_steps(plan) for arm in arms)
     rl_steps = plan["rl_steps"] * sum(arm.is_rl for arm in arms)
     # each seed's rows are written once, into a chunk (record.json is a small manifest)
     writing = c.write_seconds * estimate_counts(plan).record_rows

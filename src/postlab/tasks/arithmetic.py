@@ -51,6 +51,21 @@ class Task:
         """The answer's decimal form, as SFT teaches it (EOS follows)."""
         return str(self.answer(pair))
 
+    def difficulty(self, pair: Sequence[int]) -> tuple[float, ...]:
+        """Carries, then the answer's digits: 7+8 (one carry, two digits) is harder than 2+3,
+        and 45+55 (two carries) harder than 45+51 (none). A product counts its digits only
+        (carries of long multiplication are not what a one-step table lookup meets)."""
+        a, b = pair
+        digits = len(str(self.answer(pair)))
+        if self.symbol != "+":
+            return (0.0, float(digits))
+        carries, carry = 0, 0
+        while a or b:
+            carry = 1 if a % 10 + b % 10 + carry >= 10 else 0
+            carries += carry
+            a, b = a // 10, b // 10
+        return (float(carries), float(digits))
+
     def prompt(self, pair: Sequence[int]) -> str:
         """Operands zero-padded to a fixed width, so every prompt has the same length."""
         width = self.operand_digits

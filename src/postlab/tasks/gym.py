@@ -214,6 +214,17 @@ class GymTask:
     def demonstration(self, key: Sequence[int]) -> str:
         return demonstration_of(self.item(key))
 
+    def difficulty(self, key: Sequence[int]) -> tuple[float, ...]:
+        """The item's own values of its dataset's difficulty settings (reasoning-gym's
+        ``metadata["difficulty"]`` names them, e.g. chain_sum's ``num_terms`` and
+        ``num_digits``), in the settings' name order; () where the dataset names none, so
+        every item is as hard as every other."""
+        metadata = self.item(key).entry.get("metadata", {})
+        settings = sorted(metadata.get("difficulty", {}))
+        return tuple(float(metadata[name]) for name in settings
+                     if isinstance(metadata.get(name), int | float)
+                     and not isinstance(metadata.get(name), bool))
+
     @functools.cached_property
     def answer_characters(self) -> str:
         """Every character of every demonstration: what the policy may write."""

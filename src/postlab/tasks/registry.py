@@ -54,6 +54,10 @@ class Task(Protocol):
     def demonstration(self, key: Key) -> str:
         """The SFT target for the question, before EOS."""
 
+    def difficulty(self, key: Key) -> tuple[float, ...]:
+        """How hard the question is, compared as a tuple (larger: harder), for choosing SFT
+        demonstrations by difficulty (:mod:`postlab.tasks.selection`)."""
+
     def plan_problems(self, plan: Mapping[str, Any]) -> list[tuple[str, str]]:
         """Problems of the plan's split and task fields, as (field path, message)."""
 

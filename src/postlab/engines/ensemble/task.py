@@ -60,6 +60,9 @@ def problems(plan: dict[str, Any]) -> list[str]:
                      "--engine exact)")
     if plan.get("dynamic_sampling"):
         found.append("dynamic_sampling (its resampling loop is per model; use --engine exact)")
+    if any(arm.pipeline == "sft-selected" for arm in arm_specs(plan)):
+        found.append("sft-selected arms (demonstrations chosen by difficulty are drawn from "
+                     "the plan's random stream per model; use --engine exact)")
     if plan.get("precision") == "bf16":
         found.append("precision bf16 (the ensemble engine computes in float32)")
     if plan["threads"] > 1:
