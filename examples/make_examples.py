@@ -111,6 +111,12 @@ HYPOTHESES = {"alpha": 0.05, "tests": [
 #: Versions of the whole teaching plan (not shortened): their questions are about it.
 TEACHING_EXAMPLES = {"hypotheses": {"hypotheses": HYPOTHESES}}
 
+#: A sweep (not a plan): kl_beta at three values on the shortened teaching plan, two seeds,
+#: for `postlab sweep examples/sweeps/kl-beta.json --out-dir sweeps/kl`.
+SWEEP_BASE = "sweeps/fast-teaching"
+SWEEPS = {"sweeps/kl-beta": {"base": "fast-teaching.json", "seeds": [1, 2],
+                             "grid": {"kl_beta": [0.0, 0.03, 0.1]}}}
+
 #: The same questions on their own, for a report of the bundled teaching run, which was trained
 #: before they were written: ``postlab report --hypotheses examples/hypotheses/teaching.json``
 #: decides them as exploratory.
@@ -125,6 +131,11 @@ def main() -> None:
         print(f"wrote examples/{name}.json")
     for name, changes in TEACHING_EXAMPLES.items():
         freeze(HERE / f"{name}.json", derive_plan(teaching, settings(changes), DATE))
+        print(f"wrote examples/{name}.json")
+    freeze(HERE / f"{SWEEP_BASE}.json", derive_plan(teaching, settings(FAST), DATE))
+    print(f"wrote examples/{SWEEP_BASE}.json")
+    for name, sweep in SWEEPS.items():
+        publish_bytes(HERE / f"{name}.json", dump_json(sweep, indent=2))
         print(f"wrote examples/{name}.json")
     for name, section in SECTIONS.items():
         publish_bytes(HERE / f"{name}.json", dump_json(section, indent=2))

@@ -65,6 +65,37 @@ def test_compressed_record_truncated(tiny, capsys):
         _fails_cleanly(capsys, ["report", str(record.parent)], "record.json.gz")
 
 
+def test_a_record_file_must_hold_what_its_name_says(tiny, capsys):
+    """gzip data under record.json, or plain JSON under record.json.gz, is refused even where
+    it would decode to the same record."""
+    _, record = tiny
+    plain = record.read_bytes()
+    record.write_bytes(gzip.compress(plain))
+    _fails_cleanly(capsys, ["report", str(record.parent)], "gzip data under a name without .gz")
+    _fails_cleanly(capsys, ["verify", str(record.parent)], "gzip data under a name without .gz")
+    record.unlink()
+    packed = record.parent / "record.json.gz"
+    packed.write_bytes(plain)
+    _fails_cleanly(capsys, ["report", str(record.parent)], "named .gz but not gzip data")
+
+
+def test_a_folder_with_two_different_records_is_refused(tiny, capsys):
+    _, record = tiny
+    plain = record.read_bytes()
+    packed = record.parent / "record.json.gz"
+    packed.write_bytes(gzip.compress(plain))
+    assert main(["report", str(record.parent)]) == 0  # the same record twice is fine
+    capsys.readouterr()
+    packed.write_bytes(b"garbage that is no gzip")
+    _fails_cleanly(capsys, ["report", str(record.parent)], "named .gz but not gzip data")
+    other = json.loads(plain)
+    other["runs"][0]["seed"] = 8
+    packed.write_bytes(gzip.compress(json.dumps(other).encode()))
+    for command in ("report", "verify"):
+        _fails_cleanly(capsys, [command, str(record.parent)], "different records",
+                       record.parent)
+
+
 @pytest.mark.parametrize(("text", "needle"), [
     ('{"version": 1, "version": 2}', "duplicate key 'version'"),
     ('{"clip": NaN}', "NaN"),

@@ -88,6 +88,22 @@ def test_a_path_cannot_change_once_torch_is_loaded():
     assert numerics.pin(numerics.portable_path())  # the path in force is accepted
 
 
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_commands_pin_the_path_before_torch_loads(command, tmp_path):
+    """In a new process without pins, a command asked for a path other than the machine's
+    own gets past the pin to its own input checks (a sweep once imported torch, with its
+    progress display, before pinning: every AVX-512 machine refused every sweep)."""
+    if "default" not in SUPPORTED:
+        pytest.skip("this CPU does not run the default path")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"grid": {"no_such_field": [1, 2]}}' if command == "sweep" else "{}")
+    which = ["--plan", str(bad)] if command == "run" else [str(bad)]
+    done = _postlab(command, *which, "--out-dir", str(tmp_path / "out"), "--cpu-path",
+                    "default", timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "before torch loads" not in done.stderr and str(bad) in done.stderr, done.stderr
+
+
 def test_cpu_flags_decide_what_a_machine_runs(monkeypatch):
     monkeypatch.setattr(numerics, "machine", lambda: "x86_64")
     monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"sse2", "avx", "fma"}))

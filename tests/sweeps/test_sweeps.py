@@ -252,3 +252,19 @@ def test_an_unreachable_ray_cluster_is_one_line_and_writes_nothing(tmp_path, cap
     err = capsys.readouterr().err
     assert "no Ray cluster answers there" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_the_example_sweep_runs_and_compares(tmp_path, capsys):
+    """examples/sweeps/kl-beta.json, as the README runs it: three kl_beta values (0.03, the
+    base's, is the base version) on the shortened teaching plan, two seeds each."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "sweeps" / "kl-beta.json"
+    out = tmp_path / "kl"
+    assert main(["sweep", str(example), "--out-dir", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(out), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["versions"] == VERSIONS and data["base"] == "base"
+    assert data["swept"][1] == {"base": 0.03, "kl_beta=0.0": 0.0, "kl_beta=0.1": 0.1}
+    for metric in data["metrics"]:
+        for value in metric["values"][1:]:  # every version paired with the base by seed
+            assert value["paired_seeds"] == [1, 2] and value["difference"] is not None

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from postlab.records.compare import Comparison
     from postlab.runs.estimate import ComputeEstimate
     from postlab.runs.progress import Quiet
-    from postlab.sweeps.runner import SweepProgress
+    from postlab.sweeps.progress import SweepProgress
 
 Say = Callable[[str], None]
 
@@ -321,7 +321,7 @@ def sweep(sweep_file: str | Path | None, out_dir: str | Path, *, resume: bool = 
     ``resume``. Returns each version's record, or None for a version whose tasks failed."""
     import datetime
 
-    from postlab.sweeps import folder, runner
+    from postlab.sweeps import folder  # not runner: it loads torch, which the pin precedes
 
     out = Path(out_dir)
     spec = None if sweep_file is None else Path(sweep_file)
@@ -343,6 +343,8 @@ def sweep(sweep_file: str | Path | None, out_dir: str | Path, *, resume: bool = 
     note = environment.pin_for_run(settings_from, cpu_path, started is not None)
     chosen, device_note = environment.device_for_run(settings_from, device,
                                                      started is not None)
+    from postlab.sweeps import runner
+
     today = datetime.date.today().isoformat()
     if not resume:
         _, versions = runner.load_versions(spec, today)  # all refusals come first

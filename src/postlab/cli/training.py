@@ -93,7 +93,7 @@ def reproduce(args: argparse.Namespace) -> int:
 
 def sweep(args: argparse.Namespace) -> int:
     from postlab.errors import NonFiniteError, RunFailed
-    from postlab.sweeps.runner import SweepProgress
+    from postlab.sweeps.progress import SweepProgress
 
     start = time.monotonic()
     try:

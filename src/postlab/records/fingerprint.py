@@ -17,7 +17,6 @@ a view of numbers the record holds, and are neither hashed nor verified.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any
 
 from postlab.errors import UserError
 from postlab.jsonio import read_bytes
+from postlab.records.record import record_data
 
 #: The file beside a run that keeps its fingerprint (a convenience; ``--expect`` is the check).
 FINGERPRINT_FILE = "fingerprint.txt"
@@ -50,9 +50,7 @@ def run_fingerprint(folder: Path, record_path: Path, record: dict[str, Any], *,
     ``checkpoint_files``: the checkpoint files the record's seeds name, when the caller has
     already gathered them on its own walk (a chunked record's seeds are then not decoded
     again just for their names)."""
-    raw = read_bytes(record_path, "record")
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
+    raw = record_data(read_bytes(record_path, "record"), str(record_path))
     parts = [("plan.json", _sha256(read_bytes(folder / "plan.json", "plan"))),
              ("record.json", _sha256(raw)),
              ("summary.json", _sha256(read_bytes(folder / "summary.json", "summary")))]

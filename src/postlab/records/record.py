@@ -44,11 +44,42 @@ def bundled_record_path() -> Path | None:
 
 
 def record_in(folder: Path) -> Path:
-    """A run folder's record: ``record.json``, or its compressed form."""
-    for name in RECORD_NAMES:
-        if (folder / name).is_file():
-            return folder / name
-    return folder / RECORD_NAMES[0]
+    """A run folder's record: ``record.json``, or its compressed form. A folder holding both
+    is refused unless they are the same record (the compressed file's data are the plain
+    file's bytes): otherwise which one a reader took would decide what it read."""
+    found = [folder / name for name in RECORD_NAMES if (folder / name).is_file()]
+    if len(found) == 2:
+        plain, packed = (read_bytes(path, "record") for path in found)
+        if _gunzip(packed, str(found[1])) != plain:
+            raise UserError(f"{folder}: holds both {RECORD_NAMES[0]} and {RECORD_NAMES[1]}, "
+                            "and they are different records; remove the one that is not "
+                            "the run's")
+    return found[0] if found else folder / RECORD_NAMES[0]
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def record_data(raw: bytes, source: str) -> bytes:
+    """A record file's JSON bytes: its bytes must be what its name says, gzip data for a
+    name ending .gz and plain JSON otherwise (a copy that kept gzip data under a plain name
+    would be hashed as one thing and read as another)."""
+    if source.endswith(".gz"):
+        return _gunzip(raw, source)
+    if raw[:2] == GZIP_MAGIC:
+        raise UserError(f"{source}: gzip data under a name without .gz (name it "
+                        f"{Path(source).name}.gz, or decompress it)")
+    return raw
+
+
+def _gunzip(raw: bytes, source: str) -> bytes:
+    """A .gz record file's data: its bytes must be gzip's."""
+    if raw[:2] != GZIP_MAGIC:
+        raise UserError(f"{source}: named .gz but not gzip data")
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError) as exc:
+        raise UserError(f"{source}: damaged gzip data ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -400,12 +431,7 @@ def summary_bytes(summary: list[dict[str, Any]]) -> bytes:
 def decode_record_bytes(raw: bytes, source: str, folder: Path | None = None) -> dict[str, Any]:
     """A record from its file's bytes, checked. A chunked record's ``runs`` become a lazy
     sequence over the chunk files in ``folder`` (the record file's folder)."""
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise UserError(f"{source}: damaged gzip data ({exc})") from None
-    record = parse_json(raw, source)
+    record = parse_json(record_data(raw, source), source)
     check_record(record, source)
     if "chunks" in record:
         if folder is None:
