@@ -186,3 +186,22 @@ def test_html_renders_in_headless_chromium(tmp_path, capsys, lang):
     page = tmp_path / "report.html"
     assert main(["report", "--html", str(page), "--lang", lang]) == 0
     check_page_renders(page, tmp_path / "shot.png")
+
+
+def test_a_heatmap_tells_a_small_share_from_none():
+    """Exactly 0 is drawn below the scale (white), so the darkest shade, one right answer in
+    dozens, cannot be taken for it; a pair outside the split is grey."""
+    pytest.importorskip("matplotlib")
+    import numpy as np
+
+    from postlab.analysis.samples import PairGrid
+    from postlab.render.figures import heatmap_figure
+
+    grid = PairGrid(stage="initial", split="test", decoding="sampled", contract="strict",
+                    rates={(0, 0): 0.0, (0, 1): 0.02, (1, 0): 1.0}, operands=(0, 1))
+    drawn = heatmap_figure([grid], ["initial"], ["test"], "en")
+    image = drawn.fig.axes[0].images[0]  # type: ignore[attr-defined]
+    zero, small, missing = image.to_rgba(np.ma.masked_invalid([0.0, 0.02, np.nan]))
+    assert tuple(zero[:3]) == (1.0, 1.0, 1.0)
+    assert sum(abs(a - b) for a, b in zip(zero[:3], small[:3], strict=True)) > 1.5
+    assert tuple(round(v, 3) for v in missing[:3]) == (0.867, 0.867, 0.867)

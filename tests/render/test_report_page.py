@@ -252,9 +252,16 @@ def test_samples_command_lists_gamed_answers(capsys):
     assert main(["samples", "--stage", "substring", "--filter", "gamed", "--limit", "3"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("RL under substring · test split, sampled · gamed: ")
-    assert len(out) == 4
-    for line in out[1:]:
+    assert out[0].endswith("distinct, the commonest 3 shown")
+    assert len(out) == 5
+    for line in out[1:4]:
         assert "accepted by: substring" in line
+    # the first page says how to see the rest
+    assert out[4].endswith("--filter correct|gamed|wrong, --seed")
+    assert "--limit 0 all of them" in out[4]
+    assert main(["samples", "--stage", "substring", "--filter", "gamed", "--limit", "0"]) == 0
+    every = capsys.readouterr().out.splitlines()
+    assert len(every) > 5 and "not shown" not in every[-1]
 
 
 def test_samples_jsonl_is_every_answer(record, capsys):

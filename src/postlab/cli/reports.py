@@ -59,6 +59,8 @@ def report(args: argparse.Namespace) -> int:
     exploratory = api.reading.exploratory_hypotheses(opened, args.hypotheses)
     lang = args.lang or default_lang()
     if args.format_ == "text":
+        if lang == "en":
+            sys.stdout.write(_findings_first(opened))
         sys.stdout.write(render_text(build_report(opened.record, opened.plan.data), lang))
         if opened.plan.data.get("hypotheses") or opened.registration or exploratory:
             sys.stdout.write(_verdict_lines(opened, lang, exploratory))
@@ -87,6 +89,21 @@ def _check_contract_kinds(contracts: list[str], plan: dict) -> None:
         if contract_answers(name) != kind:
             raise UserError(f"--contract {name}: judges {contract_answers(name)} answers; "
                             f"this run's task has {kind} answers")
+
+
+def _findings_first(opened) -> str:
+    """The English text report opens with what the run found, in words; then comes the
+    reference's layout (the Chinese report is that layout alone, as the reference prints it).
+    Without the report extra (scipy: the intervals) a line says so instead."""
+    try:
+        import scipy  # noqa: F401
+    except ImportError:
+        return ("(findings in words need the report extra: pip install 'postlab[report]'; "
+                "the counts follow)\n\n")
+    lines = finding_lines(opened, analyse(opened, "test"), "en", "test")
+    return ("What this run found (held-out test split; every number: --format table):\n"
+            + "".join(f"- {line}\n" for line in lines)
+            + "\nThe counts, in the reference's layout:\n")
 
 
 def _verdict_lines(opened, lang: str, exploratory: dict | None = None) -> str:

@@ -18,16 +18,26 @@ def samples_text(samples: Iterable[Sample], stages: Sequence[str], where: str,
     if not grouped:
         return f"no answers match ({where})\n"
     lines = []
+    hidden = 0
     for stage in stages:
         for kind in KINDS:
             found = grouped.get((stage, kind))
             if not found:
                 continue
-            lines.append(f"{stage_label(stage, 'en')} · {where} · {kind}: {found.total} answers")
+            distinct = len(found.counts)
+            if limit is not None and distinct > limit:
+                hidden += distinct - limit
+            lines.append(f"{stage_label(stage, 'en')} · {where} · {kind}: {found.total} answers"
+                         + (f", {distinct} distinct, the commonest {limit} shown"
+                            if limit is not None and distinct > limit else ""))
             for example in found.examples(limit):
                 end = "" if example.terminated else "  (no end mark)"
                 accepted = ", ".join(example.accepted) or "none"
                 lines.append(f"  {shown(example.prompt)}{shown(example.text):<8} right: "
                              f"{example.expected!s:<4} accepted by: {accepted:<18} "
                              f"x{example.count}{end}")
+    if hidden:
+        lines.append(f"{hidden} more distinct answers not shown: --limit N shows N per stage "
+                     "and kind, --limit 0 all of them, --format jsonl every answer; narrow "
+                     "with --stage, --filter correct|gamed|wrong, --seed")
     return "\n".join(lines) + "\n"

@@ -207,6 +207,12 @@ def _generalisation(analysis: Analysis, lang: str, split: str) -> Drawn | None:
                      contract=describe(analysis.contracts[0], lang).name))
 
 
+#: The heatmap's scale starts just above 0: a share of exactly 0 falls below it and is drawn
+#: in the 'under' colour, while the smallest share a pair can have (one right answer in the
+#: teaching plan's 3 seeds x 16 samples, 0.021) takes the darkest shade.
+ZERO_BELOW = 1e-9
+
+
 def heatmap_figure(grids: Sequence[PairGrid], stages: Sequence[str], splits: Sequence[str],
                    lang: str) -> Drawn:
     """Success by operand pair: one panel per stage (rows) and split (columns)."""
@@ -222,7 +228,9 @@ def heatmap_figure(grids: Sequence[PairGrid], stages: Sequence[str], splits: Seq
     fig, axes = plt.subplots(len(stages), len(splits), figsize=(cell * len(splits) + 1.2,
                                                                cell * len(stages) + 0.4),
                              squeeze=False)
-    cmap = colormaps["viridis"].with_extremes(bad="#dddddd")
+    # exactly 0 (no answer right) is white, below the scale, so a share just above 0 (the
+    # darkest shade) cannot be taken for it; grey: the pair is not in the split
+    cmap = colormaps["viridis"].with_extremes(bad="#dddddd", under="#ffffff")
     image = None
     for r, stage in enumerate(stages):
         for c, split in enumerate(splits):
@@ -230,7 +238,7 @@ def heatmap_figure(grids: Sequence[PairGrid], stages: Sequence[str], splits: Seq
             grid = np.full((size, size), np.nan)
             for (a, b), value in by_place[(stage, split)].rates.items():
                 grid[a, b] = value
-            image = ax.imshow(grid, cmap=cmap, vmin=0, vmax=1, origin="upper")
+            image = ax.imshow(grid, cmap=cmap, vmin=ZERO_BELOW, vmax=1, origin="upper")
             ticks = list(range(size)) if size <= 12 else list(range(0, size, max(1, size // 5)))
             ax.set_xticks(ticks, [str(operands[t]) for t in ticks], fontsize=6)
             ax.set_yticks(ticks, [str(operands[t]) for t in ticks], fontsize=6)
@@ -241,7 +249,7 @@ def heatmap_figure(grids: Sequence[PairGrid], stages: Sequence[str], splits: Seq
                 ax.set_ylabel(fw["operand_a"], fontsize=7)
     fig.tight_layout(rect=(0, 0, 0.9, 1))
     bar = fig.add_axes((0.92, 0.15, 0.02, 0.7))
-    fig.colorbar(image, cax=bar).set_label(fw["share_answers"], fontsize=7)
+    fig.colorbar(image, cax=bar, extend="min").set_label(fw["share_answers"], fontsize=7)
     return Drawn(fig, "pair_success", fw["fig_heatmap"], fw["fig_heatmap_caption"].format(
         contract=describe(grids[0].contract, lang).name))
 

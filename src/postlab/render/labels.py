@@ -351,8 +351,9 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
         "split_success": "{split} pairs: sampled success",
         "fig_heatmap": "Sampled success by operand pair, per stage and split",
         "fig_heatmap_caption": "Each cell: share of one pair's sampled answers right under the "
-                               "{contract} contract, pooled over seeds; grey: pair not in "
-                               "that split.",
+                               "{contract} contract, pooled over seeds; white: none right "
+                               "(exactly 0, apart from the darkest shade, which is any share "
+                               "above it); grey: pair not in that split.",
         "operand_a": "first operand a", "operand_b": "second operand b",
         "fig_gap_caption": "Sampled acceptance under the lenient contract minus success "
                            "under the reference, a difference; whiskers: 95% interval "
@@ -389,7 +390,8 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
         "split_success": "{split} 组合：采样正确率",
         "fig_heatmap": "各阶段、各划分按操作数对的采样正确率",
         "fig_heatmap_caption": "每格：该组合的采样回答按{contract}契约判定正确的比例"
-                               "（合并各种子）；灰色：该组合不在此划分中。",
+                               "（合并各种子）；白色：没有一个正确（恰为 0，与最深的颜色区分，"
+                               "后者是大于 0 的比例）；灰色：该组合不在此划分中。",
         "operand_a": "第一个操作数 a", "operand_b": "第二个操作数 b",
         "fig_gap_caption": "宽松契约下的采样接受率减参考契约下的正确率（一个差值）；误差线：95% "
                            "区间（同时计入种子与题目，按题目配对）；点：各种子。",

@@ -74,8 +74,8 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
                     "次，学习率 {lr:g}，裁剪 {clip}，KL 权重 {beta:g}，梯度裁剪 {grad:g}，"
                     "温度 {temperature:g}，最多 {tokens} 个新词元",
         "arm_value": "{name}：{pipeline}",
-        "pipeline_sft-then-rl": "先 SFT，再按{contract}契约做 RL",
-        "pipeline_rl-only": "只做 RL（从未训练的模型开始），按{contract}契约",
+        "pipeline_sft-then-rl": "先 SFT，再按 {contract} 契约做 RL",
+        "pipeline_rl-only": "只做 RL（从未训练的模型开始），按 {contract} 契约",
         "pipeline_sft-only": "只做 SFT（再训练 {steps} 步）",
         "pipeline_sft-selected": "从未训练的模型做 SFT，步数与示范数同计划的 SFT，示范{selection}",
         "selection_easiest-first": "由易到难（逐步扩大的题池）",
@@ -119,6 +119,33 @@ def _policy(plan: dict[str, Any], record: dict[str, Any], words: dict[str, str])
     return shape
 
 
+#: The algorithm options in Chinese, by registry entry (a plan states them in English, by
+#: name or, in the teaching plan, in words), and the teaching plan's checkpoint rule.
+OPTION_WORDS_ZH = {
+    "group-std": "优势：组内均值与总体标准差归一化（加 1e-8）",
+    "mean-only": "优势：只减组内均值，不除标准差（Dr. GRPO）",
+    "leave-one-out": "优势：减去组内其他回答的均值（RLOO）",
+    "group-mean-batch-std": "优势：组内均值，整批标准差",
+    "token-mean": "损失：对全部有效回答词元（含 EOS）取平均",
+    "seq-mean-token-mean": "损失：先在每条回答内平均，再对回答平均",
+    "constant-normaliser": "损失：总和除以回答数乘词元上限（Dr. GRPO）",
+    "exact": "KL：在采样前缀处的精确分类 KL",
+    "k1": "KL：采样词元处的 log 比（k1）",
+    "k3": "KL：采样词元处的低方差估计（k3）",
+    "none": "KL：不加惩罚",
+    "fixed last checkpoint; no tuning or seed selection": "固定取最后的检查点；不调参，不挑种子",
+}
+
+
+def _option(plan: dict[str, Any], field: str, lang: str) -> str:
+    """An algorithm option as the plan states it, or in Chinese by its registry entry."""
+    if lang != "zh":
+        return plan[field]
+    from postlab.rl.algorithms import resolve
+
+    return OPTION_WORDS_ZH.get(resolve(field, plan[field]), plan[field])
+
+
 def _task_words(plan: dict[str, Any], task: Any, words: dict[str, str]) -> str:
     """The task's name and what its questions are: operands, or a dataset's items."""
     if task.operand_limit is not None:
@@ -146,12 +173,14 @@ def overview_rows(plan: dict[str, Any], record: dict[str, Any], written: str | N
                                                             selection=selection)
         arms.append(words["arm_value"].format(name=arm.name, pipeline=pipeline))
     clip = f"{plan['clip']:g}" + (f"/{plan['clip_high']:g}" if plan.get("clip_high") else "")
-    options = [plan["advantage"], plan["loss_reduction"], plan["kl"]]
+    options = [_option(plan, field, lang) for field in ("advantage", "loss_reduction", "kl")]
     if plan.get("dynamic_sampling"):
         options.append(words["dynamic_sampling"].format(
             extra=plan["dynamic_sampling"]["max_extra_groups"]))
-    options.append(plan["selection"])
+    options.append(OPTION_WORDS_ZH.get(plan["selection"], plan["selection"]) if lang == "zh"
+                   else plan["selection"])
     numerics = record.get("numerics", {})
+    separator = "；" if lang == "zh" else "; "
     rows = [
         (words["task"], f"{_task_words(plan, task, words)}; {splits}"),
         (words["policy"], _policy(plan, record, words)),
@@ -162,8 +191,8 @@ def overview_rows(plan: dict[str, Any], record: dict[str, Any], written: str | N
             updates=plan["updates_per_rollout"], lr=plan["rl_lr"], clip=clip,
             beta=plan["kl_beta"], grad=plan["gradient_clip"], temperature=plan["temperature"],
             tokens=plan["max_new_tokens"])),
-        (words["arms"], "; ".join(arms)),
-        (words["options"], "; ".join(options)),
+        (words["arms"], separator.join(arms)),
+        (words["options"], separator.join(options)),
         (words["evaluation"], words["evaluation_value"].format(
             samples=plan["eval_samples"], contracts=", ".join(plan_contracts(plan)))),
         (words["seeds"], ", ".join(str(seed) for seed in seeds_of(record))),
