@@ -10,7 +10,7 @@ python3 - "$work/teaching" <<'PY'
 import gzip, json, os, shutil, sys
 from pathlib import Path
 from postlab.jsonio import dump_json, publish_bytes
-from postlab.records.fingerprint import fingerprint_file_bytes, run_fingerprint
+from postlab.records.fingerprint import fingerprint_file_bytes, results_fingerprint, run_fingerprint
 from postlab.records.record import load_record, one_document
 run = Path(sys.argv[1])
 # BUNDLE_TARGET: somewhere else to write it (to try the script without replacing the bundle)
@@ -27,7 +27,9 @@ for name in ["plan.json", "summary.json"] + sorted(p.name for p in run.glob("*.p
     shutil.copyfile(run / name, target / name)
 # its fingerprint is the bundle's own (the record's bytes are not the run's manifest)
 fingerprint = run_fingerprint(target, target / "record.json.gz", record).value
-publish_bytes(target / "fingerprint.txt", fingerprint_file_bytes(fingerprint))
+# the results fingerprint is the run's: its rows, plan, summary and checkpoints are the same
+results = results_fingerprint(target, record).value
+publish_bytes(target / "fingerprint.txt", fingerprint_file_bytes(fingerprint, results))
 provenance = {
     "made_by": "postlab run --out-dir DIR --quiet --cpu-path portable (teaching plan, "
                "default workers); record.json in the one-document layout, gzipped, "

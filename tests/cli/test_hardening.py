@@ -77,7 +77,6 @@ def test_split_missing_from_the_record(run_copy, capsys):
 
 
 @pytest.mark.parametrize(("change", "needle"), [
-    (lambda r: r["runs"][0]["training"]["strict"][0].update(updates=[]), "updates"),
     (lambda r: r["runs"][0].update(compute=5), "compute"),
     (lambda r: r["runs"][0]["compute"]["initial"].update(completions="x"), "compute.initial"),
     (lambda r: r["runs"][0]["training"]["strict"][0].update(sampling=1), "sampling"),
@@ -89,6 +88,17 @@ def test_damaged_record_parts(run_copy, capsys, change, needle):
     for command in ("report", "verify"):
         assert needle in _one_line_exit_2(capsys, [command, str(run_copy), "--format", "json"]
                                           if command == "report" else [command, str(run_copy)])
+
+
+def test_a_step_stripped_of_its_updates_is_caught(run_copy, capsys):
+    """A step may lack updates only under DAPO's dynamic sampling with no group of signal, so
+    the record's form allows it; the digests and the plan's counts do not."""
+    _edit_json(run_copy, lambda r: r["runs"][0]["training"]["strict"][0].update(updates=[]))
+    assert "update statistics" in _one_line_exit_2(capsys, ["report", str(run_copy),
+                                                            "--format", "json"])
+    assert main(["verify", str(run_copy)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  counts" in out and "FAIL  raw rows" in out
 
 
 def test_overflowing_number_is_refused(run_copy, capsys):

@@ -335,23 +335,52 @@ def test_impossible_provenance_is_refused(run_copy, capsys, key, value):
 # --- the run fingerprint ---------------------------------------------------------------------
 
 def test_fingerprint_is_kept_and_checked(small_run, capsys):
-    from postlab.records.fingerprint import run_fingerprint
+    from postlab.records.fingerprint import (
+        read_fingerprints,
+        results_fingerprint,
+        run_fingerprint,
+    )
     from postlab.records.record import load_record
 
-    kept = (small_run / "fingerprint.txt").read_text().strip()
+    kept, results = read_fingerprints(small_run)
     record = load_record(small_run / "record.json")
     assert kept == run_fingerprint(small_run, small_run / "record.json", record).value
+    assert results == results_fingerprint(small_run, record).value != kept
     code, out = _verify(capsys, small_run)
     assert code == 0 and _line(out, "fingerprint").startswith("WARN")
-    assert main(["verify", str(small_run), "--expect", kept]) == 0
-    assert _line(capsys.readouterr().out, "fingerprint").startswith("PASS")
+    assert out.splitlines()[-1] == "VERIFIED: no check failed (1 warning: fingerprint)"
+    for expected, which in ((results, "results"), (kept, "run")):
+        assert main(["verify", str(small_run), "--expect", expected]) == 0
+        line = _line(capsys.readouterr().out, "fingerprint")
+        assert line.startswith(f"PASS  fingerprint: {which} fingerprint {expected} is the "
+                               "expected one")
+
+
+def test_two_runs_of_a_plan_share_the_results_fingerprint_only(small_run, tmp_path, capsys):
+    """Another run of the same plan (another worker count, another wall time): the same
+    results fingerprint, another run fingerprint; each verifies against the other's results
+    one, and reproduce says the results fingerprints agree."""
+    from postlab.records.fingerprint import read_fingerprints
+
+    again = tmp_path / "again"
+    assert main(["run", "--plan", str(small_run / "plan.json"), "--out-dir", str(again),
+                 "--workers", "2", "--quiet"]) == 0
+    (run_a, results_a), (run_b, results_b) = read_fingerprints(small_run), \
+        read_fingerprints(again)
+    assert results_a == results_b and run_a != run_b
+    assert main(["verify", str(again), "--expect", results_a]) == 0
+    capsys.readouterr()
+    assert main(["reproduce", str(small_run), "--out-dir", str(tmp_path / "third")]) == 0
+    out = capsys.readouterr().out
+    assert f"results fingerprint: recorded {results_a}, new {results_a}: the same" in out
 
 
 def test_expect_catches_an_edit_whose_inner_hashes_were_rewritten(run_copy, capsys):
     """What the per-part digests cannot catch: an editor who rewrites them too."""
+    from postlab.records.fingerprint import read_fingerprints
     from postlab.records.integrity import run_digests
 
-    expected = (run_copy / "fingerprint.txt").read_text().strip()
+    expected = read_fingerprints(run_copy)[1]  # the results fingerprint, as a reader notes
 
     def change(record):
         run = record["runs"][0]
@@ -382,9 +411,12 @@ def test_run_prints_its_fingerprint(tmp_path, capsys):
     plan = write_plan(tmp_path / "plan.json", **(SMALL | {"seeds": [3], "rl_steps": 2}))
     assert main(["run", "--plan", str(plan), "--out-dir", str(tmp_path / "run"),
                  "--workers", "1"]) == 0
+    from postlab.records.fingerprint import read_fingerprints
+
     out = capsys.readouterr().out
-    kept = (tmp_path / "run" / "fingerprint.txt").read_text().strip()
-    assert f"fingerprint: {kept} (note it;" in out
+    kept, results = read_fingerprints(tmp_path / "run")
+    assert f"results fingerprint: {results} (note it: the same for every run" in out
+    assert f"run fingerprint: {kept} (every file of this run" in out
 
 
 # --- parts that only some plans have: the plan decides they must be there -------------------

@@ -41,7 +41,9 @@ class RunResult:
 
     out_dir: Path
     record: dict[str, Any]
-    fingerprint: str
+    fingerprint: str  # every file of the run, provenance included
+    #: plan, rows, summary and checkpoints: the same for every run of the plan on this path
+    results_fingerprint: str
     code_path: str  # the line saying which CPU code path was pinned, and why
     device: str
     seconds: float
@@ -159,9 +161,11 @@ def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = F
     record = train(loaded, raw, out, workers=count, resume=resume, device=chosen,
                    engine=engine, log=names, display=display, progress_every=progress_every,
                    registration=registered)
-    from postlab.records.fingerprint import read_fingerprint_file
+    from postlab.records.fingerprint import read_fingerprints
 
-    return RunResult(out_dir=out, record=record, fingerprint=read_fingerprint_file(out) or "",
+    run_value, results = read_fingerprints(out) or ("", None)
+    return RunResult(out_dir=out, record=record, fingerprint=run_value,
+                     results_fingerprint=results or "",
                      code_path=note, device=chosen, seconds=time.monotonic() - start)
 
 
@@ -173,6 +177,9 @@ class ReproduceResult:
     record: dict[str, Any]
     #: why bits may differ: each difference of what decides them, or that there is none
     environment_hint: str
+    #: the results fingerprints of the recorded run and of the new one, where all its seeds
+    #: were trained again in a folder (None: a spot check, or a record without its folder)
+    results: tuple[str, str] | None = None
 
     @property
     def identical(self) -> bool:
@@ -234,8 +241,15 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
     compared = fresh
     if plan.data is not recorded_plan:
         compared = _rehashed(fresh, Path(out_dir), recorded_plan)
+    results = None
+    if not seeds and files.folder is not None and files.plan.is_file():
+        from postlab.records.fingerprint import read_fingerprints, results_fingerprint
+
+        new = (read_fingerprints(Path(out_dir)) or ("", None))[1]
+        if new:
+            results = (results_fingerprint(files.folder, record).value, new)
     return ReproduceResult(comparison=compare_records(record, compared), record=fresh,
-                           environment_hint=environment_hint(record, fresh))
+                           environment_hint=environment_hint(record, fresh), results=results)
 
 
 def _check_seeds(record: dict[str, Any], seeds: Sequence[int], source: str) -> None:

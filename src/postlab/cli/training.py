@@ -71,8 +71,11 @@ def run(args: argparse.Namespace) -> int:
                          registration=args.registration)
     if not args.quiet:
         print(f"done: {args.out_dir} in {result.seconds:.1f} s")
-        print(f"fingerprint: {result.fingerprint} (note it; 'postlab verify {args.out_dir} "
-              "--expect FINGERPRINT' checks every file against it)")
+        print(f"results fingerprint: {result.results_fingerprint} (note it: the same for every "
+              f"run of this plan on this code path; 'postlab verify {args.out_dir} --expect "
+              "FINGERPRINT' checks the plan, rows, summary and checkpoints against it)")
+        print(f"run fingerprint: {result.fingerprint} (every file of this run, its wall time "
+              "and machine included)")
     return 0
 
 
@@ -85,6 +88,10 @@ def reproduce(args: argparse.Namespace) -> int:
                                seeds=args.seeds, allow_large=args.allow_large,
                                recalibrate=args.recalibrate, say=_print,
                                say_cost=_say(args), display=display, progress_every=every)
+    if result.results is not None:
+        recorded, new = result.results
+        print(f"results fingerprint: recorded {recorded}, new {new}: "
+              + ("the same" if recorded == new else "different"))
     sys.stdout.write(render_comparison(result.comparison))
     if not result.identical:
         sys.stdout.write(result.environment_hint)

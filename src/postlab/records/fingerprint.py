@@ -1,4 +1,13 @@
-"""One sha256 for a whole run: plan, record, summary and every checkpoint.
+"""Two sha256 for a run: its results, and every file of it.
+
+The **results fingerprint** covers what the run computed: ``plan.json``, ``summary.json``,
+``tokenizer.json`` where the record names a trained tokenizer, each seed's raw rows and
+statistics (the sha256 of the digests recomputed from them, so it does not depend on how the
+record lays them out), and the checkpoint files, sorted by name. Two runs of the same plan on
+the same code path have the same one, wherever and whenever they ran; ``postlab verify
+--expect`` and ``postlab reproduce`` use it. The **run fingerprint** below covers every file
+of the run byte for byte, provenance included (wall time, machine, registration), so it differs
+between two runs of the same plan.
 
 The per-part digests inside a record find accidents and careless edits, but someone who edits
 a row can recompute them, and the checkpoint hashes with them. The fingerprint is the answer:
@@ -18,6 +27,7 @@ a view of numbers the record holds, and are neither hashed nor verified.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +41,10 @@ from postlab.records.record import record_data
 FINGERPRINT_FILE = "fingerprint.txt"
 #: Versions the manifest layout, so a later layout cannot collide with this one.
 MANIFEST_HEADER = "postlab run fingerprint v1\n"
+RESULTS_HEADER = "postlab results fingerprint v1\n"
+#: How fingerprint.txt marks its results line (the run fingerprint stands alone on the first,
+#: as files written before results fingerprints have it).
+RESULTS_MARK = "results"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,22 +85,72 @@ def run_fingerprint(folder: Path, record_path: Path, record: dict[str, Any], *,
     return Fingerprint(value=_sha256(manifest.encode()), parts=tuple(parts))
 
 
+def seed_results_sha256(run: dict[str, Any], digests: dict[str, Any] | None = None) -> str:
+    """One seed's results: the sha256 of the digests of its rows and statistics
+    (``records.integrity``), so equal rows give equal hashes in either layout. ``digests``:
+    ones already known to be the rows' (taken as the rows were made, or checked against
+    them); else they are recomputed from the rows."""
+    if digests is None:
+        from postlab.records.integrity import run_digests
+
+        digests = run_digests(run)
+    text = json.dumps({"seed": run["seed"], "digests": digests}, sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+    return _sha256(text.encode())
+
+
+def results_fingerprint(folder: Path, record: dict[str, Any], *,
+                        seeds: list[tuple[int, str]] | None = None,
+                        checkpoint_files: Iterable[str] | None = None) -> Fingerprint:
+    """The results fingerprint (see the module docstring). ``seeds``: each seed's
+    :func:`seed_results_sha256`, in record order, where a caller's walk already took them;
+    ``checkpoint_files`` likewise."""
+    if seeds is None:
+        runs = list(record["runs"])
+        seeds = [(run["seed"], seed_results_sha256(run)) for run in runs]
+        checkpoint_files = named_checkpoints(runs) if checkpoint_files is None else \
+            checkpoint_files
+    parts = [("plan.json", _sha256(read_bytes(folder / "plan.json", "plan"))),
+             ("summary.json", _sha256(read_bytes(folder / "summary.json", "summary")))]
+    if "tokenizer_sha256" in record:
+        parts.append(("tokenizer.json", _sha256(read_bytes(folder / "tokenizer.json",
+                                                           "tokenizer"))))
+    parts += [(f"seed {seed}", digest) for seed, digest in seeds]
+    if checkpoint_files is None:
+        checkpoint_files = named_checkpoints(record["runs"])
+    parts += [(name, _sha256(read_bytes(folder / name, "checkpoint")))
+              for name in sorted(set(checkpoint_files))]
+    manifest = RESULTS_HEADER + "".join(f"{digest}  {name}\n" for name, digest in parts)
+    return Fingerprint(value=_sha256(manifest.encode()), parts=tuple(parts))
+
+
 def named_checkpoints(runs: Iterable[dict[str, Any]]) -> set[str]:
     """The checkpoint files the given seeds' entries name."""
     return {info["file"] for run in runs for info in run.get("checkpoints", {}).values()}
 
 
 def read_fingerprint_file(folder: Path) -> str | None:
-    """The fingerprint kept beside a run, or None if there is none."""
+    """The run fingerprint kept beside a run, or None if there is none."""
+    kept = read_fingerprints(folder)
+    return None if kept is None else kept[0]
+
+
+def read_fingerprints(folder: Path) -> tuple[str, str | None] | None:
+    """The run and results fingerprints kept beside a run (the results one None in a file
+    written before there were two), or None if there is no file."""
     path = folder / FINGERPRINT_FILE
     if not path.exists() and not path.is_symlink():
         return None
-    text = read_bytes(path, "fingerprint").decode("ascii", errors="replace").strip()
-    return text.split()[0] if text else ""
+    text = read_bytes(path, "fingerprint").decode("ascii", errors="replace")
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    run = lines[0][0] if lines else ""
+    results = next((line[0] for line in lines[1:] if line[1:] == [RESULTS_MARK]), None)
+    return run, results
 
 
-def fingerprint_file_bytes(value: str) -> bytes:
-    return f"{value}\n".encode()
+def fingerprint_file_bytes(value: str, results: str | None = None) -> bytes:
+    """fingerprint.txt: the run fingerprint, then the results one marked as such."""
+    return (f"{value}\n" + (f"{results} {RESULTS_MARK}\n" if results else "")).encode()
 
 
 def check_expected(text: str) -> str:

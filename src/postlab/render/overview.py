@@ -45,7 +45,7 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
         "machine_value": "{device}, {cpu} ({path} code path), torch {torch}, Python {python}; "
                          "{threads} thread(s) × {workers} worker(s); {wall:.1f} s training "
                          "wall time",
-        "verified": "VERIFIED: no check failed ({passed} passed, {warned} warnings, "
+        "verified": "VERIFIED: no check failed ({passed} passed, {warned} warnings{names}, "
                     "{skipped} skipped): hashes, checkpoint re-evaluation, summary, counts, "
                     "provenance",
         "not_verified": "NOT VERIFIED: {failed} of {total} checks failed ({names})",
@@ -86,7 +86,7 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
         "when_value": "计划 {date} 冻结；记录文件最后修改于 {written}",
         "machine_value": "{device}，{cpu}（{path} 代码路径），torch {torch}，Python "
                          "{python}；{threads} 线程 × {workers} 进程；训练用时 {wall:.1f} 秒",
-        "verified": "已核验：没有检查失败（通过 {passed}，警告 {warned}，跳过 {skipped}）："
+        "verified": "已核验：没有检查失败（通过 {passed}，警告 {warned}{names}，跳过 {skipped}）："
                     "哈希、检查点重评估、摘要、计数、来源",
         "not_verified": "未通过核验：{total} 项检查中 {failed} 项失败（{names}）",
         "reused": "——沿用 {when} 的检查结果：此后运行的文件、postlab 源码和数值环境均未改变"
@@ -223,5 +223,8 @@ def verification_line(checks: list[Any] | None, lang: str, *,
                                             names=", ".join(c.name for c in failed)) + when, False
     count = {status: sum(c.status == status for c in checks)
              for status in ("pass", "warn", "skip")}
-    return words["verified"].format(passed=count["pass"], warned=count["warn"],
+    warned = [c.name for c in checks if c.status == "warn"]
+    names = f" ({', '.join(warned)})" if warned and lang != "zh" else (
+        f"（{'、'.join(warned)}）" if warned else "")
+    return words["verified"].format(passed=count["pass"], warned=count["warn"], names=names,
                                     skipped=count["skip"]) + when, True

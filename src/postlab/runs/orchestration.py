@@ -67,7 +67,9 @@ from postlab.records.fingerprint import (
     fingerprint_file_bytes,
     named_checkpoints,
     read_fingerprint_file,
+    results_fingerprint,
     run_fingerprint,
+    seed_results_sha256,
 )
 from postlab.records.integrity import compare_digests, run_digests
 from postlab.records.metrics import run_summary_for
@@ -541,10 +543,13 @@ def finish_run(run: OpenRun) -> dict[str, Any]:
     # walks took minutes at 1,000 teaching seeds).
     summary: list[dict[str, Any]] = []
     names: set[str] = set()
+    seeds: list[tuple[int, str]] = []
     for entry in record["runs"] if summarise or fingerprint else []:
         if summarise:
             summary += run_summary_for(entry, data)
         names |= named_checkpoints([entry])
+        # the digests were taken from the rows as this run made them
+        seeds.append((entry["seed"], seed_results_sha256(entry, entry.get("digests"))))
     if not summarise:
         options.display.message("the run was already complete; nothing to do")
     else:
@@ -558,7 +563,9 @@ def finish_run(run: OpenRun) -> dict[str, Any]:
         # Last, over the finished files: the one hash a reader notes to check the run later.
         value = run_fingerprint(options.out_dir, options.out_dir / RECORD_FILE, record,
                                 checkpoint_files=names).value
-        publish_bytes(options.out_dir / FINGERPRINT_FILE, fingerprint_file_bytes(value))
+        results = results_fingerprint(options.out_dir, record, seeds=seeds,
+                                      checkpoint_files=names).value
+        publish_bytes(options.out_dir / FINGERPRINT_FILE, fingerprint_file_bytes(value, results))
     return record
 
 

@@ -30,8 +30,10 @@ from postlab.policies.restore import policy_from_checkpoint
 from postlab.records.chunks import chunk_problems
 from postlab.records.fingerprint import (
     named_checkpoints,
-    read_fingerprint_file,
+    read_fingerprints,
+    results_fingerprint,
     run_fingerprint,
+    seed_results_sha256,
 )
 from postlab.records.integrity import compare_digests
 from postlab.records.metrics import run_summary_for
@@ -333,31 +335,43 @@ def _pin_problems(recorded: dict[str, Any]) -> list[str]:
 
 def _check_fingerprint(files: RunFiles, record: dict[str, Any], folder: Path,
                        expect: str | None, seen: _Walk) -> Check:
+    """Both fingerprints, against the one the user noted (``expect``: the results
+    fingerprint, or the run fingerprint) or else against fingerprint.txt."""
     try:
         value = run_fingerprint(folder, files.record, record,
                                 checkpoint_files=seen.checkpoint_files).value
+        results = results_fingerprint(folder, record, seeds=seen.seed_results,
+                                      checkpoint_files=seen.checkpoint_files).value
     except UserError as exc:
         return Check(name="fingerprint", status="fail", detail=f"cannot compute: {exc}")
+    both = f"results {results}, run {value}"
     if expect is not None:
-        if value == expect:
-            return Check(name="fingerprint", status="pass",
-                         detail=f"{value} is the expected fingerprint")
-        return Check(name="fingerprint", status="fail",
-                     detail=f"{value}, expected {expect}: some file of the run differs")
+        if expect == results:
+            return Check(name="fingerprint", status="pass", detail=(
+                f"results fingerprint {results} is the expected one: the same plan, rows, "
+                f"summary and checkpoints (run fingerprint {value})"))
+        if expect == value:
+            return Check(name="fingerprint", status="pass", detail=(
+                f"run fingerprint {value} is the expected one: every file the same, "
+                f"provenance included (results fingerprint {results})"))
+        return Check(name="fingerprint", status="fail", detail=(
+            f"expected {expect}, but the {both}: the plan, rows, summary or a checkpoint "
+            "differs (or the expected one is of another run)"))
     try:
-        kept = read_fingerprint_file(folder)
+        kept = read_fingerprints(folder)
     except UserError as exc:
         return Check(name="fingerprint", status="fail", detail=str(exc))
     if kept is None:
         return Check(name="fingerprint", status="warn",
-                     detail=f"{value}; no fingerprint.txt beside the run: pass "
-                            "--expect FINGERPRINT to check against the one you noted")
-    if kept != value:
+                     detail=f"{both}; no fingerprint.txt beside the run: pass --expect "
+                            "FINGERPRINT (the results one you noted) to check the run")
+    if kept[0] != value or (kept[1] is not None and kept[1] != results):
         return Check(name="fingerprint", status="fail",
-                     detail=f"{value}, but fingerprint.txt says {kept}")
-    return Check(name="fingerprint", status="warn",
-                 detail=f"{value} matches fingerprint.txt, which an editor can rewrite too: "
-                        "pass --expect FINGERPRINT to check against the one you noted")
+                     detail=f"{both}, but fingerprint.txt says {kept[0]}"
+                            + (f" (results {kept[1]})" if kept[1] else ""))
+    return Check(name="fingerprint", status="warn", detail=(
+        f"{both} match fingerprint.txt, which an editor can rewrite too: pass --expect "
+        "FINGERPRINT (the results one you noted) to check the run"))
 
 
 def _check_source(record: dict[str, Any]) -> Check:
@@ -462,6 +476,8 @@ class _Walk:
     digest_problems: list[str] = field(default_factory=list)
     without_digests: int = 0
     checkpoint_files: set[str] = field(default_factory=set)
+    #: (seed, sha256 of its results) in record order, for the results fingerprint
+    seed_results: list[tuple[int, str]] = field(default_factory=list)
 
 
 def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
@@ -481,9 +497,14 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
                 seen.summary += run_summary_for(run, plan)
             seen.plan_problems += run_plan_problems(run, plan)
         if "digests" in run:
-            seen.digest_problems += compare_digests(run, run["digests"])
+            problems = compare_digests(run, run["digests"])
+            seen.digest_problems += problems
+            # digests just checked against the rows stand for them; else recomputed
+            known = None if problems else run["digests"]
         else:
             seen.without_digests += 1
+            known = None
+        seen.seed_results.append((run["seed"], seed_results_sha256(run, known)))
     return seen
 
 
@@ -572,5 +593,10 @@ def render_checks(checks: list[Check]) -> tuple[str, int]:
         lines.append(f"NOT VERIFIED: {len(failed)} of {len(checks)} checks failed "
                      f"({', '.join(c.name for c in failed)})")
         return "\n".join(lines) + "\n", 1
-    lines.append(f"VERIFIED: no check failed ({len(warned)} warnings)")
+    if warned:  # each warning names its check, so a reader knows which line to read
+        lines.append(f"VERIFIED: no check failed ({len(warned)} "
+                     f"warning{'s' if len(warned) > 1 else ''}: "
+                     f"{', '.join(c.name for c in warned)})")
+    else:
+        lines.append("VERIFIED: no check failed, no warnings")
     return "\n".join(lines) + "\n", 0
