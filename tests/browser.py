@@ -113,3 +113,33 @@ def probe_page(page: Path, width: int = 1280, height: int = 900) -> dict:
     import html
 
     return json.loads(html.unescape(found.group(1)))
+
+
+def screenshot_without_cjk_fonts(page: Path, shot: Path, size: tuple[int, int]) -> Path:
+    """Render ``page`` with a font configuration that offers only DejaVu (no CJK font), as
+    on a machine that has none, whatever this one has installed."""
+    _require()
+    home = Path(tempfile.mkdtemp())
+    try:
+        fonts = home / "fonts"
+        fonts.mkdir()
+        for name in ("DejaVuSans.ttf",):
+            found = next(Path("/usr/share/fonts").rglob(name), None)
+            if found is None:
+                pytest.skip(f"{name} is not installed (Debian's fonts-dejavu-core)")
+            shutil.copy(found, fonts / name)
+        config = home / "fonts.conf"
+        config.write_text(f"""<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd">
+<fontconfig><dir>{fonts}</dir><cachedir>{home / "cache"}</cachedir></fontconfig>""")
+        environment = dict(os.environ, FONTCONFIG_FILE=str(config), HOME=str(home))
+        done = subprocess.run(
+            [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={home / 'profile'}", f"--window-size={size[0]},{size[1]}",
+             "--virtual-time-budget=5000",  # until the embedded font has loaded
+             f"--screenshot={shot}", page.as_uri()],
+            capture_output=True, text=True, timeout=120, env=environment)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert shot.is_file(), done.stderr[-2000:]
+    return shot

@@ -282,3 +282,16 @@ def test_verify_refuses_a_crafted_checkpoint(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "not a weights-only checkpoint" in out
     assert not marker.exists()
+
+
+def test_run_refuses_a_taken_folder_or_a_bad_plan_before_saying_anything(tmp_path, capsys):
+    """No code-path line and no cost estimate before the refusal: they would read as if the
+    run were about to start."""
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    for args, needle in ((["run", "--out-dir", str(taken)], "already exists"),
+                         (["run", "--plan", str(tmp_path / "none.json"), "--out-dir",
+                           str(tmp_path / "new")], "none.json")):
+        assert main(args) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1 and needle in captured.err

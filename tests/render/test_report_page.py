@@ -326,9 +326,11 @@ def test_missing_cjk_font_is_said_in_one_line_and_on_the_page(tmp_path, capsys, 
     assert main(["plot", "--out-dir", str(out), "--lang", "zh"]) == 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "CJK" in err
+    capsys.readouterr()
     page = tmp_path / "report.html"
     assert main(["report", "--html", str(page), "--lang", "zh", "--format", "json"]) == 0
-    assert "CJK" in page.read_text()
+    assert "中文图注需要 CJK 字体" in page.read_text()  # the notice, not the page's font
+    assert "No CJK font here" in err  # readable where Chinese is not
 
 
 def test_chinese_figures_use_a_cjk_font_when_one_is_installed():

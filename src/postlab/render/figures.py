@@ -13,6 +13,7 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from postlab.analysis.aggregate import Analysis, Band
 from postlab.analysis.samples import PairGrid
@@ -65,7 +66,35 @@ def pyplot():
     return plt
 
 
+#: The CJK font postlab ships (a subset of Noto Sans CJK SC, SIL OFL 1.1: data/fonts/OFL.txt):
+#: every character postlab's own labels use, so Chinese figures and pages read on a machine
+#: without a CJK font (made by scripts/make-cjk-subset.py).
+SHIPPED_CJK_FAMILY = "postlab CJK subset"
+
+
+def shipped_cjk_font() -> Path:
+    """The shipped CJK subset's file."""
+    from importlib import resources
+
+    return Path(str(resources.files("postlab") / "data" / "fonts" / "postlab-cjk-subset.otf"))
+
+
 def _find_cjk_font() -> str | None:
+    """A CJK font for Chinese figures: the system's where it has one (it holds every
+    character, a plan's own words included), else the shipped subset."""
+    found = _system_cjk_font()
+    if found is not None:
+        return found
+    from matplotlib import font_manager
+
+    path = shipped_cjk_font()
+    if path.is_file():
+        font_manager.fontManager.addfont(str(path))
+        return SHIPPED_CJK_FAMILY
+    return None
+
+
+def _system_cjk_font() -> str | None:
     from matplotlib import font_manager
 
     available = {f.name for f in font_manager.fontManager.ttflist}

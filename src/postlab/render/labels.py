@@ -372,8 +372,8 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
         "units_norm": "L2 norm", "units_loss": "objective per token",
         "units_tokens": "tokens per answer", "units_share_rollouts": "share of rollouts",
         "cjk_missing": "Chinese figure labels need a CJK font (for example the Noto Sans CJK "
-                       "fonts); none is installed here, so the figures are labelled in "
-                       "English.",
+                       "fonts); none is installed here and postlab's own subset is missing, "
+                       "so the figures are labelled in English.",
     },
     "zh": {
         "share_answers": "回答比例（0–1）",
@@ -405,8 +405,10 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
         "units_nats": "每词元奈特", "units_share_tokens": "词元比例",
         "units_norm": "L2 范数", "units_loss": "每词元目标值",
         "units_tokens": "每个回答的词元数", "units_share_rollouts": "采样比例",
+        # in English too: where no CJK font can be found, Chinese may not display either
         "cjk_missing": "中文图注需要 CJK 字体（例如 Noto Sans CJK），此处未安装，"
-                       "图中标注使用英文。",
+                       "图中标注使用英文。(No CJK font here, not even postlab's own: the "
+                       "figures are labelled in English.)",
     },
 }
 
