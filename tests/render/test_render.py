@@ -100,7 +100,8 @@ def test_every_figure_has_data_labels_and_one_legend(bundled_analysis, monkeypat
             if not ax.axison or ax.get_label() == "<colorbar>":
                 continue
             drawn = [line for line in ax.get_lines() if len(line.get_xdata())]
-            drawn += [p for p in ax.patches if p.get_height() != 0]
+            # bars (a colorbar's extension triangle is a path, not a bar)
+            drawn += [p for p in ax.patches if hasattr(p, "get_height") and p.get_height() != 0]
             drawn += [c for c in ax.collections if len(c.get_paths())]
             drawn += ax.images
             assert drawn, f"{name}: an axis without data"
@@ -139,8 +140,11 @@ def test_a_png_only_figure_has_the_same_png_and_no_svg():
     assert pngs[0] == pngs[1] and pngs[0].startswith(b"\x89PNG")
 
 
-def test_chinese_figures_fall_back_without_a_cjk_font(bundled_analysis, monkeypatch):
+def test_chinese_figures_fall_back_without_a_cjk_font(bundled_analysis, monkeypatch, tmp_path):
+    """No system CJK font: the shipped subset; not even that (a damaged install): English."""
     monkeypatch.setattr(figures_module, "CJK_FONTS", ("No Such Font",))
+    assert figures_module.figure_language("zh") == ("zh", figures_module.SHIPPED_CJK_FAMILY)
+    monkeypatch.setattr(figures_module, "shipped_cjk_font", lambda: tmp_path / "none.otf")
     assert figures_module.figure_language("zh") == ("en", None)
     assert figures_module.figure_language("en") == ("en", None)
 

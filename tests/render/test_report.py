@@ -20,10 +20,22 @@ def tiny(tmp_path):
     return plan, record
 
 
+LAYOUT = "The counts, in the reference's layout:\n"
+
+
+def _layout(out: str) -> list[str]:
+    """The English text report's lines after its findings: the reference's layout."""
+    findings, marker, layout = out.partition(LAYOUT)
+    assert marker and findings.strip()  # the findings (or why there are none) come first
+    return layout.splitlines()
+
+
 def test_report_english_by_hand(tiny, capsys):
     plan, record = tiny
     assert main(["report", "--plan", str(plan), "--record", str(record), "--lang", "en"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().out
+    assert out.startswith("No findings in words for this record: ")  # a partial record
+    lines = _layout(out)
     assert lines[1:4] == ["p=0.01: 0.077255", "p=0.50: 0.992188", "p=0.99: 0.077255"]
     assert "covered by 2 samples" in lines[4]
     # SFT: greedy "3" right, "8" wrong; sampled 2/4 strict, 4/4 substring, 1/2 covered
@@ -129,8 +141,11 @@ def test_module_entry_point_has_no_traceback(tmp_path):
 
 def test_report_without_arguments_reads_the_bundled_record(capsys):
     assert main(["report", "--lang", "en"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    table = lines[5:]
+    out = capsys.readouterr().out
+    # the English report opens with the run's own findings, in words
+    assert out.startswith("What this run found (held-out test split")
+    assert "- RL under substring narrowed held-out (test) coverage" in out
+    table = _layout(out)[5:]
     assert len(table) == 9  # three seeds x (SFT, strict, substring)
     assert [line.split()[1] for line in table[:3]] == ["SFT", "strict", "substring"]
     assert all(line.split()[-1].endswith("/19") for line in table)
@@ -150,7 +165,7 @@ def test_group_signal_uses_the_plans_group_size(tmp_path, capsys):
     record = tmp_path / "record.json"
     record.write_text(json.dumps(tiny_record(load_plan(plan).sha256)))
     assert main(["report", "--record", str(record), "--lang", "en"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = _layout(capsys.readouterr().out)
     assert lines[0] == "Probability that a group of 4 holds different rewards:"
     # 1 - p^4 - (1-p)^4 by hand: p=0.5 gives 1 - 2/16; p=0.01 gives 1 - 1e-8 - 0.99^4
     assert lines[1:4] == ["p=0.01: 0.039404", "p=0.50: 0.875000", "p=0.99: 0.039404"]

@@ -98,12 +98,15 @@ def _findings_first(opened) -> str:
     try:
         import scipy  # noqa: F401
     except ImportError:
-        return ("(findings in words need the report extra: pip install 'postlab[report]'; "
-                "the counts follow)\n\n")
-    lines = finding_lines(opened, analyse(opened, "test"), "en", "test")
+        return ("No findings in words: they need the report extra (pip install "
+                "'postlab[report]')\n\nThe counts, in the reference's layout:\n")
+    layout = "\nThe counts, in the reference's layout:\n"
+    try:
+        lines = finding_lines(opened, analyse(opened, "test"), "en", "test")
+    except UserError as exc:  # a record the analysis cannot read (hand-made, partial)
+        return f"No findings in words for this record: {str(exc).splitlines()[0]}\n{layout}"
     return ("What this run found (held-out test split; every number: --format table):\n"
-            + "".join(f"- {line}\n" for line in lines)
-            + "\nThe counts, in the reference's layout:\n")
+            + "".join(f"- {line}\n" for line in lines) + layout)
 
 
 def _verdict_lines(opened, lang: str, exploratory: dict | None = None) -> str:

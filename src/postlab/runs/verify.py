@@ -504,7 +504,11 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
         else:
             seen.without_digests += 1
             known = None
-        seen.seed_results.append((run["seed"], seed_results_sha256(run, known)))
+        # a seed missing parts has no results to hash (other checks say what is missing); a
+        # mark stands in, so the results fingerprint matches no complete run
+        complete = all(key in run for key in ("sft_loss", "evaluations", "training"))
+        seen.seed_results.append((run["seed"], seed_results_sha256(run, known) if complete
+                                  else "incomplete"))
     return seen
 
 
