@@ -34,6 +34,18 @@ def write_plan(path: Path, **changes) -> Path:
     return path
 
 
+def trained_with_the_cli(folder: Path, *extra: str, **changes) -> Path:
+    """``folder/plan.json`` (the teaching plan with ``changes``) trained by ``postlab run``
+    into ``folder/run`` with one worker, quietly, plus any ``extra`` arguments."""
+    from postlab.cli import main
+
+    plan = write_plan(folder / "plan.json", **changes)
+    out = folder / "run"
+    assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
+                 "--quiet", *extra]) == 0
+    return out
+
+
 def rows(record: dict) -> list[dict]:
     """Everything a run computed, without provenance and timing."""
     return [{key: run[key] for key in ("seed", "sft_loss", "evaluations", "training")}

@@ -9,6 +9,11 @@ class UserError(Exception):
     """
 
 
+class RecordDoesNotFit(UserError):
+    """A record whose seeds do not fit its plan (a hand-made or partial record): its counts
+    can still be shown, but not the analysis a report's findings need."""
+
+
 class RunFailed(Exception):
     """Training stopped (non-finite values, a dead worker, a checkpoint that re-evaluates
     differently); completed seeds are kept."""

@@ -8,7 +8,7 @@ import math
 import random
 
 import pytest
-from plans import SMALL, write_plan
+from plans import SMALL, trained_with_the_cli, write_plan
 
 from postlab.cli import main
 from postlab.plan.frozen import teaching_plan
@@ -118,12 +118,7 @@ SELECTED = SMALL | {"arms": [
 
 @pytest.fixture(scope="module")
 def selected_run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("selected")
-    plan = write_plan(folder / "plan.json", **SELECTED)
-    out = folder / "run"
-    assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
-                 "--quiet"]) == 0
-    return out
+    return trained_with_the_cli(tmp_path_factory.mktemp("selected"), **SELECTED)
 
 
 def test_the_random_rule_is_the_seeds_sft_bit_for_bit(selected_run):

@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from plans import SMALL, write_plan
+from plans import SMALL, trained_with_the_cli
 
 from postlab.cli import main
 from postlab.records.opened import open_run
@@ -21,12 +21,7 @@ DROP = SMALL | {"arms": [{"name": "rl-only", "pipeline": "rl-only", "contract": 
 
 @pytest.fixture(scope="module")
 def dropped_run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("dapo")
-    plan = write_plan(folder / "plan.json", **DROP)
-    out = folder / "run"
-    assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
-                 "--quiet"]) == 0
-    return out
+    return trained_with_the_cli(tmp_path_factory.mktemp("dapo"), **DROP)
 
 
 def test_a_step_without_signal_makes_no_update_and_the_rest_make_every_one(dropped_run):

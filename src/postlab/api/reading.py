@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from postlab.api import environment
-from postlab.errors import UserError
+from postlab.errors import RecordDoesNotFit, UserError
 from postlab.records.opened import (
     OpenedRun,
     check_unchanged,
@@ -72,9 +72,10 @@ def analyse(opened: OpenedRun, split: str = "test",
     check_split(opened, split)
     require_report_extra()
     what = "record does not fit the plan"
-    refuse(seed_list_problems(opened.record, opened.plan.data), opened.source, what)
+    refuse(seed_list_problems(opened.record, opened.plan.data), opened.source, what,
+           RecordDoesNotFit)
     refuse_each(opened.record, functools.partial(run_plan_problems, plan=opened.plan.data),
-                opened.source, what)
+                opened.source, what, RecordDoesNotFit)
     return compute(opened.record, opened.plan.data, registration=opened.registration,
                    exploratory=exploratory)
 

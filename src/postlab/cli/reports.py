@@ -100,10 +100,15 @@ def _findings_first(opened) -> str:
     except ImportError:
         return ("No findings in words: they need the report extra (pip install "
                 "'postlab[report]')\n\nThe counts, in the reference's layout:\n")
+    from postlab.errors import RecordDoesNotFit
+
     layout = "\nThe counts, in the reference's layout:\n"
+    if "test" not in opened.plan.data["split"]:
+        return ("No findings in words here: they are of the held-out test split, which this "
+                f"plan does not have ('--format table --split S' reports another)\n{layout}")
     try:
         lines = finding_lines(opened, analyse(opened, "test"), "en", "test")
-    except UserError as exc:  # a record the analysis cannot read (hand-made, partial)
+    except RecordDoesNotFit as exc:  # a hand-made or partial record: its counts still show
         return f"No findings in words for this record: {str(exc).splitlines()[0]}\n{layout}"
     return ("What this run found (held-out test split; every number: --format table):\n"
             + "".join(f"- {line}\n" for line in lines) + layout)

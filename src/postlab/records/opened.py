@@ -93,18 +93,20 @@ def registration_of(record: dict[str, Any], plan: LoadedPlan, folder: Path
     return (None if problems else registration), problems
 
 
-def refuse(problems: list[str], source: Path, what: str) -> None:
+def refuse(problems: list[str], source: Path, what: str,
+           error: type[UserError] = UserError) -> None:
     """The first problem in one line, with how many more there are."""
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise UserError(f"{source}: {what}: {problems[0]}{more}")
+        raise error(f"{source}: {what}: {problems[0]}{more}")
 
 
 def refuse_each(record: dict[str, Any], problems_of: Callable[[dict[str, Any]], list[str]],
-                source: Path, what: str) -> None:
+                source: Path, what: str, error: type[UserError] = UserError) -> None:
     """:func:`refuse` on every seed's problems (a chunked record's as each seed is read:
     :func:`~postlab.records.record.each_seed`)."""
-    each_seed(record, problems_of, functools.partial(refuse, source=source, what=what))
+    each_seed(record, problems_of, functools.partial(refuse, source=source, what=what,
+                                                     error=error))
 
 
 def require_readable(record: dict[str, Any], plan: dict[str, Any], source: Path) -> None:
