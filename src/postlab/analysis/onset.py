@@ -117,7 +117,7 @@ def binomial_allowance(tolerated: float, detect: float) -> float:
 @dataclass(frozen=True)
 class _Grid:
     """The statistic in whole cells of 1/(batch m): each step adds j m - drift cells for j
-    rollouts gamed, with probability ``pmf[j]``; no alarm while it is at most ``top``."""
+    rollouts gamed (binomially many); no alarm while it is at most ``top``."""
 
     cells: int  # per unit of gap
     drift: int  # cells

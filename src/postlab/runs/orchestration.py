@@ -219,31 +219,28 @@ def _check_resumed_registration(out_dir: Path, registration: bytes | None) -> No
 def registration_entry(plan: LoadedPlan, out_dir: Path, previous: dict[str, Any] | None
                        ) -> dict[str, Any] | None:
     """What the record says of the run folder's registration: the file's sha256, the time
-    it was registered and the time training began (kept from the record a resumed run left;
-    else now, before this invocation's first step). The file is checked again: a resumed
-    run's may have been changed since."""
-    from postlab.plan.registration import registration_problems
+    it was registered and the time training began. A resumed run keeps what its record says,
+    once the file is checked against it as every reader checks it (it may have been changed
+    since); a new run's file was checked before it was copied in, and training begins now,
+    before this invocation's first step."""
+    from postlab.records.opened import registration_of
 
     path = out_dir / REGISTRATION_FILE
+    if previous is not None:
+        if "registration" not in previous:
+            if path.exists():
+                raise UserError(f"{path}: the record names no registration; one added after "
+                                "training began would not precede it")
+            return None
+        _, problems = registration_of(previous, plan, out_dir)
+        if problems:
+            raise UserError(problems[0])
+        return previous["registration"]
     if not path.exists():
-        if previous is not None and "registration" in previous:
-            raise UserError(f"{path}: missing; the record names a registration")
         return None
     raw = read_bytes(path, "registration")
     registration = parse_json(raw, str(path))
-    problems = registration_problems(registration, plan.data, plan.sha256)
-    if problems:
-        raise UserError(f"{path}: {problems[0]}")
-    sha = hashlib.sha256(raw).hexdigest()
-    if previous is not None and "registration" not in previous:
-        raise UserError(f"{path}: the record names no registration; one added after training "
-                        "began would not precede it")
-    if previous is not None:
-        if previous["registration"]["sha256"] != sha:
-            raise UserError(f"{path}: changed since the run began (the record names sha256 "
-                            f"{previous['registration']['sha256']})")
-        return previous["registration"]
-    return {"sha256": sha,
+    return {"sha256": hashlib.sha256(raw).hexdigest(),
             "registered_at": registration["registered_at"],
             "hypotheses_sha256": registration["hypotheses_sha256"],
             "training_started_at": utc_now()}
