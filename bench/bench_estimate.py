@@ -11,12 +11,15 @@ on one worker (``--workers 1``, the estimate's unit), its wall time and peak res
 ratio (estimate / measured); a ratio outside 0.75-1.25 is marked with a star.
 
 Each plan is measured as ``--repeats`` independent pairs (a fresh calibration, then a fresh
-run; default 3), and the line compares the median estimate with the median run, beside the
-lowest and highest ratio of a single pair. Why pairs and medians: on a shared 2-core machine
-the same run took 51-70 s four times in a row, and a 5-second calibration inside a slow
-spell prices the whole plan high, so one pair measures the machine's mood as much as the
-estimate. A plan whose first run takes longer than ``--repeat-under`` seconds (default 150)
-is measured once, so the whole table stays under an hour.
+run; default 3), in rounds: every plan once, then every plan again, so a plan's pairs lie
+minutes apart. Each line compares the median estimate with the median run, beside the
+lowest and highest ratio of a single pair. Why pairs, rounds and medians: on a shared 2-core
+machine the same run took 51-63 s four times in a row, a calibration of a second or two
+inside a slow spell prices the whole plan up to twice as high, and slow spells last minutes
+(three pairs in a row of one plan once measured 1.45-1.95), so one pair measures the
+machine's mood as much as the estimate. A plan whose first run takes longer than
+``--repeat-under`` seconds (default 150) is measured once, so the whole table stays near an
+hour.
 
 The evaluation-heavy plan is the teaching plan on one seed with 100 samples per held-out
 question, so each stage's evaluation decodes more than 10,000 answers: the kind of plan the
@@ -128,13 +131,20 @@ def main() -> None:
     plans = args.plans or example_plans()
     if not args.no_eval_heavy:
         plans.append(eval_heavy(work))
+    measured: dict[int, list[dict[str, float]]] = {i: [] for i in range(len(plans))}
+    for round_ in range(args.repeats):
+        for index, plan in enumerate(plans):
+            if round_ and measured[index][0]["measured_s"] >= args.repeat_under:
+                continue
+            measured[index].append(pair(plan, work / f"run-{index}-{round_}"))
+            if round_ == 0:
+                print(f"  round 1: {plan.name}", flush=True)
+    print()
     print(f"{'plan':<38} {'estimate':>9} {'measured':>9} {'ratio':>6} {'one pair':>10}   "
           f"{'estimate':>9} {'measured':>9} {'ratio':>6}")
     results = {}
     for index, plan in enumerate(plans):
-        pairs = [pair(plan, work / f"run-{index}-0")]
-        if pairs[0]["measured_s"] < args.repeat_under:
-            pairs += [pair(plan, work / f"run-{index}-{k}") for k in range(1, args.repeats)]
+        pairs = measured[index]
         r = summary(pairs)
         results[plan.name] = {**r, "each": pairs}
         spread = f"{r['pair_low']:.2f}-{r['pair_high']:.2f}" if len(pairs) > 1 else "-"
