@@ -592,8 +592,9 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
                            optimizer_seconds=optimizer, seconds=0.0, base_bytes=0)
         # Before the engine's steps run at the plan's own batch: the allocator keeps their
         # peak, which the estimate counts as the batch's, so resident memory after them
-        # counted it twice (a reasoning-gym plan's estimate was 1.25 times its measured peak
-        # with the later reading, 1.07 with this one; the GRU plans moved by 1-2%).
+        # counted it twice (the reasoning-gym chain-sum plan's estimate was 1.25 times its
+        # measured peak with the later reading, 1.05 with this one; the GRU plans' stayed at
+        # 0.92-0.99, measured by bench/bench_estimate.py).
         base_bytes = resident_bytes()
         factors, step_bytes = _time_real_paths(model, plan, unit)
     finally:
