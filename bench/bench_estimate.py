@@ -15,11 +15,11 @@ run; default 3), in rounds: every plan once, then every plan again, so a plan's 
 minutes apart. Each line compares the median estimate with the median run, beside the
 lowest and highest ratio of a single pair. Why pairs, rounds and medians: on a shared 2-core
 machine the same run took 51-63 s four times in a row, a calibration of a second or two
-inside a slow spell prices the whole plan up to twice as high, and slow spells last minutes
-(three pairs in a row of one plan once measured 1.45-1.95), so one pair measures the
-machine's mood as much as the estimate. A plan whose first run takes longer than
-``--repeat-under`` seconds (default 150) is measured once, so the whole table stays near an
-hour.
+inside a slow spell prices the whole plan up to twice as high or more, and slow spells last
+minutes (one plan's three pairs in a row once measured 1.12-1.95, median 1.65), so one pair
+measures the machine's mood as much as the estimate. A plan whose first run takes
+``--repeat-under`` seconds or longer (default 150) is measured once, so the whole table stays
+near an hour. With ``--json`` the pairs are written as they are measured, then the summary.
 
 The evaluation-heavy plan is the teaching plan on one seed with 100 samples per held-out
 question, so each stage's evaluation decodes more than 10,000 answers: the kind of plan the
@@ -137,8 +137,12 @@ def main() -> None:
             if round_ and measured[index][0]["measured_s"] >= args.repeat_under:
                 continue
             measured[index].append(pair(plan, work / f"run-{index}-{round_}"))
-            if round_ == 0:
-                print(f"  round 1: {plan.name}", flush=True)
+            last = measured[index][-1]
+            print(f"  round {round_ + 1}: {plan.name}: {last['estimate_s']:.1f} s estimated, "
+                  f"{last['measured_s']:.1f} s measured", flush=True)
+            if args.json:  # kept as it goes: a late failure loses no pair measured before it
+                args.json.write_text(json.dumps(
+                    {plans[i].name: {"each": m} for i, m in measured.items() if m}, indent=1))
     print()
     print(f"{'plan':<38} {'estimate':>9} {'measured':>9} {'ratio':>6} {'one pair':>10}   "
           f"{'estimate':>9} {'measured':>9} {'ratio':>6}")

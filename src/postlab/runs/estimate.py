@@ -16,8 +16,8 @@ estimated:
   the engine's own SFT, evaluation and RL steps are run a few times, within a small share of
   the modelled run, to correct for what the bounded timings leave out, and the peak memory
   of a decode and of an RL step is measured for the policy at hand; the process's memory
-  after calibrating is what a run holds before training, its age then what the run spent
-  starting.
+  before the engine's own steps are run is what a run holds before training, its age when
+  calibrating began what the run spent starting.
 
 :func:`check_size` refuses a plan over the limits below with a one-line :class:`UserError`,
 unless the user confirms with ``--allow-large``. Count limits are checked before anything is
@@ -594,7 +594,7 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
         # peak, which the estimate counts as the batch's, so resident memory after them
         # counted it twice (the reasoning-gym chain-sum plan's estimate was 1.25 times its
         # measured peak with the later reading, 1.05 with this one; the GRU plans' stayed at
-        # 0.92-0.99, measured by bench/bench_estimate.py).
+        # 0.92-1.00, measured by bench/bench_estimate.py).
         base_bytes = resident_bytes()
         factors, step_bytes = _time_real_paths(model, plan, unit)
     finally:
