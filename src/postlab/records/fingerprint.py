@@ -106,10 +106,13 @@ def results_fingerprint(folder: Path, record: dict[str, Any], *,
     :func:`seed_results_sha256`, in record order, where a caller's walk already took them;
     ``checkpoint_files`` likewise."""
     if seeds is None:
-        runs = list(record["runs"])
-        seeds = [(run["seed"], seed_results_sha256(run)) for run in runs]
-        checkpoint_files = named_checkpoints(runs) if checkpoint_files is None else \
-            checkpoint_files
+        # one walk, one seed at a time: a chunked record's seeds are never all held at once
+        seeds, named = [], set()
+        for run in record["runs"]:
+            seeds.append((run["seed"], seed_results_sha256(run)))
+            named |= named_checkpoints([run])
+        if checkpoint_files is None:
+            checkpoint_files = named
     parts = [("plan.json", _sha256(read_bytes(folder / "plan.json", "plan"))),
              ("summary.json", _sha256(read_bytes(folder / "summary.json", "summary")))]
     if "tokenizer_sha256" in record:
