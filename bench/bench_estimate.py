@@ -5,10 +5,11 @@
 
 For each plan (default: every example plan, ``examples/*.json`` and ``examples/gym/*.json``
 without drafts, then an evaluation-heavy plan): the estimate ``postlab run`` prints before it
-trains (calibrated here, in a process of its own, as a run calibrates), then the run itself
-on one worker (``--workers 1``, the estimate's unit), its wall time and peak resident memory
-(``ru_maxrss`` of that process, ``os.wait4``). One line per plan with both figures and their
-ratio (estimate / measured); a ratio outside 0.75-1.25 is marked with a star.
+trains (calibrated here, in a process of its own pinned to the run's CPU code path, as a run
+calibrates), then the run itself on one worker (``--workers 1``, the estimate's unit), its
+wall time and peak resident memory (``ru_maxrss`` of that process, ``os.wait4``). One line
+per plan with both figures and their ratio (estimate / measured); a ratio outside 0.75-1.25
+is marked with a star.
 
 Each plan is measured as ``--repeats`` independent pairs (a fresh calibration, then a fresh
 run; default 3), in rounds: every plan once, then every plan again, so a plan's pairs lie
@@ -39,19 +40,27 @@ import tempfile
 import time
 from pathlib import Path
 
+from postlab.machine import numerics
 from postlab.machine.cache import CACHE_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 POSTLAB = [sys.executable, "-m", "postlab"]
 TOLERANCE = 0.25
 
+# The run pins its CPU code path before torch loads (the portable one unless --cpu-path says
+# otherwise), so the estimate is calibrated under that same pin. Unpinned, this process ran
+# torch's native kernels: AVX-512 on an Intel Xeon, where gym/chain-sum's RL step took 0.28-
+# 0.34 s against 0.52 s pinned (2026-12-06), and the table read 0.64-0.69 for that plan.
 ESTIMATE = """
 import json, sys
+from postlab.machine import numerics
+numerics.pin(numerics.resolve_choice(numerics.PORTABLE))  # as postlab run does, before torch
 from postlab.plan.frozen import load_plan
 from postlab.runs.estimate import estimate
 est = estimate(load_plan(sys.argv[1]).data)
 print(json.dumps({"seconds": est.seconds, "memory_bytes": est.memory_bytes,
-                  "calibration_seconds": est.calibration_seconds}))
+                  "calibration_seconds": est.calibration_seconds,
+                  "code_path": numerics.current_pin()}))
 """
 
 
@@ -92,6 +101,8 @@ def pair(plan: Path, folder: Path) -> dict[str, float]:
     """One calibration in a process of its own, then one run of the plan on one worker."""
     _, _, out = child([sys.executable, "-c", ESTIMATE, str(plan)])
     est = json.loads(out)
+    if est.pop("code_path") != numerics.resolve_choice(numerics.PORTABLE):
+        raise SystemExit(f"the estimate of {plan} was not calibrated on the run's code path")
     # the run calibrates as the estimate's own process did (--recalibrate), into a cache
     # folder of this invocation's own
     seconds, mib, _ = child([*POSTLAB, "run", "--plan", str(plan), "--out-dir", str(folder),
@@ -110,8 +121,6 @@ def summary(pairs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def main() -> None:
-    from postlab.machine.numerics import cpu_model
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("plans", nargs="*", type=Path)
     parser.add_argument("--no-eval-heavy", action="store_true")
@@ -123,9 +132,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}; one worker per run; up to {args.repeats} pairs "
-          f"per plan (medians)")
+    print(f"machine: {numerics.cpu_model()}, {os.cpu_count()} cores, Python "
+          f"{platform.python_version()}; code path "
+          f"{numerics.resolve_choice(numerics.PORTABLE)} (the run's default, estimate and run); "
+          f"one worker per run; up to {args.repeats} pairs per plan (medians)")
     work = Path(tempfile.mkdtemp(prefix="bench-estimate-"))
     os.environ[CACHE_VARIABLE] = str(work / "cache")
     plans = args.plans or example_plans()
