@@ -109,6 +109,112 @@ def test_dynamic_sampling_is_an_upper_bound(tmp_path):
     assert _record_rows(record) <= est.record_rows
 
 
+def _draws_by_loop(prompts: int, group: int, budget: int, steps: int, seed: int) -> float:
+    """Extra groups per step, simulated plainly: each question's pass rate uniform, a group
+    constant when its answers all pass or all fail, every constant group drawn again."""
+    import random
+
+    rng = random.Random(seed)
+
+    def constant() -> bool:
+        q = rng.random()
+        passes = sum(rng.random() < q for _ in range(group))
+        return passes in (0, group)
+
+    total = 0
+    for _ in range(steps):
+        waiting = sum(constant() for _ in range(prompts))
+        drawn = 0
+        while waiting and drawn < budget:
+            count = min(waiting, budget - drawn)
+            drawn += count
+            waiting -= sum(not constant() for _ in range(count))
+        total += drawn
+    return total / steps
+
+
+def test_dynamic_sampling_is_timed_at_the_groups_it_is_expected_to_draw():
+    plan = teaching_plan()
+    expected = est_mod.expected_extra_groups
+    assert expected(plan) == 0.0  # no dynamic sampling
+    # 8 prompts, groups of 8: p = 2/9 constant, 8 * p / (1 - p) = 16/7 groups a step
+    assert expected(plan | {"dynamic_sampling": {"max_extra_groups": 8}}) == pytest.approx(16 / 7)
+    assert expected(plan | {"dynamic_sampling": {"max_extra_groups": 2}}) == 2.0  # the budget
+    assert expected(plan | {"group_size": 1, "dynamic_sampling": {"max_extra_groups": 3}}) == 3.0
+    assert expected(plan | {"group_size": 3, "prompts_per_step": 6,
+                            "dynamic_sampling": {"max_extra_groups": 20}}) == pytest.approx(6.0)
+    # against a plain simulation of the resampling loop (a large budget, then a binding one)
+    for group, budget in ((8, 1000), (4, 1000), (3, 2)):
+        changed = plan | {"group_size": group, "dynamic_sampling": {"max_extra_groups": budget}}
+        simulated = _draws_by_loop(8, group, budget, 4000, seed=group)
+        assert expected(changed) == pytest.approx(simulated, rel=0.06), (group, budget)
+
+
+def test_an_rl_step_is_priced_with_the_work_given():
+    plan = teaching_plan() | {"dynamic_sampling": {"max_extra_groups": 8}}
+    calibration = est_mod.calibrate(plan)
+    unit, work = est_mod._unit_seconds, est_mod.RLWork
+    plain = unit(teaching_plan(), calibration)[2]
+    assert unit(plan, calibration, work(0.0, 64, 2))[2] == pytest.approx(plain)
+    low, mid, high = (unit(plan, calibration, work(g, 64, 2))[2] for g in (1.0, 16 / 7, 8.0))
+    assert plain < low < mid < high
+    # the default: the expected groups, every update over the whole batch
+    assert work.expected(plan) == work(16 / 7, 64, 2)
+    assert unit(plan, calibration)[2] == pytest.approx(mid)
+    parts = est_mod._work_parts(plan, calibration)
+    assert parts["rl"] == pytest.approx(len(plan["seeds"]) * len(plan["arms"])
+                                        * plan["rl_steps"] * mid)
+    # fewer rows updated, or none, cost less
+    assert unit(plan, calibration, work(8.0, 0, 0))[2] < unit(plan, calibration,
+                                                              work(8.0, 16, 2))[2] < high
+
+
+def test_rl_work_is_read_from_the_steps_counts():
+    plan = teaching_plan() | {"dynamic_sampling": {"max_extra_groups": 8}}
+    # 4 steps of 8 x 8 answers, 10 extra groups in all, 2 updates each over 64 rows
+    counts = {"completions": 4 * 64 + 10 * 8, "gradient_steps": 8, "examples_seen": 8 * 64}
+    assert est_mod.RLWork.observed(plan, counts, 4) == est_mod.RLWork(2.5, 64.0, 2.0)
+    # every group constant, dropped: the whole budget drawn and nothing updated
+    dropped = {"completions": 4 * (64 + 64), "gradient_steps": 0, "examples_seen": 0}
+    assert est_mod.RLWork.observed(plan, dropped, 4) == est_mod.RLWork(8.0, 0.0, 0.0)
+
+
+def test_the_rl_factor_compares_the_steps_with_their_own_work(monkeypatch):
+    """The calibration's untrained policy draws dynamic sampling's whole budget and, where
+    constant groups are dropped, updates on nothing: its steps' time is set against that work,
+    not the run's."""
+    import postlab.engines.train as train
+
+    plan = teaching_plan() | {"dynamic_sampling": {"max_extra_groups": 8,
+                                                   "constant_groups": "drop"}}
+    seen: dict[str, int] = {}
+    calls: list[int] = []
+
+    def reinforce(model, reference, some, seed, contract, *args, **kwargs):
+        seen["steps"] = steps = some["rl_steps"]
+        calls.append(steps)
+        return model, [], {"completions": steps * 128, "tokens_generated": 0,
+                           "gradient_steps": 0, "examples_seen": 0}
+
+    real_typical = est_mod._typical_seconds
+
+    def typical(call, until, first=None):
+        seen.pop("steps", None)
+        seconds = real_typical(call, until, first)
+        # the RL steps are made to take 0.5 s each; the other kinds keep their timing
+        return 0.5 * seen["steps"] if "steps" in seen else seconds
+
+    monkeypatch.setattr(train, "reinforce", reinforce)
+    monkeypatch.setattr(est_mod, "_typical_seconds", typical)
+    calibration = est_mod.calibrate(plan)
+    assert calls  # the RL steps were timed
+    raw = dataclasses.replace(calibration, factors=(1.0, 1.0, 1.0))
+    drawn = est_mod._unit_seconds(plan, raw, est_mod.RLWork(8.0, 0.0, 0.0))[2]
+    assert calibration.factors[2] == pytest.approx(0.5 / drawn)
+    # against the run's whole step it would have been lower: that step does more
+    assert est_mod._unit_seconds(plan, raw)[2] > drawn
+
+
 def test_teaching_plan_figures():
     est = estimate_counts(teaching_plan())
     rl = 3 * 2 * 240 * 8 * 8  # seeds x arms x steps x prompts x answers

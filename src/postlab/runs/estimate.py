@@ -267,7 +267,7 @@ class Line:
     fixed: float
     per_row: float
 
-    def seconds(self, rows: int, positions: int) -> float:
+    def seconds(self, rows: float, positions: int) -> float:
         return (self.fixed + self.per_row * rows) * positions
 
 
@@ -520,7 +520,12 @@ def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration
     from postlab.engines.rollout import evaluate_model
     from postlab.engines.train import reinforce, supervised
 
-    sft_step, _, rl_step = _unit_seconds(plan, unit)
+    # an RL step priced as the calibration's untrained policy may take it: with dynamic
+    # sampling's whole budget of extra groups
+    dynamic = plan.get("dynamic_sampling")
+    most = replace(RLWork.expected(plan),
+                   extra_groups=dynamic["max_extra_groups"] if dynamic else 0.0)
+    sft_step, _, rl_step = _unit_seconds(plan, unit, most)
     parts = _work_parts(plan, unit)
     budget = min(REAL_PATH_MAX_SECONDS,
                  max(REAL_PATH_SECONDS, REAL_PATH_SHARE * sum(parts.values())))
@@ -552,16 +557,25 @@ def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration
         elif (kind == "rl" and rl is not None and parts["rl"]
               and (steps := steps_within(rl_step, REAL_STEPS))):
             some = {**plan, "rl_steps": steps}
+            done: list[RLWork] = []
 
-            def train(some: dict[str, Any] = some, contract: str = rl.contract) -> None:
+            def train(some: dict[str, Any] = some, contract: str = rl.contract,
+                      steps: int = steps, done: list[RLWork] = done) -> None:
                 model.train()
-                reinforce(model, model.reference_policy(), some, CALIBRATION_SEED, contract)
+                compute = reinforce(model, model.reference_policy(), some, CALIBRATION_SEED,
+                                    contract)[2]
+                done.append(RLWork.observed(plan, compute, steps))
 
             def measured(call: Callable[[], Any]) -> None:
                 nonlocal step_bytes
                 step_bytes = peak_growth(call)[1]
 
-            factors["rl"] = _typical_seconds(train, began + budget, measured) / steps / rl_step
+            seconds = _typical_seconds(train, began + budget, measured) / steps
+            # against these steps' own work, not the run's: on the untrained policy dynamic
+            # sampling draws its whole budget and dropping constant groups leaves no update
+            # (the drop example's estimate was then 0.72-0.81 of its run)
+            modelled = statistics.median(_unit_seconds(plan, unit, w)[2] for w in done)
+            factors["rl"] = seconds / modelled
         budget -= time.perf_counter() - began
     return (factors["sft"], factors["evaluation"], factors["rl"]), step_bytes
 
@@ -605,25 +619,80 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
                    decode_row_bytes=row_bytes, step_bytes=step_bytes)
 
 
-def _unit_seconds(plan: dict[str, Any], c: Calibration) -> tuple[float, float, float]:
+def expected_extra_groups(plan: dict[str, Any]) -> float:
+    """Extra groups dynamic sampling is expected to draw per RL step, for the time (counts
+    and memory keep the whole budget, ``max_extra_groups``, as their bound).
+
+    A group's rewards are all equal when its ``group_size`` answers all pass or all fail:
+    ``q**G + (1-q)**G`` for a question the policy passes with probability ``q``. Nothing is
+    known of ``q`` before training, so it is taken as uniform on [0, 1], which makes that
+    ``p = 2 / (G + 1)``; every constant group is drawn again, and a fresh group is constant with
+    the same ``p``, so a step draws ``prompts * p / (1 - p) = prompts * 2 / (G - 1)`` groups on
+    average, at most the budget. The whole budget priced the dynamic-sampling example's runs
+    at 1.35-1.56 times their time; they drew 0.5-1.2 extra groups a step of 8 (this model:
+    2.3).
+    """
+    dynamic = plan.get("dynamic_sampling")
+    if not dynamic:
+        return 0.0
+    budget = dynamic["max_extra_groups"]
+    group = plan["group_size"]
+    if group < 2:  # one answer per group: every group is constant
+        return float(budget)
+    return min(float(budget), plan["prompts_per_step"] * 2 / (group - 1))
+
+
+@dataclass(frozen=True)
+class RLWork:
+    """What one RL step does besides its batch's decode: the extra groups dynamic sampling
+    draws, and the updates (each over ``trained_rows`` rows, which the step's reference pass
+    also reads)."""
+
+    extra_groups: float
+    trained_rows: float
+    updates: float
+
+    @classmethod
+    def expected(cls, plan: dict[str, Any]) -> RLWork:
+        """A run's step: the groups it is expected to draw, every update over the whole batch
+        (dynamic sampling replaces most constant groups, so dropping the rest spares little)."""
+        return cls(expected_extra_groups(plan), plan["prompts_per_step"] * plan["group_size"],
+                   plan["updates_per_rollout"])
+
+    @classmethod
+    def observed(cls, plan: dict[str, Any], compute: dict[str, int], steps: int) -> RLWork:
+        """What ``steps`` steps did, from their ``compute`` counts. An untrained policy's
+        groups are nearly all constant: dynamic sampling then draws its whole budget, and a
+        plan that drops constant groups may update on nothing at all."""
+        batch = plan["prompts_per_step"] * plan["group_size"]
+        updates = compute["gradient_steps"]
+        return cls(max(0.0, compute["completions"] / steps - batch) / plan["group_size"],
+                   compute["examples_seen"] / updates if updates else 0.0, updates / steps)
+
+
+def _unit_seconds(plan: dict[str, Any], c: Calibration,
+                  rl: RLWork | None = None) -> tuple[float, float, float]:
     """Modelled seconds of an SFT step, a stage's evaluation (every split, greedy and
-    sampled) and an RL step, each times its real-path factor."""
+    sampled) and an RL step doing ``rl`` (default: :meth:`RLWork.expected`), each times its
+    real-path factor."""
     shape = _shape(plan)
     positions = shape["decode_positions"]
 
-    def decode(rows: int) -> float:
+    def decode(rows: float) -> float:
         return c.decode.seconds(rows, positions) + c.row_seconds * rows
 
     sft_step = c.sft.seconds(plan["sft_batch"], shape["sft_positions"]) + c.optimizer_seconds
     evaluation = sum(decode(len(pairs)) + decode(len(pairs) * plan["eval_samples"])
                      for pairs in plan["split"].values())
     group = plan["group_size"]
-    batch = plan["prompts_per_step"] * group
-    rl_step = (decode(batch) + c.reference.seconds(batch, positions)
-               + plan["updates_per_rollout"] * (c.update.seconds(batch, positions)
-                                                + c.optimizer_seconds))
-    if plan.get("dynamic_sampling"):
-        rl_step += decode(plan["dynamic_sampling"]["max_extra_groups"] * group)
+    work = RLWork.expected(plan) if rl is None else rl
+    rl_step = decode(plan["prompts_per_step"] * group)
+    if work.extra_groups:  # one more decode call, or a few
+        rl_step += decode(work.extra_groups * group)
+    if work.trained_rows:
+        rows = work.trained_rows
+        rl_step += (c.reference.seconds(rows, positions)
+                    + work.updates * (c.update.seconds(rows, positions) + c.optimizer_seconds))
     sft_factor, evaluation_factor, rl_factor = c.factors
     return sft_step * sft_factor, evaluation * evaluation_factor, rl_step * rl_factor
 
@@ -654,7 +723,8 @@ def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
     (:func:`_work_parts`), priced by the calibration.
 
     Decodes are priced at ``max_new_tokens`` steps (an upper bound: decoding stops once every
-    sequence has ended), and dynamic sampling at its full budget of extra groups. For models
+    sequence has ended), and dynamic sampling at the extra groups it is expected to draw
+    (:func:`expected_extra_groups`), not its whole budget. For models
     far larger than the teaching plan's the calibration sees only a few sequences, whose
     matrix products are less efficient than the plan's, so the estimate errs high (about
     twice the measured time at hidden 4096).
