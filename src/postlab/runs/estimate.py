@@ -573,7 +573,7 @@ def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration
             seconds = _typical_seconds(train, began + budget, measured) / steps
             # against these steps' own work, not the run's: on the untrained policy dynamic
             # sampling draws its whole budget and dropping constant groups leaves no update
-            # (the drop example's estimate was then 0.72-0.81 of its run)
+            # (the drop example's estimate was then 0.72-0.94 of its run)
             modelled = statistics.median(_unit_seconds(plan, unit, w)[2] for w in done)
             factors["rl"] = seconds / modelled
         budget -= time.perf_counter() - began
@@ -628,9 +628,9 @@ def expected_extra_groups(plan: dict[str, Any]) -> float:
     known of ``q`` before training, so it is taken as uniform on [0, 1], which makes that
     ``p = 2 / (G + 1)``; every constant group is drawn again, and a fresh group is constant with
     the same ``p``, so a step draws ``prompts * p / (1 - p) = prompts * 2 / (G - 1)`` groups on
-    average, at most the budget. The whole budget priced the dynamic-sampling example's runs
-    at 1.35-1.56 times their time; they drew 0.5-1.2 extra groups a step of 8 (this model:
-    2.3).
+    average, at most the budget. The whole budget priced the dynamic-sampling example at
+    1.13-1.35 times its run (medians of three invocations of bench/bench_estimate.py), whose
+    steps drew 0.5-1.2 extra groups of 8 (this model: 2.3).
     """
     dynamic = plan.get("dynamic_sampling")
     if not dynamic:
@@ -724,10 +724,10 @@ def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
 
     Decodes are priced at ``max_new_tokens`` steps (an upper bound: decoding stops once every
     sequence has ended), and dynamic sampling at the extra groups it is expected to draw
-    (:func:`expected_extra_groups`), not its whole budget. For models
-    far larger than the teaching plan's the calibration sees only a few sequences, whose
-    matrix products are less efficient than the plan's, so the estimate errs high (about
-    twice the measured time at hidden 4096).
+    (:func:`expected_extra_groups`), not its whole budget. For models far larger than the
+    teaching plan's the calibration sees only a few sequences, whose matrix products are less
+    efficient than the plan's, so the estimate errs high (about twice the measured time at
+    hidden 4096).
     """
     c = calibration
     # from the process's start: what it spent before calibrating, the calibration, then the
