@@ -148,25 +148,48 @@ def test_dynamic_sampling_is_timed_at_the_groups_it_is_expected_to_draw():
         changed = plan | {"group_size": group, "dynamic_sampling": {"max_extra_groups": budget}}
         simulated = _draws_by_loop(8, group, budget, 4000, seed=group)
         assert expected(changed) == pytest.approx(simulated, rel=0.06), (group, budget)
+    # a budget near the mean binds on some steps only: the cap bounds the mean from above
+    near = plan | {"dynamic_sampling": {"max_extra_groups": 2}}
+    assert 1.3 < _draws_by_loop(8, 8, 2, 4000, seed=5) < expected(near) == 2.0
+
+
+def _fixed_calibration() -> est_mod.Calibration:
+    """Unit costs chosen, not measured: the pricing below is arithmetic, not timing."""
+    line = est_mod.Line(1e-4, 1e-5)
+    return est_mod.Calibration(sft=line, reference=est_mod.Line(2e-4, 2e-5),
+                               update=est_mod.Line(3e-4, 3e-5), decode=line,
+                               row_seconds=1e-6, write_seconds=1e-7, optimizer_seconds=1e-3,
+                               seconds=1.0, base_bytes=0)
 
 
 def test_an_rl_step_is_priced_with_the_work_given():
     plan = teaching_plan() | {"dynamic_sampling": {"max_extra_groups": 8}}
-    calibration = est_mod.calibrate(plan)
+    calibration = _fixed_calibration()
     unit, work = est_mod._unit_seconds, est_mod.RLWork
+    positions = est_mod._shape(plan)["decode_positions"]  # a full decode's, and an RL pass's
+    decode = lambda rows: (1e-4 + 1e-5 * rows) * positions + 1e-6 * rows  # noqa: E731
+    step = (decode(64) + (2e-4 + 2e-5 * 64) * positions
+            + 2 * ((3e-4 + 3e-5 * 64) * positions + 1e-3))
     plain = unit(teaching_plan(), calibration)[2]
+    assert plain == pytest.approx(step)
     assert unit(plan, calibration, work(0.0, 64, 2))[2] == pytest.approx(plain)
-    low, mid, high = (unit(plan, calibration, work(g, 64, 2))[2] for g in (1.0, 16 / 7, 8.0))
-    assert plain < low < mid < high
+    # extra groups: one more decode of their answers
+    for groups in (1.0, 16 / 7, 8.0):
+        assert unit(plan, calibration, work(groups, 64, 2))[2] == pytest.approx(
+            step + decode(8 * groups))
     # the default: the expected groups, every update over the whole batch
     assert work.expected(plan) == work(16 / 7, 64, 2)
+    mid = step + decode(8 * 16 / 7)
     assert unit(plan, calibration)[2] == pytest.approx(mid)
     parts = est_mod._work_parts(plan, calibration)
     assert parts["rl"] == pytest.approx(len(plan["seeds"]) * len(plan["arms"])
                                         * plan["rl_steps"] * mid)
-    # fewer rows updated, or none, cost less
-    assert unit(plan, calibration, work(8.0, 0, 0))[2] < unit(plan, calibration,
-                                                              work(8.0, 16, 2))[2] < high
+    # steps that drop every group make no reference pass and no update
+    assert unit(plan, calibration, work(8.0, 0, 0))[2] == pytest.approx(decode(64) + decode(64))
+    # one step in two updating: half the reference passes and half the updates
+    half = unit(plan, calibration, work(0.0, 64, 1))[2]
+    assert half == pytest.approx(decode(64) + ((2e-4 + 2e-5 * 64) * positions
+                                               + 2 * ((3e-4 + 3e-5 * 64) * positions + 1e-3)) / 2)
 
 
 def test_rl_work_is_read_from_the_steps_counts():

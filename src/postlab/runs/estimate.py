@@ -628,9 +628,11 @@ def expected_extra_groups(plan: dict[str, Any]) -> float:
     known of ``q`` before training, so it is taken as uniform on [0, 1], which makes that
     ``p = 2 / (G + 1)``; every constant group is drawn again, and a fresh group is constant with
     the same ``p``, so a step draws ``prompts * p / (1 - p) = prompts * 2 / (G - 1)`` groups on
-    average, at most the budget. The whole budget priced the dynamic-sampling example at
-    1.13-1.35 times its run (medians of three invocations of bench/bench_estimate.py), whose
-    steps drew 0.5-1.2 extra groups of 8 (this model: 2.3).
+    average without a budget; capped at the budget, which bounds the mean of a budgeted loop
+    from above (8 prompts, G = 8, a budget of 2: 2 against 1.5 simulated). Rewards with
+    partial credit are constant less often, so they draw fewer. The whole budget priced the
+    dynamic-sampling example at 1.13-1.35 times its run (medians of three invocations of
+    bench/bench_estimate.py), whose steps drew 0.5-1.2 extra groups of 8 (this model: 2.3).
     """
     dynamic = plan.get("dynamic_sampling")
     if not dynamic:
@@ -646,7 +648,7 @@ def expected_extra_groups(plan: dict[str, Any]) -> float:
 class RLWork:
     """What one RL step does besides its batch's decode: the extra groups dynamic sampling
     draws, and the updates (each over ``trained_rows`` rows, which the step's reference pass
-    also reads)."""
+    also reads; a step with no group to train on makes neither)."""
 
     extra_groups: float
     trained_rows: float
@@ -691,7 +693,9 @@ def _unit_seconds(plan: dict[str, Any], c: Calibration,
         rl_step += decode(work.extra_groups * group)
     if work.trained_rows:
         rows = work.trained_rows
-        rl_step += (c.reference.seconds(rows, positions)
+        # one reference pass per step that updates, each followed by updates_per_rollout
+        passes = work.updates / plan["updates_per_rollout"]
+        rl_step += (passes * c.reference.seconds(rows, positions)
                     + work.updates * (c.update.seconds(rows, positions) + c.optimizer_seconds))
     sft_factor, evaluation_factor, rl_factor = c.factors
     return sft_step * sft_factor, evaluation * evaluation_factor, rl_step * rl_factor
