@@ -185,3 +185,35 @@ def without_module(monkeypatch):
         monkeypatch.setattr(builtins, "__import__", refuse)
 
     return hide
+
+
+#: The hypotheses the registered run below fixes before training.
+REGISTERED_HYPOTHESES = {"alpha": 0.05, "tests": [{
+    "id": "strict-gains", "statement": "RL under strict raises held-out success",
+    "metric": "success", "compare": {"stage": "strict", "split": "test",
+                                     "versus_stage": "initial"},
+    "direction": "increase", "margin": 0.0}]}
+
+
+@pytest.fixture(scope="session")
+def registered_run(tmp_path_factory) -> Path:
+    """The small plan on two seeds, registered and trained by ``postlab run``: a chunked run
+    folder with a chunk per seed, checkpoints, a summary and a registration, which tests of
+    damaged folders copy and damage."""
+    from plans import SMALL, write_plan
+
+    from postlab.cli import main
+
+    folder = tmp_path_factory.mktemp("folder")
+    plan = write_plan(folder / "plan.json", **(SMALL | {"seeds": [3, 4]}))
+    hypotheses = folder / "hypotheses.json"
+    hypotheses.write_text(json.dumps(REGISTERED_HYPOTHESES))
+    registration = folder / "registration.json"
+    assert main(["register", "--plan", str(plan), "--hypotheses", str(hypotheses),
+                 "--out", str(registration)]) == 0
+    out = folder / "run"
+    assert main(["run", "--plan", str(plan), "--registration", str(registration),
+                 "--out-dir", str(out), "--workers", "1", "--quiet"]) == 0
+    header = json.loads((out / "record.json").read_text())
+    assert len(header["chunks"]) == 2 and (out / "registration.json").is_file()
+    return out

@@ -208,7 +208,7 @@ def read_bytes(path: Path, what: str) -> bytes:
         if stat.S_ISDIR(info.st_mode):
             raise UserError(f"{shown}: {what} is a directory, expected a file")
         if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"{shown}: {what} is a {_kind(info.st_mode)}, not a regular file")
+            raise UserError(f"{shown}: {what} is a {file_kind(info.st_mode)}, not a regular file")
         chunks = []
         while chunk := os.read(fd, max(info.st_size + 1, 1 << 16)):
             chunks.append(chunk)
@@ -219,7 +219,8 @@ def read_bytes(path: Path, what: str) -> bytes:
         os.close(fd)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, for a message."""
     for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
                        (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
         if test(mode):

@@ -18,7 +18,7 @@ from postlab.api import environment
 from postlab.errors import RecordDoesNotFit, UserError
 from postlab.records.opened import (
     OpenedRun,
-    check_unchanged,
+    check_whole,
     open_run,
     refuse,
     refuse_each,
@@ -224,7 +224,7 @@ def report(run: str | Path | None = None, *, plan: str | Path | None = None,
         pin_for_page(target)
     opened = open_run(target, None if plan is None else Path(plan), check_rows=False)
     require_readable(opened.record, opened.plan.data, opened.source)
-    check_unchanged(opened.record, opened.source)
+    check_whole(opened)
     exploratory = exploratory_hypotheses(opened, None if hypotheses is None else Path(hypotheses))
     analysis = analyse(opened, split, exploratory)
     if page_path is not None:
@@ -294,7 +294,7 @@ def compare(runs: Sequence[str | Path], *, split: str | None = None, lang: str =
     held_out: list[str] | None = None
     for name, folder, changes in folders:
         opened = open_run(folder, check_rows=False)
-        check_unchanged(opened.record, opened.source)
+        check_whole(opened)
         splits = [s for s in opened.plan.data["split"] if s != "train"]
         if split is not None and split not in splits:
             raise UserError(f"--split {split}: {opened.source.parent} has held-out splits "
@@ -339,7 +339,7 @@ def plot(run: str | Path | None = None, out_dir: str | Path | None = None, *,
     if run is None and out_dir is None:
         raise UserError("--out-dir is required when plotting the bundled run")
     opened = open_run(None if run is None else Path(run), check_rows=False)
-    check_unchanged(opened.record, opened.source)
+    check_whole(opened)
     out = Path(out_dir) if out_dir is not None else opened.source.parent / "figures"
     replace = out.exists() or out.is_symlink()
     if replace:

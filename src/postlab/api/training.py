@@ -197,26 +197,25 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
     ``seeds``: only these of the record's seeds, a spot check of a large run (each seed's
     bits do not depend on the others it was trained with). The new folder then holds the
     plan with just these seeds, derived from the recorded one (its parent)."""
-    from postlab.plan.frozen import load_plan, plan_bytes, teaching_plan, teaching_plan_loaded
     from postlab.records.compare import compare_records
-    from postlab.records.record import check_plan_link, load_record, locate_run, seeds_of
+    from postlab.records.layout import check_layout, check_links
+    from postlab.records.record import load_record, locate_run, seeds_of
 
     environment.check_cpu_path(cpu_path)
-    files = locate_run(None if run is None else Path(run))
+    target = None if run is None else Path(run)
+    files = locate_run(target)
+    check_links(files.record.parent)  # before a file in it is read
     record = load_record(files.record)
+    check_layout(files.record.parent, record)
     _check_seeds(record, seeds, str(files.record))  # a refusal before any line is printed
     # Before torch loads: the record's code path, or a clear refusal before training.
     note = environment.pin_for_record(record, cpu_path, strict=True)
     chosen = environment.device_for_record(record, device)
     how = "chosen with --device" if device else "the record's"
-    say(f"{note}; device: {chosen} ({how})")
     count = environment.worker_count(workers, chosen)
-    if files.plan.is_file():
-        plan = load_plan(files.plan)
-        raw = plan.raw
-    else:
-        plan, raw = teaching_plan_loaded(), plan_bytes(teaching_plan())
-    check_plan_link(record, plan, str(files.record))
+    record, plan = _checked_before_training(target, seeds)
+    say(f"{note}; device: {chosen} ({how})")
+    raw = plan.raw
     recorded_plan = plan.data
     if seeds:
         picked = [seed for seed in plan.data["seeds"] if seed in seeds]  # the plan's order
@@ -250,6 +249,30 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
             results = (results_fingerprint(files.folder, record).value, new)
     return ReproduceResult(comparison=compare_records(record, compared), record=fresh,
                            environment_hint=environment_hint(record, fresh), results=results)
+
+
+def _checked_before_training(target: Path | None, seeds: Sequence[int]
+                             ) -> tuple[dict[str, Any], LoadedPlan]:
+    """The record to reproduce, opened as every reader opens it (its folder, plan,
+    registration), every chunk file hashed against its manifest and the seeds to train
+    again decoded and checked, before anything is trained or written: a record refused after
+    training would leave a new folder behind for nothing. What its rows say is not checked
+    against their digests or the plan: where they differ from the retrained rows is what
+    reproduce reports."""
+    from postlab.records.chunks import chunk_problems
+    from postlab.records.opened import open_run
+    from postlab.records.record import settle
+
+    opened = open_run(target, check_rows=False)
+    record = opened.record
+    if "chunks" in record:
+        folder = opened.source.parent
+        problems = chunk_problems(folder, record["chunks"])
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise UserError(f"{folder}: {problems[0]}{more}")
+    settle(record, list(seeds) or None)
+    return record, opened.plan
 
 
 def _check_seeds(record: dict[str, Any], seeds: Sequence[int], source: str) -> None:

@@ -23,7 +23,7 @@ def _notices(lang: str) -> None:
 
 
 def report(args: argparse.Namespace) -> int:
-    from postlab.records.opened import check_unchanged, open_run, require_readable
+    from postlab.records.opened import check_whole, open_run, require_readable
     from postlab.render.text import build_report, render_text
     from postlab.sweeps.folder import is_sweep
     from postlab.tasks.contracts import CONTRACTS
@@ -54,7 +54,7 @@ def report(args: argparse.Namespace) -> int:
     if args.split != "all":
         check_split(opened, args.split)
     require_readable(opened.record, opened.plan.data, opened.source)
-    check_unchanged(opened.record, opened.source)
+    check_whole(opened)
     _check_contract_kinds(args.contracts, opened.plan.data)
     exploratory = api.reading.exploratory_hypotheses(opened, args.hypotheses)
     lang = args.lang or default_lang()
@@ -194,7 +194,7 @@ def samples(args: argparse.Namespace) -> int:
 
     from postlab.analysis.samples import iter_samples
     from postlab.plan.arms import plan_contracts
-    from postlab.records.opened import check_unchanged, open_run
+    from postlab.records.opened import check_whole, open_run
     from postlab.records.record import seeds_of, settle
     from postlab.render.answers import samples_text
 
@@ -205,7 +205,7 @@ def samples(args: argparse.Namespace) -> int:
     if args.decoding is not None and args.split == "rollouts":
         raise UserError("--decoding is for evaluation splits; training rollouts are sampled")
     opened = open_run(args.run, check_rows=False)
-    check_unchanged(opened.record, opened.source)
+    check_whole(opened)
     record, plan = opened.record, opened.plan
     rollouts = args.split == "rollouts"
     split = None if rollouts else (args.split or "test")

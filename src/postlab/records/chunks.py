@@ -275,7 +275,34 @@ def read_chunk(folder: Path, chunk: dict[str, Any]) -> Any:
                         f"({str(exc).splitlines()[0][:120]})") from None
     if metadata.get(FORMAT_KEY) != FORMAT or parquet.num_row_groups != len(chunk["seeds"]):
         raise UserError(f"{path}: not a postlab record chunk of {len(chunk['seeds'])} seeds")
+    problem = schema_problem(parquet.schema_arrow)
+    if problem is not None:
+        raise UserError(f"{path}: {problem}")
     return parquet
+
+
+def schema_problem(schema: Any) -> str | None:
+    """How a chunk's columns depart from the schema its format names (the manifest names
+    the format through each chunk's ``postlab.chunk`` key, and the format fixes every column),
+    or None. Checked on the file's footer before any column is read, so a chunk without its
+    ``seed`` column, say, is refused in one line instead of failing where the column is read."""
+    expected = _schema()
+    names, wanted = list(schema.names), list(expected.names)
+    missing = [name for name in wanted if name not in names]
+    extra = [name for name in names if name not in wanted]
+    if missing or extra:
+        said = [f"missing {', '.join(missing)}" if missing else "",
+                f"not in the format {', '.join(extra)}" if extra else ""]
+        return (f"its columns differ from chunk format {FORMAT.decode()}'s: "
+                + "; ".join(part for part in said if part))
+    for field in expected:
+        found = schema.field(field.name)
+        if not found.type.equals(field.type):
+            return (f"column {field.name!r} is {found.type}, chunk format "
+                    f"{FORMAT.decode()} has {field.type}")
+    if names != wanted:
+        return f"its columns are in another order than chunk format {FORMAT.decode()}'s"
+    return None
 
 
 class ChunkedRuns(Sequence[dict[str, Any]]):
@@ -405,7 +432,8 @@ def check_manifest(chunks: Any, seeds: Any, where: str) -> None:
 
 
 def unlisted_chunks(folder: Path, chunks: Sequence[dict[str, Any]]) -> list[str]:
-    """Files in the run's ``rows/`` folder that its manifest does not name."""
+    """Entries in the run's ``rows/`` folder that its manifest does not name (files, or
+    anything else: a folder there is no chunk either)."""
     listed = {chunk["file"] for chunk in chunks}
     where = folder / CHUNK_DIR
     if not where.is_dir():
@@ -414,11 +442,19 @@ def unlisted_chunks(folder: Path, chunks: Sequence[dict[str, Any]]) -> list[str]
                   if f"{CHUNK_DIR}/{p.name}" not in listed)
 
 
-def chunk_problems(folder: Path, chunks: Sequence[dict[str, Any]]) -> list[str]:
-    """Every way a chunked record's files differ from its manifest, file by file: a file
-    missing, unlisted, of another size or digest, or not a readable chunk of its seeds."""
-    problems = [f"{name}: in the run folder but not in the record's manifest"
-                for name in unlisted_chunks(folder, chunks)]
+#: What follows a chunk no manifest names, in every message about one.
+UNLISTED = ("in the run folder but not in the record's manifest; an interrupted run leaves "
+            "one ('postlab run --resume' removes it), else remove it")
+
+
+def chunk_layout_problems(folder: Path, chunks: Sequence[dict[str, Any]], *,
+                          unlisted_ok: bool = False) -> list[str]:
+    """Where a chunked record's ``rows/`` differs from its manifest, read from the file
+    system alone (no file is opened): a file missing or of another size than the manifest
+    names, or one it does not name (``unlisted_ok``: a run being resumed, which removes
+    them). Every command runs these; readers hash each chunk as they read it."""
+    problems = [] if unlisted_ok else [f"{name}: {UNLISTED}"
+                                       for name in unlisted_chunks(folder, chunks)]
     for chunk in chunks:
         path = folder / chunk["file"]
         if not path.is_file():
@@ -428,6 +464,17 @@ def chunk_problems(folder: Path, chunks: Sequence[dict[str, Any]]) -> list[str]:
         if size != chunk["bytes"]:
             problems.append(f"{chunk['file']}: {size} bytes, the manifest names "
                             f"{chunk['bytes']}")
+    return problems
+
+
+def chunk_problems(folder: Path, chunks: Sequence[dict[str, Any]]) -> list[str]:
+    """Every way a chunked record's files differ from its manifest, file by file: those of
+    :func:`chunk_layout_problems`, then, for each file of the right size, a digest other than
+    the manifest's or a file that is not a readable chunk of its seeds and format."""
+    problems = chunk_layout_problems(folder, chunks)
+    named = {problem.split(":")[0] for problem in problems}
+    for chunk in chunks:
+        if chunk["file"] in named:
             continue
         try:
             read_chunk(folder, chunk)

@@ -144,10 +144,15 @@ def read_fingerprints(folder: Path) -> tuple[str, str | None] | None:
     path = folder / FINGERPRINT_FILE
     if not path.exists() and not path.is_symlink():
         return None
-    text = read_bytes(path, "fingerprint").decode("ascii", errors="replace")
-    lines = [line.split() for line in text.splitlines() if line.strip()]
-    run = lines[0][0] if lines else ""
+    raw = read_bytes(path, "fingerprint")
+    lines = [line.split() for line in raw.decode("ascii", errors="replace").splitlines()]
+    run = lines[0][0] if lines and lines[0] else ""
     results = next((line[0] for line in lines[1:] if line[1:] == [RESULTS_MARK]), None)
+    # exactly what postlab writes, or refused: a file read leniently could lose its results
+    # line to an edit (a newline made a space) and then match as a file of the older form
+    if raw != fingerprint_file_bytes(run, results):
+        raise UserError(f"{path}: not a fingerprint file as postlab writes it (the run "
+                        "fingerprint on the first line, the results one marked on the next)")
     return run, results
 
 

@@ -1,9 +1,13 @@
-"""A run folder opened and checked once, the same way for every reader.
+"""A run folder opened and checked once, the same way for every command.
 
-Every command that reads a run (report, plot, samples, compare, export, the exercises) and
-``postlab.load_run`` open it here: the record read strictly, its plan (``plan.json`` beside
-it, else the teaching plan) linked by hash, its rows fitting the plan, and every part still
-matching the digests taken in training, so no number is shown from a damaged or edited record.
+Every command that reads a run (report, plot, samples, compare, export, the exercises,
+reproduce) and ``postlab.load_run`` open it here: the folder's shape first, from the file
+system alone (no link, no file the record does not name, chunks of the sizes its manifest
+names: :mod:`postlab.records.layout`), then the record read strictly, its plan (``plan.json``
+beside it, else the teaching plan) linked by hash, its registration checked where it names
+one, and, as each seed is read, its rows fitting the plan, every part still matching the
+digests taken in training and, for a record postlab made, every part a postlab record
+carries, so no number is shown from a damaged, edited or partial-by-hand record.
 """
 
 from __future__ import annotations
@@ -18,16 +22,18 @@ from typing import Any
 from postlab.errors import UserError
 from postlab.jsonio import read_bytes
 from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
-from postlab.records.chunks import unlisted_chunks
+from postlab.records.layout import check_layout, check_links
 from postlab.records.record import (
     RunFiles,
     check_plan_link,
     decode_record_bytes,
     each_seed,
-    is_chunked,
     locate_run,
     run_changed_parts,
+    run_missing_parts,
+    run_plan_problems,
     run_reading_problems,
+    seeds_of,
 )
 
 
@@ -120,6 +126,46 @@ def check_unchanged(record: dict[str, Any], source: Path) -> None:
     each_seed(record, run_changed_parts, functools.partial(_changed, source))
 
 
+def check_whole(opened: OpenedRun) -> None:
+    """Every seed unchanged since training (:func:`check_unchanged`) and, in a record postlab
+    made, whole: a seed of the plan, each part a postlab record carries (a checkpoint entry
+    per stage among them, its file in the folder) and its counts fitting the plan. A record
+    made by another program (the reference's) is read as far as it goes."""
+    check_unchanged(opened.record, opened.source)
+    if made_by_postlab(opened.record):
+        # the seed list at once (a chunked record names its seeds in record.json): a reader
+        # that decides what to print from it has then not printed anything yet
+        plan_seeds = set(opened.plan.data["seeds"])
+        refuse([f"seed {seed} is not one of the plan's seeds" for seed in
+                seeds_of(opened.record) if seed not in plan_seeds], opened.source,
+               "not a whole record of its plan")
+        # a record read alone (no plan.json beside it) has no checkpoint files to look for
+        folder = opened.source.parent if opened.files.plan.is_file() else None
+        refuse_each(opened.record, functools.partial(
+            whole_problems, plan=opened.plan.data, folder=folder),
+            opened.source, "not a whole record of its plan")
+
+
+def made_by_postlab(record: dict[str, Any]) -> bool:
+    return "postlab_version" in record
+
+
+def whole_problems(run: dict[str, Any], plan: dict[str, Any], folder: Path | None
+                   ) -> list[str]:
+    """What a seed of a postlab record lacks or holds beyond its plan (see
+    :func:`check_whole`, which checks the seed list), and, in its run ``folder`` (None: a
+    record read alone), the checkpoint files it names that are not there; an interrupted
+    run's record lacks whole seeds, never parts."""
+    from postlab.plan.arms import arm_names
+
+    seed = run["seed"]
+    problems = run_missing_parts(run, ["initial", *arm_names(plan)])
+    problems += [f"seed {seed}: checkpoint {info['file']} is not in the run folder"
+                 for info in run.get("checkpoints", {}).values()
+                 if folder is not None and not (folder / info["file"]).is_file()]
+    return problems + run_plan_problems(run, plan)
+
+
 def _changed(source: Path, changed: list[str]) -> None:
     more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
     raise UserError(f"{source}: changed since it was recorded: {changed[0]}{more}; "
@@ -130,29 +176,28 @@ def open_run(target: Path | None, plan_path: Path | None = None, *,
              check_rows: bool = True) -> OpenedRun:
     """A run folder or record file (None: the bundled teaching run), read and checked.
 
-    ``check_rows`` False leaves the rows-fit and digest checks to the caller (a report
-    checks the split it was asked for first, so its message names that split). A chunked
-    record's seeds are checked as they are first read (``each_seed``): a seed that fails
-    raises :class:`UserError` when reached, before any of its rows are seen.
+    The folder (a record file's own folder) is checked for links before anything in it is
+    read, and against the record's layout before a row is read. ``check_rows`` False leaves
+    the rows-fit and digest checks to the caller (a report checks the split it was asked for
+    first, so its message names that split), who calls :func:`require_readable` and
+    :func:`check_whole`. A chunked record's seeds are checked as they are first read
+    (``each_seed``): a seed that fails raises :class:`UserError` when reached, before any of
+    its rows are seen.
     """
     files = locate_run(target)
+    folder = files.record.parent
+    check_links(folder)
     raw = read_bytes(files.record, "record")
-    record = decode_record_bytes(raw, str(files.record), files.record.parent)
-    if is_chunked(record):
-        # a chunk no manifest names is not evidence a reader may ignore (a crash between a
-        # chunk's publication and the record's leaves one; resuming the run removes it)
-        stray = unlisted_chunks(files.record.parent, record["chunks"])
-        if stray:
-            raise UserError(f"{files.record.parent / stray[0]}: in the run folder but not in "
-                            "its record's manifest; an interrupted run leaves one ('postlab "
-                            "run --resume' removes it), else remove it")
+    record = decode_record_bytes(raw, str(files.record), folder)
+    check_layout(folder, record)
     plan = plan_beside(files.record, plan_path)
     check_plan_link(record, plan, str(files.record))
-    registration, problems = registration_of(record, plan, files.record.parent)
+    registration, problems = registration_of(record, plan, folder)
     if problems:
         raise UserError(f"{problems[0]}; 'postlab verify' shows every check")
+    opened = OpenedRun(files=files, record=record, record_sha256=hashlib.sha256(raw).hexdigest(),
+                       plan=plan, registration=registration)
     if check_rows:
         require_readable(record, plan.data, files.record)
-        check_unchanged(record, files.record)
-    return OpenedRun(files=files, record=record, record_sha256=hashlib.sha256(raw).hexdigest(),
-                     plan=plan, registration=registration)
+        check_whole(opened)
+    return opened

@@ -523,6 +523,29 @@ def run_reading_problems(run: dict[str, Any], plan: dict[str, Any]) -> list[str]
     return problems
 
 
+def run_missing_parts(run: dict[str, Any], stages: list[str] | None) -> list[str]:
+    """What one seed's entry of a postlab record lacks of the parts every one carries
+    (``stages``: the plan's; None: the entry's own), and checkpoint entries that name
+    another file than the stage's or a stage the plan does not have."""
+    from postlab.policies.checkpoint import checkpoint_name
+
+    seed = run["seed"]
+    missing = [f"seed {seed}: {key}" for key in
+               ("sft_loss", "training", "checkpoints", "compute", "digests") if key not in run]
+    checkpoints = run.get("checkpoints", {})
+    for stage in stages or list(run["evaluations"]):
+        info = checkpoints.get(stage)
+        if info is None:
+            missing.append(f"seed {seed}: checkpoint entry of stage {stage}")
+        elif info["file"] != checkpoint_name(seed, stage):
+            missing.append(f"seed {seed}, stage {stage}: checkpoint file {info['file']!r} "
+                           f"is not {checkpoint_name(seed, stage)!r}")
+    for stage in checkpoints:
+        if stages is not None and stage not in stages:
+            missing.append(f"seed {seed}: checkpoint entry of unknown stage {stage}")
+    return missing
+
+
 def changed_parts(record: dict[str, Any]) -> list[str]:
     """Parts of a postlab record that no longer match the digests taken when they were made
     (none for a record that carries no digests, such as the reference's)."""

@@ -72,6 +72,7 @@ from postlab.records.fingerprint import (
     seed_results_sha256,
 )
 from postlab.records.integrity import compare_digests, run_digests
+from postlab.records.layout import check_layout, check_links
 from postlab.records.metrics import run_summary_for
 from postlab.records.record import (
     KEPT_DIR,
@@ -94,7 +95,8 @@ SUMMARY_FILE = "summary.json"
 
 
 __all__ = ["PLAN_FILE", "RECORD_FILE", "SUMMARY_FILE", "OpenRun", "RunFailed", "RunOptions",
-           "check_out_dir", "checkpoint_name", "finish_run", "open_run", "run_plan", "run_tasks"]
+           "check_out_dir", "check_resumable", "checkpoint_name", "finish_run", "open_run",
+           "run_plan", "run_tasks"]
 
 
 @dataclass
@@ -156,34 +158,64 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
         if uses_bpe(plan.data):
             publish_bytes(out_dir / TOKENIZER_FILE, trained_bytes(plan.data))
         return plan, None
+    stored, record = check_resumable(out_dir, plan, registration)
+    kept_tokenizer = out_dir / TOKENIZER_FILE
+    if uses_bpe(stored.data) and not kept_tokenizer.exists():
+        # interrupted between the plan and the tokenizer
+        publish_bytes(kept_tokenizer, trained_bytes(stored.data))
+    for leftover in [*out_dir.glob(".*.partial"), *(out_dir / CHUNK_DIR).glob(".*.partial")]:
+        # an interrupted atomic write (a file) or folder publication (a folder, e.g. a
+        # killed 'postlab plot RUN'); what it was writing was never published
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink()
+    # chunks published but never named by the record: a crash between the two writes
+    for name in unlisted_chunks(out_dir, record.get("chunks", []) if record else []):
+        path = out_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return stored, record
+
+
+def check_resumable(out_dir: Path, plan: LoadedPlan | None = None,
+                    registration: bytes | None = None
+                    ) -> tuple[LoadedPlan, dict[str, Any] | None]:
+    """An interrupted run folder checked whole before anything in it is removed or written:
+    no link in it, its plan (the one given, if any), its record's layout, seeds, digests,
+    checkpoints and registration; returns the plan and the record (None: no seed recorded
+    yet)."""
+    check_links(out_dir)
+    read_fingerprint_file(out_dir)  # one left by an earlier finish is kept: refused if malformed
     plan_path = out_dir / PLAN_FILE
     stored = parse_plan(read_bytes(plan_path, "plan"), str(plan_path), plan_path)
     if plan is not None and stored.sha256 != plan.sha256:
         raise UserError(f"{plan_path}: the run folder's plan (sha256 {stored.sha256}) is not "
                         f"the plan given (sha256 {plan.sha256})")
-    if uses_bpe(stored.data):
-        kept = out_dir / TOKENIZER_FILE
-        if not kept.exists():  # interrupted between the plan and the tokenizer
-            publish_bytes(kept, trained_bytes(stored.data))
-        elif read_bytes(kept, "tokenizer") != trained_bytes(stored.data):
-            raise UserError(f"{kept}: not the tokenizer the plan trains; cannot resume")
-    _check_resumed_registration(out_dir, registration)
-    for leftover in [*out_dir.glob(".*.partial"), *(out_dir / CHUNK_DIR).glob(".*.partial")]:
-        # an interrupted atomic write (a file) or folder publication (a folder, e.g. a
-        # killed 'postlab plot RUN'); what it was writing was never published
-        if leftover.is_dir() and not leftover.is_symlink():
-            shutil.rmtree(leftover, ignore_errors=True)
-        else:
-            leftover.unlink()
     record_path = out_dir / RECORD_FILE
     record = load_record(record_path) if record_path.exists() else None
-    # chunks published but never named by the record: a crash between the two writes
-    for name in unlisted_chunks(out_dir, record.get("chunks", []) if record else []):
-        (out_dir / name).unlink()
-    if record is None:
-        return stored, None
+    if record is not None:
+        # chunks published but never named by the record (a crash between the two writes)
+        # are removed below, once the rest has been checked
+        check_layout(out_dir, record, unlisted_ok=True)
+        _check_resumed_seeds(out_dir, record, stored)
+        registration_entry(stored, out_dir, record)  # the registration it names, checked
+    _check_resumed_registration(out_dir, registration)
+    kept_tokenizer = out_dir / TOKENIZER_FILE
+    if uses_bpe(stored.data) and kept_tokenizer.exists() and \
+            read_bytes(kept_tokenizer, "tokenizer") != trained_bytes(stored.data):
+        raise UserError(f"{kept_tokenizer}: not the tokenizer the plan trains; cannot resume")
+    return stored, record
+
+
+def _check_resumed_seeds(out_dir: Path, record: dict[str, Any], stored: LoadedPlan) -> None:
+    """A record resumed from: of the folder's plan, each seed one of its pending seeds,
+    complete, unchanged since it was recorded, its checkpoints the files it names."""
+    record_path = out_dir / RECORD_FILE
     if record.get("plan_sha256") != stored.sha256:
-        raise UserError(f"{record_path}: not a record of the plan in {plan_path}")
+        raise UserError(f"{record_path}: not a record of the plan in {out_dir / PLAN_FILE}")
     stages = ["initial", *arm_names(stored.data)]
     seen = set()
     for run in record["runs"]:
@@ -199,7 +231,6 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
                             "cannot resume from it")
         for info in run["checkpoints"].values():
             load_checkpoint(out_dir / info["file"], info["sha256"])  # refuses a changed file
-    return stored, record
 
 
 def _check_resumed_registration(out_dir: Path, registration: bytes | None) -> None:

@@ -36,10 +36,13 @@ from postlab.records.fingerprint import (
     seed_results_sha256,
 )
 from postlab.records.integrity import compare_digests
+from postlab.records.layout import layout_problems, link_problems
 from postlab.records.metrics import run_summary_for
+from postlab.records.opened import made_by_postlab
 from postlab.records.record import (
     POSTLAB_FIELDS,
     RunFiles,
+    run_missing_parts,
     run_plan_problems,
     run_reading_problems,
     seed_list_problems,
@@ -204,7 +207,7 @@ def _first_summary_difference(stored: bytes, fresh: list[dict[str, Any]]) -> str
 
 def _check_digests(record: dict[str, Any], seen: _Walk) -> Check:
     problems, absent = seen.digest_problems, seen.without_digests
-    if absent and not _made_by_postlab(record):
+    if absent and not made_by_postlab(record):
         return Check(name="raw rows", status="skip",
                      detail="a record made by another program carries no digests; rollout "
                             "rows cannot be checked without re-running (postlab reproduce)")
@@ -246,34 +249,9 @@ def _check_environment(record: dict[str, Any], now: dict[str, Any]) -> Check:
     return Check(name="environment", status="pass", detail=detail)
 
 
-def _made_by_postlab(record: dict[str, Any]) -> bool:
-    return "postlab_version" in record
-
-
-def _seed_missing(run: dict[str, Any], stages: list[str] | None) -> list[str]:
-    """What one seed's entry lacks of a postlab record's parts."""
-    from postlab.policies.checkpoint import checkpoint_name
-
-    seed = run["seed"]
-    missing = [f"seed {seed}: {key}" for key in
-               ("sft_loss", "training", "checkpoints", "compute", "digests") if key not in run]
-    checkpoints = run.get("checkpoints", {})
-    for stage in stages or list(run["evaluations"]):
-        info = checkpoints.get(stage)
-        if info is None:
-            missing.append(f"seed {seed}: checkpoint entry of stage {stage}")
-        elif info["file"] != checkpoint_name(seed, stage):
-            missing.append(f"seed {seed}, stage {stage}: checkpoint file {info['file']!r} "
-                           f"is not {checkpoint_name(seed, stage)!r}")
-    for stage in checkpoints:
-        if stages is not None and stage not in stages:
-            missing.append(f"seed {seed}: checkpoint entry of unknown stage {stage}")
-    return missing
-
-
 def _check_completeness(record: dict[str, Any], seen: _Walk) -> Check:
     """Everything a postlab record must carry is there; a foreign record is named as such."""
-    if not _made_by_postlab(record):
+    if not made_by_postlab(record):
         return Check(name="record", status="fail",
                      detail="made by another program (no postlab_version): it carries no "
                             "digests, numeric environment or fingerprint, so it cannot be "
@@ -488,7 +466,7 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
     if plan is not None:
         seen.plan_problems += seed_list_problems(record, plan)
     for run in record["runs"]:
-        seen.missing += _seed_missing(run, stages)
+        seen.missing += run_missing_parts(run, stages)
         seen.checkpoint_files |= named_checkpoints([run])
         _seed_checkpoints(run, plan, folder, device, engine, seen)
         if plan is not None:
@@ -533,6 +511,18 @@ def verify_walked(files: RunFiles, record: dict[str, Any], *,
 
     folder = files.record.parent
     plan, plan_check = _plan_for(files, record)
+    shape = link_problems(folder) or ([] if "chunks" in record
+                                      else layout_problems(folder, record))
+    if shape:
+        # a link makes the run depend on a file nobody hashed as part of it, and a second
+        # layout is evidence no check reads: no other check can speak for this folder
+        return Verified(checkpoint_files=frozenset(), checks=[plan_check, Check(
+            name="run folder", status="fail", detail="; ".join(shape[:5]) + (
+                f"; and {len(shape) - 5} more" if len(shape) > 5 else "")), *(
+            Check(name=name, status="skip", detail="needs a run folder of its own files in "
+                                                   "one layout")
+            for name in ("record", "checkpoint hashes", "checkpoint re-evaluation", "summary",
+                         "counts", "raw rows", "fingerprint"))])
     if "chunks" in record:
         problems = chunk_problems(folder, record["chunks"])
         row_files = Check(name="row files", status="fail" if problems else "pass", detail=(

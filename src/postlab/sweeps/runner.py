@@ -28,6 +28,7 @@ from postlab.runs.orchestration import (
     PLAN_FILE,
     OpenRun,
     RunOptions,
+    check_resumable,
     finish_run,
     open_run,
     run_tasks,
@@ -158,7 +159,10 @@ def run_sweep(spec_path: Path | None, options: SweepOptions, today: str,
 def _open_versions(out: Path, options: SweepOptions, workers: int) -> list[OpenRun]:
     """Every version's run folder, reopened as a run to resume (each holds its frozen plan)."""
     runs = []
-    for entry in read_index(out)[1]:
+    versions = read_index(out)[1]
+    for entry in versions:  # every version checked before any is reopened (which writes)
+        check_resumable(out / entry.name)
+    for entry in versions:
         folder = out / entry.name
         run_options = RunOptions(out_dir=folder, workers=workers, resume=True,
                                  display=Quiet(), executor=options.executor,

@@ -1,0 +1,86 @@
+"""A run folder's shape, checked from the file system before any of its files is read.
+
+A record is its folder: the fingerprint hashes the files in it, ``verify`` re-checks them,
+and no reader may read anything else. So the folder holds no symbolic link, whatever it
+points to (a link to an identical copy elsewhere still makes the run depend on a file nobody
+hashed as part of it), and nothing but plain files and folders (a FIFO named like a chunk
+would hang a reader); a chunked record's ``rows/`` holds exactly the chunks its manifest
+names, each of the size named there; and a record of the one-document layout has no
+``rows/`` beside it (two layouts, one of them never read). These checks only list and stat
+entries, so every command runs them, commands that hash nothing included; what the files
+hold is checked where they are read (a chunk hashed before it is parsed, its columns
+against its format before one is read).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from postlab.errors import UserError
+from postlab.jsonio import file_kind
+from postlab.records.chunks import CHUNK_DIR, chunk_layout_problems
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """Every symbolic link, and every entry that is neither a plain file nor a folder, in
+    ``folder`` and its subfolders (links are not followed), as paths relative to it."""
+    found: list[str] = []
+    pending = [folder]
+    while pending:
+        current = pending.pop()
+        try:
+            entries = sorted(os.scandir(current), key=lambda e: e.name)
+        except OSError as exc:
+            raise UserError(f"{current}: cannot be listed ({exc.strerror})") from None
+        for entry in entries:
+            mode = entry.stat(follow_symlinks=False).st_mode
+            name = os.path.relpath(entry.path, folder)
+            if stat.S_ISLNK(mode):
+                found.append(f"{name}: a symbolic link")
+            elif stat.S_ISDIR(mode):
+                pending.append(Path(entry.path))
+            elif not stat.S_ISREG(mode):
+                found.append(f"{name}: a {file_kind(mode)}, not a plain file")
+    return found
+
+
+def link_problems(folder: Path) -> list[str]:
+    """:func:`foreign_entries`, each said as a problem of the run folder."""
+    return [f"{entry} (a run folder holds its own files: replace it with the file itself)"
+            for entry in foreign_entries(folder)]
+
+
+def layout_problems(folder: Path, record: dict[str, Any], *,
+                    unlisted_ok: bool = False) -> list[str]:
+    """Where the folder's files disagree with the record's layout, from the file system
+    alone: a chunked record's ``rows/`` against its manifest (``unlisted_ok``: chunks no
+    manifest names are left to a resume, which removes them), or a ``rows/`` beside a
+    record of the one-document layout."""
+    if "chunks" in record:
+        return chunk_layout_problems(folder, record["chunks"], unlisted_ok=unlisted_ok)
+    rows = folder / CHUNK_DIR
+    if rows.exists() or rows.is_symlink():
+        return [f"{CHUNK_DIR}/: beside a record of the one-document layout, whose seeds are "
+                "inline; a record has one layout (remove the folder that is not the run's)"]
+    return []
+
+
+def refuse_folder(folder: Path, problems: list[str]) -> None:
+    """The first problem in one line, naming the folder, with how many more there are."""
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UserError(f"{folder}: {problems[0]}{more}")
+
+
+def check_links(folder: Path) -> None:
+    """Refuse a folder holding a link or a special file, before anything in it is read."""
+    refuse_folder(folder, link_problems(folder))
+
+
+def check_layout(folder: Path, record: dict[str, Any], *, unlisted_ok: bool = False) -> None:
+    """Refuse a folder whose files disagree with its record's layout
+    (:func:`layout_problems`)."""
+    refuse_folder(folder, layout_problems(folder, record, unlisted_ok=unlisted_ok))
