@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -268,3 +269,25 @@ def test_the_example_sweep_runs_and_compares(tmp_path, capsys):
     for metric in data["metrics"]:
         for value in metric["values"][1:]:  # every version paired with the base by seed
             assert value["paired_seeds"] == [1, 2] and value["difference"] is not None
+
+
+def test_a_resumed_sweep_checks_every_version_before_touching_any(local_sweep, tmp_path,
+                                                                  capsys):
+    """A link in the last version's folder is refused in one line before the first version's
+    leftovers are removed or anything is written."""
+    _, out = local_sweep
+    copy = tmp_path / "sweep"
+    shutil.copytree(out, copy)
+    (copy / VERSIONS[0] / ".record.json.partial").write_bytes(b"{}")
+    last = copy / VERSIONS[-1]
+    outside = tmp_path / "seed-4-initial.pt"
+    shutil.move(last / "seed-4-initial.pt", outside)
+    (last / "seed-4-initial.pt").symlink_to(outside)
+    before = {str(p): (p.is_symlink(), p.lstat().st_size, p.lstat().st_mtime_ns)
+              for p in sorted(copy.rglob("*"))}
+    capsys.readouterr()
+    assert main(["sweep", "--resume", "--out-dir", str(copy), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "seed-4-initial.pt: a symbolic link" in err, err
+    assert {str(p): (p.is_symlink(), p.lstat().st_size, p.lstat().st_mtime_ns)
+            for p in sorted(copy.rglob("*"))} == before
