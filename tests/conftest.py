@@ -196,7 +196,7 @@ REGISTERED_HYPOTHESES = {"alpha": 0.05, "tests": [{
 
 
 @pytest.fixture(scope="session")
-def registered_run(tmp_path_factory) -> Path:
+def registered_small_run(tmp_path_factory) -> Path:
     """The small plan on two seeds, registered and trained by ``postlab run``: a chunked run
     folder with a chunk per seed, checkpoints, a summary and a registration, which tests of
     damaged folders copy and damage."""

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REGISTERED_HYPOTHESES
 from plans import SMALL, write_plan
 
 from postlab.cli import main
@@ -38,6 +39,7 @@ def _test(ident: str, margin: float = 0.0, stage: str = "strict") -> dict:
 
 
 REGISTERED = {"alpha": 0.05, "tests": [_test("strict-gains")]}
+assert REGISTERED == REGISTERED_HYPOTHESES  # the hypotheses the shared run registered
 LATER = {"alpha": 0.05, "tests": [_test("substring-gains", stage="substring"),
                                   _test("strict-gains-more", margin=0.01)]}
 
@@ -56,20 +58,11 @@ def _refused(capsys, args: list[str], needle: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def registered_run(tmp_path_factory) -> tuple[Path, Path, Path]:
+def registered_run(registered_small_run) -> tuple[Path, Path, Path]:
     """A small plan without hypotheses of its own, its registration, and a run trained with
-    it: (plan, registration, run folder)."""
-    folder = tmp_path_factory.mktemp("registered")
-    plan = write_plan(folder / "plan.json", **SMALL)
-    hypotheses = folder / "hypotheses.json"
-    hypotheses.write_text(json.dumps(REGISTERED))
-    registration = folder / "registration.json"
-    assert main(["register", "--plan", str(plan), "--hypotheses", str(hypotheses),
-                 "--out", str(registration)]) == 0
-    out = folder / "run"
-    assert main(["run", "--plan", str(plan), "--registration", str(registration),
-                 "--out-dir", str(out), "--workers", "1", "--quiet"]) == 0
-    return plan, registration, out
+    it (the session's, tests/conftest.py): (plan, registration, run folder)."""
+    folder = registered_small_run.parent
+    return folder / "plan.json", folder / "registration.json", registered_small_run
 
 
 # --- the registration's form ------------------------------------------------------------------

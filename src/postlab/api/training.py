@@ -204,7 +204,7 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
     environment.check_cpu_path(cpu_path)
     target = None if run is None else Path(run)
     files = locate_run(target)
-    check_links(files.record.parent)  # before a file in it is read
+    check_links(files.record.parent, whole=files.folder is not None)  # before it is read
     record = load_record(files.record)
     check_layout(files.record.parent, record)
     _check_seeds(record, seeds, str(files.record))  # a refusal before any line is printed
@@ -254,25 +254,18 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
 def _checked_before_training(target: Path | None, seeds: Sequence[int]
                              ) -> tuple[dict[str, Any], LoadedPlan]:
     """The record to reproduce, opened as every reader opens it (its folder, plan,
-    registration), every chunk file hashed against its manifest and the seeds to train
-    again decoded and checked, before anything is trained or written: a record refused after
+    registration) and the seeds to train again read (their chunks hashed against the
+    manifest) and checked, before anything is trained or written: a record refused after
     training would leave a new folder behind for nothing. What its rows say is not checked
     against their digests or the plan: where they differ from the retrained rows is what
     reproduce reports."""
-    from postlab.records.chunks import chunk_problems
     from postlab.records.opened import open_run
     from postlab.records.record import settle
 
     opened = open_run(target, check_rows=False)
-    record = opened.record
-    if "chunks" in record:
-        folder = opened.source.parent
-        problems = chunk_problems(folder, record["chunks"])
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise UserError(f"{folder}: {problems[0]}{more}")
-    settle(record, list(seeds) or None)
-    return record, opened.plan
+    # each chunk read is hashed against the manifest and its columns checked first
+    settle(opened.record, list(seeds) or None)
+    return opened.record, opened.plan
 
 
 def _check_seeds(record: dict[str, Any], seeds: Sequence[int], source: str) -> None:

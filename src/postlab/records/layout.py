@@ -23,10 +23,18 @@ from postlab.errors import UserError
 from postlab.jsonio import file_kind
 from postlab.records.chunks import CHUNK_DIR, chunk_layout_problems
 
+#: What a run folder holds at its top level that a command may read (besides checkpoints,
+#: ``*.pt``, and the chunks under ``rows/``): checked where a record file is named on its own,
+#: whose folder may be any folder (a download folder, a project's root) holding other things.
+RUN_FILES = ("record.json", "record.json.gz", "plan.json", "summary.json", "fingerprint.txt",
+             "registration.json", "tokenizer.json")
 
-def foreign_entries(folder: Path) -> list[str]:
+
+def foreign_entries(folder: Path, *, whole: bool = True) -> list[str]:
     """Every symbolic link, and every entry that is neither a plain file nor a folder, in
-    ``folder`` and its subfolders (links are not followed), as paths relative to it."""
+    ``folder`` and its subfolders (links are not followed), as paths relative to it;
+    ``whole`` False: only among the files a run's commands read there (:data:`RUN_FILES`,
+    checkpoints, ``rows/``)."""
     found: list[str] = []
     pending = [folder]
     while pending:
@@ -36,21 +44,29 @@ def foreign_entries(folder: Path) -> list[str]:
         except OSError as exc:
             raise UserError(f"{current}: cannot be listed ({exc.strerror})") from None
         for entry in entries:
-            mode = entry.stat(follow_symlinks=False).st_mode
+            if not whole and current == folder and not (
+                    entry.name in RUN_FILES or entry.name.endswith(".pt")
+                    or entry.name == CHUNK_DIR):
+                continue
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except FileNotFoundError:  # removed while the folder was listed
+                continue
             name = os.path.relpath(entry.path, folder)
             if stat.S_ISLNK(mode):
                 found.append(f"{name}: a symbolic link")
             elif stat.S_ISDIR(mode):
-                pending.append(Path(entry.path))
+                if whole or current != folder or entry.name == CHUNK_DIR:
+                    pending.append(Path(entry.path))
             elif not stat.S_ISREG(mode):
                 found.append(f"{name}: a {file_kind(mode)}, not a plain file")
     return found
 
 
-def link_problems(folder: Path) -> list[str]:
+def link_problems(folder: Path, *, whole: bool = True) -> list[str]:
     """:func:`foreign_entries`, each said as a problem of the run folder."""
     return [f"{entry} (a run folder holds its own files: replace it with the file itself)"
-            for entry in foreign_entries(folder)]
+            for entry in foreign_entries(folder, whole=whole)]
 
 
 def layout_problems(folder: Path, record: dict[str, Any], *,
@@ -75,9 +91,11 @@ def refuse_folder(folder: Path, problems: list[str]) -> None:
         raise UserError(f"{folder}: {problems[0]}{more}")
 
 
-def check_links(folder: Path) -> None:
-    """Refuse a folder holding a link or a special file, before anything in it is read."""
-    refuse_folder(folder, link_problems(folder))
+def check_links(folder: Path, *, whole: bool = True) -> None:
+    """Refuse a folder holding a link or a special file, before anything in it is read
+    (``whole`` False: a record file named on its own, whose folder is checked only where a
+    command reads it)."""
+    refuse_folder(folder, link_problems(folder, whole=whole))
 
 
 def check_layout(folder: Path, record: dict[str, Any], *, unlisted_ok: bool = False) -> None:

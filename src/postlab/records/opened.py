@@ -186,7 +186,7 @@ def open_run(target: Path | None, plan_path: Path | None = None, *,
     """
     files = locate_run(target)
     folder = files.record.parent
-    check_links(folder)
+    check_links(folder, whole=files.folder is not None)
     raw = read_bytes(files.record, "record")
     record = decode_record_bytes(raw, str(files.record), folder)
     check_layout(folder, record)

@@ -511,7 +511,7 @@ def verify_walked(files: RunFiles, record: dict[str, Any], *,
 
     folder = files.record.parent
     plan, plan_check = _plan_for(files, record)
-    shape = link_problems(folder) or ([] if "chunks" in record
+    shape = link_problems(folder, whole=files.folder is not None) or ([] if "chunks" in record
                                       else layout_problems(folder, record))
     if shape:
         # a link makes the run depend on a file nobody hashed as part of it, and a second

@@ -161,15 +161,15 @@ def _open_versions(out: Path, options: SweepOptions, workers: int) -> list[OpenR
     runs = []
     versions = read_index(out)[1]
     for entry in versions:  # every version checked before any is reopened (which writes)
-        check_resumable(out / entry.name)
+        stored, _ = check_resumable(out / entry.name)
+        if stored.sha256 != entry.sha256:
+            raise UserError(f"{out / entry.name / PLAN_FILE}: not the plan the sweep index "
+                            "names")
     for entry in versions:
         folder = out / entry.name
         run_options = RunOptions(out_dir=folder, workers=workers, resume=True,
                                  display=Quiet(), executor=options.executor,
                                  device=options.device, log=options.log,
                                  engine=options.engine)
-        run = open_run(None, None, run_options)
-        if run.plan.sha256 != entry.sha256:
-            raise UserError(f"{folder / PLAN_FILE}: not the plan the sweep index names")
-        runs.append(run)
+        runs.append(open_run(None, None, run_options))
     return runs
