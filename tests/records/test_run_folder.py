@@ -226,7 +226,7 @@ READERS = {
     "plot": lambda w: ["plot", str(w / "run"), "--out-dir", str(w / "figures")],
     "reproduce": lambda w: ["reproduce", str(w / "run"), "--out-dir", str(w / "again"),
                             "--quiet"],
-    "resume": lambda w: ["run", "--resume", "--out-dir", str(w / "run"), "--quiet"],
+    "resume": lambda w: ["run", "--resume", "--out-dir", str(w / "run")],
 }
 
 

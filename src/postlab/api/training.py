@@ -107,15 +107,19 @@ def _plan_to_train(plan: str | Path | None, out_dir: Path, resume: bool
 def train(plan: LoadedPlan | None, raw: bytes | None, out_dir: Path, *, workers: int,
           resume: bool = False, device: str = "cpu", engine: str = DEFAULT_ENGINE,
           log: tuple[str, ...] = (), display: Quiet | None = None,
-          progress_every: int = 0, registration: bytes | None = None) -> dict[str, Any]:
+          progress_every: int = 0, registration: bytes | None = None,
+          checked: tuple[LoadedPlan, dict[str, Any] | None] | None = None
+          ) -> dict[str, Any]:
     """Train a checked plan into ``out_dir`` with an already chosen setting; the record.
-    ``registration``: a checked registration's bytes, copied into the folder first."""
+    ``registration``: a checked registration's bytes, copied into the folder first;
+    ``checked``: on resume, the folder's check already taken (``check_resumable``)."""
     from postlab.runs.orchestration import RunOptions, run_plan
     from postlab.runs.progress import Quiet
 
     options = RunOptions(out_dir=out_dir, workers=workers, resume=resume,
                          progress_every=progress_every, display=display or Quiet(),
-                         device=device, log=log, engine=engine, registration=registration)
+                         device=device, log=log, engine=engine, registration=registration,
+                         checked=checked)
     return run_plan(plan, raw, options)
 
 
@@ -150,6 +154,11 @@ def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = F
         from postlab.api.registering import read_registration
 
         registered = read_registration(Path(registration), sized)
+    checked = None
+    if resume:  # the folder checked whole before any line about the run is printed
+        from postlab.runs.orchestration import check_resumable
+
+        checked = check_resumable(out, loaded, registered)
     say(note)
     say(device_note)
     if sized is not None:
@@ -160,7 +169,7 @@ def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = F
     start = time.monotonic()
     record = train(loaded, raw, out, workers=count, resume=resume, device=chosen,
                    engine=engine, log=names, display=display, progress_every=progress_every,
-                   registration=registered)
+                   registration=registered, checked=checked)
     from postlab.records.fingerprint import read_fingerprints
 
     run_value, results = read_fingerprints(out) or ("", None)

@@ -117,6 +117,11 @@ class RunOptions:
     #: a registration's exact bytes (checked against the plan by the caller), copied into the
     #: run folder before the first step; None: none, or on resume the folder's own
     registration: bytes | None = None
+    #: on resume, what :func:`check_resumable` returned for this folder earlier in this
+    #: invocation (the caller checked it before printing or starting anything); None: checked
+    #: when the run is opened. Checking reads every chunk and loads every checkpoint, so it is
+    #: done once
+    checked: tuple[LoadedPlan, dict[str, Any] | None] | None = None
 
 
 def source_hashes() -> dict[str, str]:
@@ -138,12 +143,13 @@ def check_out_dir(out_dir: Path, resume: bool) -> None:
 
 
 def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Path,
-                    resume: bool, registration: bytes | None = None
+                    resume: bool, registration: bytes | None = None,
+                    checked: tuple[LoadedPlan, dict[str, Any] | None] | None = None
                     ) -> tuple[LoadedPlan, dict[str, Any] | None]:
     """Create the run folder with its plan, or, on resume, check and reopen it.
 
     On resume the plan stored in the folder is the one trained; a plan given as well must be
-    byte-identical to it.
+    byte-identical to it. ``checked``: the folder's :func:`check_resumable` already taken.
     """
     check_out_dir(out_dir, resume)
     if not resume:
@@ -158,7 +164,7 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
         if uses_bpe(plan.data):
             publish_bytes(out_dir / TOKENIZER_FILE, trained_bytes(plan.data))
         return plan, None
-    stored, record = check_resumable(out_dir, plan, registration)
+    stored, record = checked or check_resumable(out_dir, plan, registration)
     kept_tokenizer = out_dir / TOKENIZER_FILE
     if uses_bpe(stored.data) and not kept_tokenizer.exists():
         # interrupted between the plan and the tokenizer
@@ -411,7 +417,7 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
     """Create (or, on resume, reopen and check) the run folder and start its record."""
     check_loggers(options.log)  # in tasks it would be too late: refused before any write
     plan, previous = prepare_out_dir(plan, raw_plan, options.out_dir, options.resume,
-                                     options.registration)
+                                     options.registration, options.checked)
     data = plan.data
     start = time.monotonic()
     # Before the record describes the numeric settings.

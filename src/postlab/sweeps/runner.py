@@ -158,18 +158,19 @@ def run_sweep(spec_path: Path | None, options: SweepOptions, today: str,
 
 def _open_versions(out: Path, options: SweepOptions, workers: int) -> list[OpenRun]:
     """Every version's run folder, reopened as a run to resume (each holds its frozen plan)."""
-    runs = []
     versions = read_index(out)[1]
+    checked = []
     for entry in versions:  # every version checked before any is reopened (which writes)
-        stored, _ = check_resumable(out / entry.name)
-        if stored.sha256 != entry.sha256:
+        checked.append(check_resumable(out / entry.name))
+        if checked[-1][0].sha256 != entry.sha256:
             raise UserError(f"{out / entry.name / PLAN_FILE}: not the plan the sweep index "
                             "names")
-    for entry in versions:
+    runs = []
+    for entry, folder_checked in zip(versions, checked, strict=True):
         folder = out / entry.name
         run_options = RunOptions(out_dir=folder, workers=workers, resume=True,
                                  display=Quiet(), executor=options.executor,
                                  device=options.device, log=options.log,
-                                 engine=options.engine)
+                                 engine=options.engine, checked=folder_checked)
         runs.append(open_run(None, None, run_options))
     return runs
