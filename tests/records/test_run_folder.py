@@ -357,3 +357,16 @@ def test_a_correct_reproduce_ends_the_process_with_exit_code_0_every_time(work):
                         str(work / f"again-{attempt}"), "--quiet")
         assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
         assert "identical" in done.stdout and "terminate called" not in done.stderr
+
+
+@pytest.mark.parametrize(("recorded", "problem"), [
+    ([3, 5], None), ([], None), ([3, 4, 5], None),  # an interrupted run records some seeds
+    ([5, 3], "not each once in the plan's order"), ([3, 3], "not each once"),
+    ([3, 9], "seed 9 is not one of the plan's seeds"),
+])
+def test_a_postlab_records_seeds_are_some_of_its_plans_in_its_order(recorded, problem):
+    from postlab.records.opened import seed_order_problems
+
+    problems = seed_order_problems(recorded, [3, 4, 5])
+    assert (problems == []) if problem is None else (len(problems) == 1
+                                                     and problem in problems[0])

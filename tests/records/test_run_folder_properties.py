@@ -64,7 +64,7 @@ def _rematch(run: Path, header: dict, index: int) -> None:
 
 # Each edit changes the run folder and says whether every reader must refuse it (an edit of
 # what readers read) or may read it (a file only verify checks: a checkpoint's bytes, the
-# summary, the fingerprint file, provenance fields, a manifest's seed order).
+# summary, the fingerprint file, provenance fields).
 
 def chunk_byte(run: Path, data: st.DataObject) -> bool:
     header, index = _chunk(run, data)
@@ -112,7 +112,7 @@ def seed_order(run: Path, data: st.DataObject) -> bool:
     header = _header(run)
     header["seeds"] = list(reversed(header["seeds"]))
     _write_header(run, header)
-    return False
+    return True
 
 
 def record_field(run: Path, data: st.DataObject) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,15 +136,25 @@ def check_whole(opened: OpenedRun) -> None:
     if made_by_postlab(opened.record):
         # the seed list at once (a chunked record names its seeds in record.json): a reader
         # that decides what to print from it has then not printed anything yet
-        plan_seeds = set(opened.plan.data["seeds"])
-        refuse([f"seed {seed} is not one of the plan's seeds" for seed in
-                seeds_of(opened.record) if seed not in plan_seeds], opened.source,
-               "not a whole record of its plan")
+        refuse(seed_order_problems(seeds_of(opened.record), opened.plan.data["seeds"]),
+               opened.source, "not a whole record of its plan")
         # a record read alone (no plan.json beside it) has no checkpoint files to look for
         folder = opened.source.parent if opened.files.plan.is_file() else None
         refuse_each(opened.record, functools.partial(
             whole_problems, plan=opened.plan.data, folder=folder),
             opened.source, "not a whole record of its plan")
+
+
+def seed_order_problems(recorded: list[int], planned: list[int]) -> list[str]:
+    """A postlab record's seeds are some of its plan's, each once, in the plan's order (the
+    order postlab records them in, an interrupted run's included)."""
+    order = {seed: index for index, seed in enumerate(planned)}
+    problems = [f"seed {seed} is not one of the plan's seeds" for seed in recorded
+                if seed not in order]
+    places = [order[seed] for seed in recorded if seed in order]
+    if not problems and any(a >= b for a, b in itertools.pairwise(places)):
+        problems.append(f"seeds {recorded} are not each once in the plan's order {planned}")
+    return problems
 
 
 def made_by_postlab(record: dict[str, Any]) -> bool:
