@@ -458,3 +458,40 @@ def test_parts_the_plan_requires_cannot_be_removed_with_their_digests(sampled_ru
     code, out = _verify(capsys, run)
     assert code == 1, out
     assert _line(out, "counts").startswith("FAIL")
+
+
+# --- verify --quick, and what re-evaluation costs ------------------------------------------
+
+def test_quick_verify_checks_everything_but_reevaluation_and_says_so(run_copy, capsys,
+                                                                   monkeypatch):
+    import postlab.runs.verify as verify
+
+    def never(*args, **kwargs):
+        raise AssertionError("--quick loaded a checkpoint")
+
+    monkeypatch.setattr(verify, "load_checkpoint", never)
+    capsys.readouterr()
+    assert main(["verify", str(run_copy), "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "SKIP  checkpoint re-evaluation: --quick: no checkpoint was re-evaluated" in out
+    assert "PASS  checkpoint hashes: 6 checkpoints match" in out
+    assert out.splitlines()[-1].startswith("VERIFIED (quick, no checkpoint re-evaluated): ")
+    # the hashes are still checked, byte for byte, and every other check still runs
+    checkpoint = run_copy / "seed-4-strict.pt"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:-1] + b"x")
+    summary = run_copy / "summary.json"
+    summary.write_bytes(summary.read_bytes().replace(b"\n", b"\n ", 1))
+    assert main(["verify", str(run_copy), "--quick"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  checkpoint hashes: " in out and "seed-4-strict.pt: sha256" in out
+    assert "FAIL  summary: " in out
+    assert out.splitlines()[-1].startswith("NOT VERIFIED: 3 of")  # and the fingerprint
+
+
+def test_full_verify_prices_its_reevaluation_per_seed(small_run, capsys):
+    capsys.readouterr()
+    assert main(["verify", str(small_run)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("PASS  checkpoint re-evaluation: "))
+    assert re.search(r"6 checkpoints reloaded and re-evaluated: every row equal \(reloading "
+                     r"and re-evaluating took \d+\.\d\d s a seed\)$", line), line

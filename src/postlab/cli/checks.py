@@ -10,7 +10,8 @@ from postlab.errors import UserError
 
 
 def verify(args: argparse.Namespace) -> int:
-    result = api.verify(args.run, expect=args.expect, say=lambda line: print(line, flush=True))
+    result = api.verify(args.run, expect=args.expect, quick=args.quick,
+                        say=lambda line: print(line, flush=True))
     sys.stdout.write(result.text)
     return result.code
 

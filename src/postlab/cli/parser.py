@@ -139,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--expect", metavar="FINGERPRINT",
                         help="the run fingerprint noted when it finished; any change to any "
                              "file of the run then fails, even with its inner hashes rewritten")
+    verify.add_argument("--quick", action="store_true",
+                        help="every check but re-evaluating the checkpoints (their hashes are "
+                             "still checked); the verdict says none was re-evaluated")
 
     reproduce = sub.add_parser("reproduce", help="re-run a record's plan and compare every "
                                                  "row with the record")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -95,11 +96,22 @@ def device_here(record: dict[str, Any]) -> str:
 
 
 def _seed_checkpoints(run: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
-                     device: str, engine: Any, seen: _Walk) -> None:
-    """One seed's checkpoints: each hashed before loading, then reloaded and re-evaluated."""
+                     device: str, engine: Any, seen: _Walk, *, quick: bool = False) -> None:
+    """One seed's checkpoints: each hashed before loading, then reloaded and re-evaluated
+    (``quick``: hashed only)."""
     for stage, info in run.get("checkpoints", {}).items():
         seen.checkpoints += 1
         path = folder / info["file"]
+        if quick:
+            try:
+                digest = hashlib.sha256(read_bytes(path, "checkpoint")).hexdigest()
+            except UserError as exc:
+                seen.hash_problems.append(str(exc))
+                continue
+            if digest != info["sha256"]:
+                seen.hash_problems.append(f"{path}: sha256 {digest} differs from the "
+                                          f"recorded {info['sha256']}")
+            continue
         try:
             payload = load_checkpoint(path, info["sha256"])
         except CheckpointError as exc:
@@ -143,14 +155,22 @@ def _seed_checkpoints(run: dict[str, Any], plan: dict[str, Any] | None, folder: 
                                       "reload_equal is not true")
 
 
-def _check_checkpoints(seen: _Walk, plan: dict[str, Any] | None) -> tuple[Check, Check]:
+#: What ``verify --quick`` says in place of the re-evaluation it did not do.
+QUICK = ("--quick: no checkpoint was re-evaluated (verify without --quick reloads each and "
+         "compares its rows)")
+
+
+def _check_checkpoints(seen: _Walk, plan: dict[str, Any] | None, *,
+                       quick: bool = False) -> tuple[Check, Check]:
     total = seen.checkpoints
     hashes = Check(name="checkpoint hashes",
                    status="fail" if seen.hash_problems or not total else "pass",
                    detail="; ".join(seen.hash_problems) if seen.hash_problems else
                    (f"{total} checkpoints match their recorded sha256 (checked before loading)"
                     if total else "the record lists no checkpoints"))
-    if plan is None:
+    if quick:
+        evaluation = Check(name="checkpoint re-evaluation", status="skip", detail=QUICK)
+    elif plan is None:
         evaluation = Check(name="checkpoint re-evaluation", status="skip",
                            detail="needs the record's plan")
     else:
@@ -158,8 +178,17 @@ def _check_checkpoints(seen: _Walk, plan: dict[str, Any] | None) -> tuple[Check,
                            status="fail" if seen.eval_problems else "pass",
                            detail="; ".join(seen.eval_problems) if seen.eval_problems else
                            f"{seen.reloaded} checkpoints reloaded and re-evaluated: every row "
-                           "equal")
+                           f"equal{_cost(seen)}")
     return hashes, evaluation
+
+
+def _cost(seen: _Walk) -> str:
+    """What re-evaluation cost a seed, so a user can price verifying a larger run (and
+    choose --quick)."""
+    if not seen.seeds:
+        return ""
+    return (f" (reloading and re-evaluating took {seen.evaluation_seconds / seen.seeds:.2f} s "
+            "a seed)")
 
 
 def _check_summary(seen: _Walk, plan: dict[str, Any] | None, folder: Path) -> Check:
@@ -456,10 +485,13 @@ class _Walk:
     checkpoint_files: set[str] = field(default_factory=set)
     #: (seed, sha256 of its results) in record order, for the results fingerprint
     seed_results: list[tuple[int, str]] = field(default_factory=list)
+    #: seeds walked, and the seconds their checkpoints' hashing, reloading and re-evaluation took
+    seeds: int = 0
+    evaluation_seconds: float = 0.0
 
 
 def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
-          device: str) -> _Walk:
+          device: str, *, quick: bool = False) -> _Walk:
     seen = _Walk()
     stages = ["initial", *arm_names(plan)] if plan is not None else None
     engine = engine_for(record)  # its evaluation recomputes the rows as they were made
@@ -468,7 +500,10 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
     for run in record["runs"]:
         seen.missing += run_missing_parts(run, stages)
         seen.checkpoint_files |= named_checkpoints([run])
-        _seed_checkpoints(run, plan, folder, device, engine, seen)
+        started = time.perf_counter()
+        _seed_checkpoints(run, plan, folder, device, engine, seen, quick=quick)
+        seen.evaluation_seconds += time.perf_counter() - started
+        seen.seeds += 1
         if plan is not None:
             seen.unfit += run_reading_problems(run, plan)
             if not seen.unfit:  # rows that do not fit the plan cannot be summarised
@@ -499,13 +534,14 @@ class Verified:
 
 
 def verify_run(files: RunFiles, record: dict[str, Any], *,
-               expect: str | None = None) -> list[Check]:
-    """Run every check on a run folder or record (already strictly loaded)."""
-    return verify_walked(files, record, expect=expect).checks
+               expect: str | None = None, quick: bool = False) -> list[Check]:
+    """Run every check on a run folder or record (already strictly loaded); ``quick``: every
+    check but the checkpoints' re-evaluation, which is said to be skipped."""
+    return verify_walked(files, record, expect=expect, quick=quick).checks
 
 
 def verify_walked(files: RunFiles, record: dict[str, Any], *,
-                  expect: str | None = None) -> Verified:
+                  expect: str | None = None, quick: bool = False) -> Verified:
     """:func:`verify_run`, with the checkpoint files its walk found."""
     from postlab.runs.orchestration import configure_torch
 
@@ -540,7 +576,7 @@ def verify_walked(files: RunFiles, record: dict[str, Any], *,
     plan_data = plan.data if plan is not None else None
     device = device_here(record)
     configure_torch(plan_data["threads"] if plan_data is not None else 1, device)
-    seen = _walk(record, plan_data, folder, device)
+    seen = _walk(record, plan_data, folder, device, quick=quick)
     checks = [_check_completeness(record, seen), plan_check]
     if "chunks" in record:
         checks.append(row_files)
@@ -550,7 +586,7 @@ def verify_walked(files: RunFiles, record: dict[str, Any], *,
     registration = _check_registration(record, plan, folder)
     if registration is not None:
         checks.append(registration)
-    checks += list(_check_checkpoints(seen, plan_data))
+    checks += list(_check_checkpoints(seen, plan_data, quick=quick))
     checks.append(_check_summary(seen, plan_data, folder))
     if plan_data is None:
         checks.append(Check(name="counts", status="skip", detail="needs the record's plan"))
@@ -587,10 +623,12 @@ def render_checks(checks: list[Check]) -> tuple[str, int]:
         lines.append(f"NOT VERIFIED: {len(failed)} of {len(checks)} checks failed "
                      f"({', '.join(c.name for c in failed)})")
         return "\n".join(lines) + "\n", 1
+    quick = any(c.detail == QUICK for c in checks)
+    verdict = "VERIFIED (quick, no checkpoint re-evaluated)" if quick else "VERIFIED"
     if warned:  # each warning names its check, so a reader knows which line to read
-        lines.append(f"VERIFIED: no check failed ({len(warned)} "
+        lines.append(f"{verdict}: no check failed ({len(warned)} "
                      f"warning{'s' if len(warned) > 1 else ''}: "
                      f"{', '.join(c.name for c in warned)})")
     else:
-        lines.append("VERIFIED: no check failed, no warnings")
+        lines.append(f"{verdict}: no check failed, no warnings")
     return "\n".join(lines) + "\n", 0
