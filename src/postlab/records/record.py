@@ -22,7 +22,7 @@ from postlab.errors import UserError
 from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
 from postlab.plan.frozen import LoadedPlan
 from postlab.records.chunks import ROW_LIMITS, ChunkedRuns, check_manifest
-from postlab.tasks.rows import Row
+from postlab.tasks.rows import Row, pairs_of
 
 #: The most worker processes a record may name (and so a run may use).
 MAX_WORKERS = 4096
@@ -651,10 +651,11 @@ def run_plan_problems(run: dict[str, Any], plan: dict[str, Any]) -> list[str]:
             problems.append(f"seed {seed}, stage {stage}: splits {list(splits)}")
             continue
         for split, pairs in plan["split"].items():
-            greedy = [list(Row.of(row).pair) for row in splits[split]["greedy"]]
-            sampled = [list(Row.of(row).pair) for row in splits[split]["sampled"]]
-            expected = [p for p in pairs for _ in range(plan["eval_samples"])]
-            if greedy != pairs or sampled != expected:
+            greedy = pairs_of(splits[split]["greedy"])
+            wanted = [(a, b) for a, b in pairs]
+            sampled = pairs_of(splits[split]["sampled"])
+            expected = [p for p in wanted for _ in range(plan["eval_samples"])]
+            if greedy != wanted or sampled != expected:
                 problems.append(f"seed {seed}, stage {stage}, split {split}: questions or "
                                 f"samples per question differ from the plan")
     if "compute" in run and list(run["compute"]) != stages:
@@ -679,7 +680,7 @@ def run_plan_problems(run: dict[str, Any], plan: dict[str, Any]) -> list[str]:
             continue
         for step in history:
             rows = step["rows"]
-            questions = [Row.of(r).pair for r in rows]
+            questions = pairs_of(rows)
             bad_rows = len(rows) != per_step or _sampling_problem(step, plan)
             bad_groups = any(len(set(questions[i:i + plan["group_size"]])) != 1
                              for i in range(0, len(questions), plan["group_size"]))

@@ -37,6 +37,13 @@ def rows_of(raw: Iterable[Sequence[Any]]) -> list[Row]:
     return [Row.of(r) for r in raw]
 
 
+def pairs_of(raw: Iterable[Sequence[Any]]) -> list[tuple[int, int]]:
+    """The questions ``(a, b)`` of stored rows (or Rows), without building a Row for each:
+    checking a teaching seed's rows against its plan builds about 200,000, and building them
+    was two thirds of that check's time (measured with cProfile, 16 seeds)."""
+    return [(row[0], row[1]) for row in raw]
+
+
 class Place(NamedTuple):
     """Where a block of rows sits in a record.
 
