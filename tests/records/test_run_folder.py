@@ -116,6 +116,11 @@ def _extra_column(run: Path) -> str:
     return "not in the format note"
 
 
+def _empty_chunk(run: Path) -> str:
+    _rewrite_chunk(run, 0, lambda table: table.slice(0, 0))
+    return "chunk-00000.parquet"
+
+
 def _another_seeds_rows(run: Path) -> str:
     # the two chunks swapped, the manifest's digests and sizes made to match
     header = _header(run)
@@ -205,6 +210,7 @@ LINKS = {"link-chunk": _link_chunk, "link-rows": _link_rows,
          "link-checkpoint": _link_checkpoint, "link-registration": _link_registration}
 CHUNKS = {"no-seed-column": _no_seed_column, "seed-as-text": _seed_as_text,
           "extra-column": _extra_column, "another-seeds-rows": _another_seeds_rows,
+          "empty-chunk": _empty_chunk,
           "byte-count-off": _byte_count_off, "unnamed-chunk": _unnamed_chunk,
           "chunk-missing": _chunk_missing, "chunk-damaged": _chunk_damaged}
 ENTRIES = {"checkpoint-entry-removed": _checkpoint_entry_removed,
