@@ -68,9 +68,9 @@ class SeedAtOnce:
     def after(self, task, results, work: Work) -> list:
         return []
 
-    def evaluate(self, model, plan, seed, device):
+    def evaluate_many(self, models, plan, seeds, device):
         self.calls.append("evaluate")
-        return EXACT.evaluate(model, plan, seed, device)
+        return EXACT.evaluate_many(models, plan, seeds, device)
 
 
 def test_a_third_engine_trains_records_verifies_and_resumes(tmp_path, capsys):

@@ -495,3 +495,75 @@ def test_full_verify_prices_its_reevaluation_per_seed(small_run, capsys):
                 if line.startswith("PASS  checkpoint re-evaluation: "))
     assert re.search(r"6 checkpoints reloaded and re-evaluated: every row equal \(reloading "
                      r"and re-evaluating took \d+\.\d\d s a seed\)$", line), line
+
+
+# --- re-evaluation together, where the engine can ------------------------------------------
+
+def _rows(text: str) -> dict:
+    return {"test": {"greedy": [[1, 2, text, True]], "sampled": [[1, 2, text, True]]}}
+
+
+def test_a_checkpoint_that_cannot_be_evaluated_is_named_though_it_was_in_company():
+    """Evaluated together, one checkpoint whose weights cannot be sampled from fails the whole
+    computation; each is then evaluated alone, so that one is named and the others checked."""
+    from postlab.runs.verify import _Loaded, _reevaluate, _Walk
+
+    class Engine:
+        def __init__(self) -> None:
+            self.calls: list[list[int]] = []
+
+        def evaluate_many(self, models, plan, seeds, device):
+            self.calls.append(list(seeds))
+            if 4 in seeds:
+                raise RuntimeError("probability tensor contains either inf, nan or element < 0")
+            return [_rows(model) for model in models]
+
+    waiting = [_Loaded(seed=3, stage="strict", model="3", recorded=_rows("3"),
+                       reload_equal=True),
+               _Loaded(seed=4, stage="strict", model="x", recorded=_rows("x"),
+                       reload_equal=True),
+               _Loaded(seed=5, stage="strict", model="6", recorded=_rows("5"),
+                       reload_equal=True)]
+    seen = _Walk()
+    engine = Engine()
+    _reevaluate(waiting, {}, "cpu", engine, seen)
+    assert engine.calls == [[3, 4, 5], [3], [4], [5]]
+    assert seen.reloaded == 2
+    assert seen.eval_problems == [
+        "seed 4, stage strict: cannot be evaluated (probability tensor contains either inf, "
+        "nan or element < 0)",
+        "seed 5, stage strict: split test, greedy row 0: recorded [1, 2, '5', True], now "
+        "[1, 2, '6', True]"]
+
+
+@pytest.mark.slow
+def test_an_ensemble_record_is_reevaluated_together_with_the_rows_each_gives_alone(
+        tmp_path, monkeypatch):
+    import postlab.runs.verify as verify
+    from postlab.engines.ensemble.task import ENSEMBLE
+    from postlab.records.record import load_record, locate_run
+
+    plan = write_plan(tmp_path / "plan.json", **(SMALL | {"seeds": [3, 4, 5]}))
+    out = tmp_path / "run"
+    run_plan(load_plan(plan), plan.read_bytes(),
+             RunOptions(out_dir=out, workers=1, engine="ensemble"))
+    calls = []
+    real = type(ENSEMBLE).evaluate_many
+
+    def counted(self, models, plan, seeds, device):
+        calls.append(len(models))
+        return real(self, models, plan, seeds, device)
+
+    monkeypatch.setattr(type(ENSEMBLE), "evaluate_many", counted)
+
+    def checks() -> list:
+        files = locate_run(out)
+        return [(c.name, c.status, re.sub(r"took \d+\.\d\d s", "took", c.detail))
+                for c in verify.verify_run(files, load_record(files.record))]
+
+    together = checks()
+    assert calls == [9]  # three seeds' three checkpoints, one computation
+    calls.clear()
+    monkeypatch.setattr(verify, "EVALUATION_BATCH", 1)
+    assert checks() == together and calls == [3, 3, 3]  # one seed at a time
+    assert ("checkpoint re-evaluation", "pass") in [(n, s) for n, s, _ in together]

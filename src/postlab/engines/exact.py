@@ -253,9 +253,11 @@ class ExactEngine:
             return []
         return _arm_tasks(work, task.seed, results[task.keys[0]])
 
-    def evaluate(self, model: Policy, plan: dict[str, Any], seed: int,
-                 device: str) -> dict[str, Any]:
-        return evaluate_model(model, plan, seed)
+    def evaluate_many(self, models: Sequence[Policy], plan: dict[str, Any],
+                      seeds: Sequence[int], device: str) -> list[dict[str, Any]]:
+        # one model at a time: the exact engine's bits are those of a lone forward pass
+        return [evaluate_model(model, plan, seed)
+                for model, seed in zip(models, seeds, strict=True)]
 
 
 EXACT = ExactEngine()

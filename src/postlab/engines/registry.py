@@ -82,9 +82,11 @@ class Engine(Protocol):
               work: Work) -> list[EngineTask]:
         """Tasks that became ready because ``task`` finished with ``results``."""
 
-    def evaluate(self, model: Policy, plan: dict[str, Any], seed: int,
-                 device: str) -> dict[str, Any]:
-        """A loaded checkpoint's evaluation rows, recomputed as this engine computed them."""
+    def evaluate_many(self, models: Sequence[Policy], plan: dict[str, Any],
+                      seeds: Sequence[int], device: str) -> list[dict[str, Any]]:
+        """Loaded checkpoints' evaluation rows (``seeds[i]`` the seed of ``models[i]``),
+        recomputed as this engine computed them, as one computation where the engine can:
+        each one's rows are those it gives alone."""
 
 
 ENGINES: Registry[Engine] = Registry("engine")

@@ -95,10 +95,28 @@ def device_here(record: dict[str, Any]) -> str:
     return "cuda" if record.get("device") == "cuda" and cuda_available() else "cpu"
 
 
+#: Checkpoints re-evaluated as one computation where the record's engine can (the ensemble
+#: engine evaluates members together): each one's rows and weights are held until then, a
+#: teaching seed's three checkpoints about 1 MB with their recorded rows.
+EVALUATION_BATCH = 48
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """A checkpoint hashed and loaded, waiting for its re-evaluation."""
+
+    seed: int
+    stage: str
+    model: Any
+    recorded: dict[str, Any] | None
+    reload_equal: bool
+
+
 def _seed_checkpoints(run: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
-                     device: str, engine: Any, seen: _Walk, *, quick: bool = False) -> None:
-    """One seed's checkpoints: each hashed before loading, then reloaded and re-evaluated
-    (``quick``: hashed only)."""
+                     device: str, seen: _Walk, waiting: list[_Loaded], *,
+                     quick: bool = False) -> None:
+    """One seed's checkpoints: each hashed before loading, then loaded into ``waiting`` for
+    re-evaluation (``quick``: hashed only)."""
     for stage, info in run.get("checkpoints", {}).items():
         seen.checkpoints += 1
         path = folder / info["file"]
@@ -114,10 +132,7 @@ def _seed_checkpoints(run: dict[str, Any], plan: dict[str, Any] | None, folder: 
             continue
         try:
             payload = load_checkpoint(path, info["sha256"])
-        except CheckpointError as exc:
-            seen.hash_problems.append(str(exc))
-            continue
-        except UserError as exc:
+        except UserError as exc:  # CheckpointError among them
             seen.hash_problems.append(str(exc))
             continue
         if plan is None:
@@ -137,22 +152,38 @@ def _seed_checkpoints(run: dict[str, Any], plan: dict[str, Any] | None, folder: 
             seen.eval_problems.append(f"seed {run['seed']}, stage {stage}: weights do not "
                                       f"fit the plan's model ({str(exc).splitlines()[0]})")
             continue
-        try:
-            fresh = engine.evaluate(model, plan, run["seed"], device)
-        except RuntimeError as exc:
-            # The weights are the checkpoint's data: ones that cannot be sampled from (an
-            # overflow to inf, say) are a failed check of that checkpoint, not a crash.
-            seen.eval_problems.append(f"seed {run['seed']}, stage {stage}: cannot be "
-                                      f"evaluated ({str(exc).splitlines()[0][:120]})")
-            continue
+        waiting.append(_Loaded(seed=run["seed"], stage=stage, model=model,
+                               recorded=run["evaluations"].get(stage),
+                               reload_equal=info.get("reload_equal", False)))
+
+
+def _reevaluate(waiting: list[_Loaded], plan: dict[str, Any], device: str, engine: Any,
+                seen: _Walk) -> None:
+    """Re-evaluate the loaded checkpoints, together where the engine can, and compare each
+    one's rows with the recorded ones. Weights that cannot be evaluated (an overflow to inf,
+    say) fail the computation they are in: then each is evaluated alone, so the failure is
+    that checkpoint's, named, and not a crash."""
+    if not waiting:
+        return
+    try:
+        fresh = engine.evaluate_many([item.model for item in waiting], plan,
+                                     [item.seed for item in waiting], device)
+    except RuntimeError as exc:
+        if len(waiting) > 1:
+            for item in waiting:
+                _reevaluate([item], plan, device, engine, seen)
+            return
+        seen.eval_problems.append(f"seed {waiting[0].seed}, stage {waiting[0].stage}: cannot "
+                                  f"be evaluated ({str(exc).splitlines()[0][:120]})")
+        return
+    for item, rows in zip(waiting, fresh, strict=True):
+        where = f"seed {item.seed}, stage {item.stage}"
         seen.reloaded += 1
-        recorded = run["evaluations"].get(stage)
-        if fresh != recorded:
-            seen.eval_problems.append(f"seed {run['seed']}, stage {stage}: "
-                                      + _first_row_difference(recorded or {}, fresh))
-        if not info.get("reload_equal", False):
-            seen.eval_problems.append(f"seed {run['seed']}, stage {stage}: recorded "
-                                      "reload_equal is not true")
+        if rows != item.recorded:
+            seen.eval_problems.append(f"{where}: "
+                                      + _first_row_difference(item.recorded or {}, rows))
+        if not item.reload_equal:
+            seen.eval_problems.append(f"{where}: recorded reload_equal is not true")
 
 
 #: What ``verify --quick`` says in place of the re-evaluation it did not do.
@@ -497,13 +528,24 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
     engine = engine_for(record)  # its evaluation recomputes the rows as they were made
     if plan is not None:
         seen.plan_problems += seed_list_problems(record, plan)
+    waiting: list[_Loaded] = []
+
+    def reevaluate() -> None:
+        started = time.perf_counter()
+        if plan is not None:
+            _reevaluate(waiting, plan, device, engine, seen)
+        waiting.clear()
+        seen.evaluation_seconds += time.perf_counter() - started
+
     for run in record["runs"]:
         seen.missing += run_missing_parts(run, stages)
         seen.checkpoint_files |= named_checkpoints([run])
         started = time.perf_counter()
-        _seed_checkpoints(run, plan, folder, device, engine, seen, quick=quick)
+        _seed_checkpoints(run, plan, folder, device, seen, waiting, quick=quick)
         seen.evaluation_seconds += time.perf_counter() - started
         seen.seeds += 1
+        if len(waiting) >= EVALUATION_BATCH:
+            reevaluate()
         if plan is not None:
             seen.unfit += run_reading_problems(run, plan)
             if not seen.unfit:  # rows that do not fit the plan cannot be summarised
@@ -522,6 +564,7 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
         complete = all(key in run for key in ("sft_loss", "evaluations", "training"))
         seen.seed_results.append((run["seed"], seed_results_sha256(run, known) if complete
                                   else "incomplete"))
+    reevaluate()
     return seen
 
 

@@ -77,10 +77,20 @@ def evaluate_alone(state: dict[str, torch.Tensor], plan: dict[str, Any], seed: i
     """One checkpoint's evaluation rows, as the ensemble engine computed them in company
     (``net``: the plan's, if the caller has it; else built, which reads a pretrained folder
     again)."""
+    return evaluate_together([state], plan, [seed], device, net)[0]
+
+
+def evaluate_together(states: Sequence[dict[str, torch.Tensor]], plan: dict[str, Any],
+                      seeds: Sequence[int], device: str = "cpu", net: Net | None = None
+                      ) -> list[dict[str, Any]]:
+    """Checkpoints' evaluation rows (``seeds[i]`` the seed of ``states[i]``), computed as
+    one ensemble: a member's rows do not depend on its company, which training checks on
+    every checkpoint it saves (``_save_all``)."""
     net = net or net_for(plan, device)
     tables = engine.Tables(plan, torch.device(device), net.tokenizer)
-    seeds = torch.tensor([seed], device=device)
-    return engine.evaluate(net.stack([state]), net, tables, [plan], seeds)[0]
+    stacked = torch.tensor(list(seeds), device=device)
+    return engine.evaluate(net.stack(list(states)), net, tables, [plan] * len(states),
+                           stacked)
 
 
 def _compute_of(history: list[dict[str, Any]], plan: dict[str, Any]) -> dict[str, int]:
@@ -400,9 +410,10 @@ class EnsembleEngine:
               work: Work) -> list[EngineTask]:
         return []
 
-    def evaluate(self, model: Policy, plan: dict[str, Any], seed: int,
-                 device: str) -> dict[str, Any]:
-        return evaluate_alone(model.state_dict(), plan, seed, device)
+    def evaluate_many(self, models: Sequence[Policy], plan: dict[str, Any],
+                      seeds: Sequence[int], device: str) -> list[dict[str, Any]]:
+        return evaluate_together([model.state_dict() for model in models], plan, seeds,
+                                 device)
 
 
 ENSEMBLE = EnsembleEngine()
