@@ -75,7 +75,7 @@ def main() -> int:
     from postlab.machine.numerics import cpu_model
 
     seeds = len(load_record(files.record)["seeds"])
-    print(f"{cpu_model()}, {os.cpu_count()} cores; {seeds} teaching seeds (ensemble record); "
+    print(f"{cpu_model()}, {os.cpu_count()} cores; {seeds} seeds (ensemble record {run.name}); "
           f"best of {args.repeats}")
     for mode, (per_seed, total) in best.items():
         print(f"{mode:9s} re-evaluation {per_seed:.2f} s a seed; verify {total:.2f} s")
