@@ -1,7 +1,8 @@
 """Exit codes under stress: run verify, reproduce and a refused read many times, each in a
 fresh process, on every CPU code path this machine runs, and count abnormal exits.
 
-    python bench/stress_exit.py [--runs N] [--paths default,avx2,avx512] [--json FILE]
+    python bench/stress_exit.py [--runs N] [--paths default,avx2,avx512] [--baseline]
+                                [--json FILE]
 
 For each code path, a small plan (the teaching plan, two seeds, few steps) is trained with
 ``postlab run --cpu-path PATH``; then each of these runs ``--runs`` times in a new process:
@@ -10,7 +11,9 @@ whose first chunk holds the second seed's rows, its manifest made to match (2, o
 An abnormal exit is a death by a signal (SIGABRT's "terminate called without an active
 exception" once followed a correct answer), an exit code other than the expected one, or
 "terminate called" on stderr. The table prints each command's count per path, and the total
-against the goal of 0.
+against the goal of 0. ``--baseline`` runs each command a second way beside it, alternating:
+through ``sys.exit(main(...))``, the interpreter's ordinary exit with its teardown, as the
+command line left before it ended through ``postlab.cli.main.leave``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ import tempfile
 from pathlib import Path
 
 POSTLAB = [sys.executable, "-m", "postlab"]
+#: The command line as it exited before ``leave``: the interpreter's ordinary teardown.
+ORDINARY_EXIT = [sys.executable, "-c",
+                 "import sys; from postlab.cli.main import main; sys.exit(main(sys.argv[1:]))"]
 SMALL = {"seeds": [3, 4], "embedding": 12, "hidden": 16, "sft_steps": 30, "sft_batch": 8,
          "rl_steps": 6, "prompts_per_step": 3, "group_size": 4, "eval_samples": 3}
 
@@ -62,6 +68,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=25)
     parser.add_argument("--paths", default="default,avx2,avx512")
+    parser.add_argument("--baseline", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     from postlab.machine.numerics import cannot_run, cpu_model
@@ -86,25 +93,33 @@ def main() -> int:
                                str(folder / "again"), "--quiet"], 0),
                 "refused read": ([*POSTLAB, "report", str(swapped)], 2),
             }
+            ways = {"postlab": POSTLAB, **({"ordinary exit": ORDINARY_EXIT}
+                                           if args.baseline else {})}
             for name, (command, expect) in commands.items():
-                seen: list[str] = []
+                seen: dict[str, list[str]] = {way: [] for way in ways}
                 for _ in range(args.runs):
-                    shutil.rmtree(folder / "again", ignore_errors=True)
-                    problem = _once(command, expect)
-                    if problem is not None:
-                        seen.append(problem)
-                total += args.runs
-                abnormal += len(seen)
-                rows.append({"path": path, "command": name, "runs": args.runs,
-                             "abnormal": len(seen), "kinds": sorted(set(seen))})
-                print(f"{path:8s} {name:13s} {len(seen)} abnormal of {args.runs}"
-                      + (f" ({'; '.join(sorted(set(seen)))})" if seen else ""), flush=True)
+                    for way, start in ways.items():
+                        shutil.rmtree(folder / "again", ignore_errors=True)
+                        problem = _once([*start, *command[len(POSTLAB):]], expect)
+                        if problem is not None:
+                            seen[way].append(problem)
+                for way, problems in seen.items():
+                    if way == "postlab":
+                        total += args.runs
+                        abnormal += len(problems)
+                    rows.append({"path": path, "command": name, "exit": way,
+                                 "runs": args.runs, "abnormal": len(problems),
+                                 "kinds": sorted(set(problems))})
+                    print(f"{path:8s} {name:13s} {way:13s} {len(problems)} abnormal of "
+                          f"{args.runs}" + (f" ({'; '.join(sorted(set(problems)))})"
+                                            if problems else ""), flush=True)
     print(f"total: {abnormal} abnormal exits of {total} (goal: 0)")
-    if args.json is not None:
-        args.json.write_text(json.dumps({
-            "date": datetime.date.today().isoformat(), "machine": cpu_model(),
-            "platform": platform.platform(), "cores": os.cpu_count(), "rows": rows,
-            "total": total, "abnormal": abnormal}, indent=1) + "\n")
+    if args.json is not None:  # the history: one entry per invocation
+        history = json.loads(args.json.read_text()) if args.json.is_file() else []
+        history.append({"date": datetime.date.today().isoformat(), "machine": cpu_model(),
+                        "platform": platform.platform(), "cores": os.cpu_count(),
+                        "rows": rows, "total": total, "abnormal": abnormal})
+        args.json.write_text(json.dumps(history, indent=1) + "\n")
     return 0 if abnormal == 0 else 1
 
 

@@ -37,7 +37,8 @@ def test_the_verify_benchmark_compares_alone_and_together(tmp_path):
 def test_the_exit_stress_counts_no_abnormal_exit(tmp_path):
     history = tmp_path / "stress.json"
     done = subprocess.run([sys.executable, str(BENCH / "stress_exit.py"), "--runs", "1",
-                           "--paths", "avx2,default", "--json", str(history)],
+                           "--paths", "avx2", "--baseline", "--json", str(history)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "total: 0 abnormal exits of" in done.stdout
+    assert "ordinary exit" in done.stdout  # the baseline beside it
