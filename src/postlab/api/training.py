@@ -207,15 +207,12 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
     bits do not depend on the others it was trained with). The new folder then holds the
     plan with just these seeds, derived from the recorded one (its parent)."""
     from postlab.records.compare import compare_records
-    from postlab.records.layout import check_layout, check_links
     from postlab.records.record import load_record, locate_run, seeds_of
 
     environment.check_cpu_path(cpu_path)
     target = None if run is None else Path(run)
     files = locate_run(target)
-    check_links(files.record.parent, whole=files.folder is not None)  # before it is read
-    record = load_record(files.record)
-    check_layout(files.record.parent, record)
+    record = load_record(files.record)  # to pin its code path; checked whole below
     _check_seeds(record, seeds, str(files.record))  # a refusal before any line is printed
     # Before torch loads: the record's code path, or a clear refusal before training.
     note = environment.pin_for_record(record, cpu_path, strict=True)

@@ -89,14 +89,21 @@ def load_checkpoint(path: Path, expected_sha256: str | None, *,
     """Load a checkpoint's payload, refusing it before deserialisation if the hash differs,
     and after it if ``kind`` is given and the checkpoint holds another kind of policy."""
     raw = read_bytes(path, "checkpoint")
-    digest = hashlib.sha256(raw).hexdigest()
-    if expected_sha256 is not None and digest != expected_sha256:
-        raise CheckpointError(f"{path}: sha256 {digest} differs from the recorded "
-                              f"{expected_sha256}; refusing to load it")
+    if expected_sha256 is not None:
+        check_checkpoint_bytes(raw, expected_sha256, path)
     payload = load_checkpoint_bytes(raw, printable(path))
     if kind is not None:
         check_kind(payload, kind, printable(path))
     return payload
+
+
+def check_checkpoint_bytes(raw: bytes, expected_sha256: str, path: Path) -> None:
+    """Refuse a checkpoint's bytes whose sha256 is not the recorded one (before anything
+    deserialises them)."""
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != expected_sha256:
+        raise CheckpointError(f"{path}: sha256 {digest} differs from the recorded "
+                              f"{expected_sha256}; refusing to load it")
 
 
 def load_checkpoint_bytes(raw: bytes, source: str) -> dict[str, Any]:

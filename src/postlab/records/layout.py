@@ -84,11 +84,16 @@ def layout_problems(folder: Path, record: dict[str, Any], *,
     return []
 
 
+def first_of(problems: list[str]) -> str:
+    """The first problem, with how many more there are: what a one-line refusal says."""
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{problems[0]}{more}"
+
+
 def refuse_folder(folder: Path, problems: list[str]) -> None:
     """The first problem in one line, naming the folder, with how many more there are."""
     if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise UserError(f"{folder}: {problems[0]}{more}")
+        raise UserError(f"{folder}: {first_of(problems)}")
 
 
 def check_links(folder: Path, *, whole: bool = True) -> None:

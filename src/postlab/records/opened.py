@@ -23,7 +23,7 @@ from typing import Any
 from postlab.errors import UserError
 from postlab.jsonio import read_bytes
 from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
-from postlab.records.layout import check_layout, check_links
+from postlab.records.layout import check_layout, check_links, first_of
 from postlab.records.record import (
     RunFiles,
     check_plan_link,
@@ -104,8 +104,7 @@ def refuse(problems: list[str], source: Path, what: str,
            error: type[UserError] = UserError) -> None:
     """The first problem in one line, with how many more there are."""
     if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise error(f"{source}: {what}: {problems[0]}{more}")
+        raise error(f"{source}: {what}: {first_of(problems)}")
 
 
 def refuse_each(record: dict[str, Any], problems_of: Callable[[dict[str, Any]], list[str]],
@@ -178,8 +177,7 @@ def whole_problems(run: dict[str, Any], plan: dict[str, Any], folder: Path | Non
 
 
 def _changed(source: Path, changed: list[str]) -> None:
-    more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-    raise UserError(f"{source}: changed since it was recorded: {changed[0]}{more}; "
+    raise UserError(f"{source}: changed since it was recorded: {first_of(changed)}; "
                     "'postlab verify' shows every check")
 
 

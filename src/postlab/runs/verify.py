@@ -26,7 +26,12 @@ from postlab.machine import numerics
 from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
 from postlab.policies import build_policy, place_policy, policy_kind
-from postlab.policies.checkpoint import CheckpointError, check_kind, load_checkpoint
+from postlab.policies.checkpoint import (
+    CheckpointError,
+    check_checkpoint_bytes,
+    check_kind,
+    load_checkpoint,
+)
 from postlab.policies.restore import policy_from_checkpoint
 from postlab.records.chunks import chunk_problems
 from postlab.records.fingerprint import (
@@ -120,17 +125,10 @@ def _seed_checkpoints(run: dict[str, Any], plan: dict[str, Any] | None, folder: 
     for stage, info in run.get("checkpoints", {}).items():
         seen.checkpoints += 1
         path = folder / info["file"]
-        if quick:
-            try:
-                digest = hashlib.sha256(read_bytes(path, "checkpoint")).hexdigest()
-            except UserError as exc:
-                seen.hash_problems.append(str(exc))
-                continue
-            if digest != info["sha256"]:
-                seen.hash_problems.append(f"{path}: sha256 {digest} differs from the "
-                                          f"recorded {info['sha256']}")
-            continue
         try:
+            if quick:  # hashed, not deserialised
+                check_checkpoint_bytes(read_bytes(path, "checkpoint"), info["sha256"], path)
+                continue
             payload = load_checkpoint(path, info["sha256"])
         except UserError as exc:  # CheckpointError among them
             seen.hash_problems.append(str(exc))
