@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from postlab.analysis.facts import SeedFacts, run_facts, table_facts
 from postlab.analysis.intervals import (  # noqa: F401 (interval, t_quantile re-exported)
     CONFIDENCE,
     CROSSED_METHOD,
@@ -38,11 +39,9 @@ from postlab.records.metrics import (
     Answer,
     count_under,
     question_groups,
-    step_series,
 )
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
 from postlab.tasks.registry import answer_function
-from postlab.tasks.rows import ROLLOUT, Place, Row, iter_run_rows, rows_by_place
 
 SCHEMA = "postlab.analysis.aggregate/1"
 INTERVAL_METHOD = (f"held-out rates, coverage, pass@k, changes from SFT and hacking gaps: "
@@ -276,59 +275,56 @@ def _accepted_per_question(rows: Sequence[Sequence[Any]], samples: int, contract
     return [count_under(group, contract, answer) for group in question_groups(rows, samples)]
 
 
-def _accepted_by_contract(rows: Sequence[Sequence[Any]], samples: int,
-                          contracts: Sequence[str], answer: Answer
-                          ) -> tuple[tuple[tuple[int, ...], ...], dict[str, list[int]]]:
-    """The questions of an evaluation's rows in order, and per contract each question's
-    accepted count among its ``samples`` rows."""
-    groups = question_groups(rows, samples)
-    return (tuple(tuple(group[0].pair) for group in groups),
-            {name: [count_under(group, name, answer) for group in groups]
-             for name in contracts})
-
-
 def _mean_pass_at_k(accepted: Sequence[int], samples: int, k: int) -> float:
     values = [pass_at_k(samples, c, k) for c in accepted]
     return sum(values) / len(values)
 
 
 def _band(columns: Sequence[Sequence[float]]) -> Band:
-    """Per-position mean, min and max over seeds (``columns`` is seeds x positions).
-
-    Accumulated seed by seed, in seed order (so each mean is the same sum, bit for bit, as
-    summing the position's values in a list), holding one value per position: turning the
-    columns into positions first held every value as a Python float at once, 4 times the
-    columns' 8 bytes a value."""
-    if not columns:
-        return Band(mean=(), low=(), high=())
-    width = len(columns[0])
-    total = [0.0] * width
-    low, high = list(columns[0]), list(columns[0])
+    """Per-position mean, min and max over seeds (``columns`` is seeds x positions)."""
+    gathered = _Columns()
     for column in columns:
-        if len(column) != width:
-            raise ValueError(f"a seed has {len(column)} positions, another {width}")
-        for index, value in enumerate(column):
-            total[index] += value
-            if value < low[index]:
-                low[index] = value
-            if value > high[index]:
-                high[index] = value
-    return Band(mean=tuple(value / len(columns) for value in total), low=tuple(low),
-                high=tuple(high))
+        gathered.add(column)
+    return gathered.band()
 
 
 class _Columns:
-    """Seeds x positions of one series, 8 bytes a value (a band over 10,000 seeds of 240
-    steps keeps 19 MB, not the 77 MB of Python floats), made a :class:`Band` at the end."""
+    """One series' per-position mean, min and max over seeds, accumulated seed by seed in
+    seed order: each mean is the same sum, bit for bit, as adding the position's values in a
+    list, and a minimum or maximum is replaced only by a value that compares below or above
+    it, as Python's comparisons do (a NaN never). Keeps three values per position, whatever
+    the number of seeds (keeping every seed's column took 19 MB per series at 10,000 seeds
+    of 240 steps, and the Python loop over them 30 s)."""
 
     def __init__(self) -> None:
-        self.columns: list[array[float]] = []
+        self.total: np.ndarray | None = None
+        self.low: np.ndarray | None = None
+        self.high: np.ndarray | None = None
+        self.seeds = 0
 
     def add(self, values: Sequence[float]) -> None:
-        self.columns.append(array("d", values))
+        column = np.asarray(values, dtype=np.float64)
+        if self.total is None or self.low is None or self.high is None:
+            self.total, self.low, self.high = (np.zeros(len(column)), column.copy(),
+                                               column.copy())
+        elif len(column) != len(self.total):
+            raise ValueError(f"a seed has {len(column)} positions, another {len(self.total)}")
+        with np.errstate(invalid="ignore"):  # inf - inf is NaN, as Python's sum gives
+            self.total += column
+        self.low = np.where(column < self.low, column, self.low)
+        self.high = np.where(column > self.high, column, self.high)
+        self.seeds += 1
 
     def band(self) -> Band:
-        return _band(self.columns)
+        if self.total is None or self.low is None or self.high is None:
+            return Band(mean=(), low=(), high=())
+        return Band(mean=tuple((self.total / self.seeds).tolist()),
+                    low=tuple(self.low.tolist()), high=tuple(self.high.tolist()))
+
+
+def _window_sum(values: np.ndarray) -> Any:
+    """A window's accepted counts summed as Python numbers (integers stay exact)."""
+    return sum(values.tolist())
 
 
 @dataclass
@@ -344,32 +340,51 @@ class _ArmSeries:
     trials: int = 0
 
 
+def record_facts(record: dict[str, Any], plan: dict[str, Any],
+                 tables: Iterable[Any] | None = None) -> Iterator[SeedFacts]:
+    """Every seed's facts in record order, computed columnar a batch of seeds at a time
+    (:func:`~postlab.analysis.facts.table_facts`) from ``tables`` (by default the record's
+    own, :func:`~postlab.records.columns.row_tables`; a reader passes them checked,
+    :func:`~postlab.records.opened.checked_tables`): the path every reader takes."""
+    from postlab.records.columns import row_tables
+
+    samples, answer, contracts = plan["eval_samples"], answer_function(plan), plan_contracts(plan)
+    for batch in row_tables(record) if tables is None else tables:
+        yield from table_facts(batch, samples, answer, contracts)
+
+
+def oracle_facts(record: dict[str, Any], plan: dict[str, Any]) -> Iterator[SeedFacts]:
+    """Every seed's facts from its Python rows, row by row (:func:`~postlab.analysis.facts.
+    run_facts`): the plain path the columnar one is tested against."""
+    samples, answer, contracts = plan["eval_samples"], answer_function(plan), plan_contracts(plan)
+    for run in record["runs"]:
+        yield run_facts(run, samples, answer, contracts)
+
+
 def analyse(record: dict[str, Any], plan: dict[str, Any], *,
             registration: dict[str, Any] | None = None,
-            exploratory: dict[str, Any] | None = None) -> Analysis:
-    """The analysis of a record, read one seed at a time: what is kept of a seed is its
-    numbers (rates, pass@k, per-step series), never its rows, so a record of many seeds is
-    analysed in the memory of one seed's rows plus a few kilobytes per seed.
+            exploratory: dict[str, Any] | None = None,
+            facts: Iterable[SeedFacts] | None = None) -> Analysis:
+    """The analysis of a record from its seeds' facts (``facts``; by default computed
+    columnar, :func:`record_facts`): what is kept of a seed is its numbers (rates, pass@k,
+    per-step series), never its rows, so a record of many seeds is analysed in the memory of
+    one batch of rows plus a few kilobytes per seed.
 
     Hypotheses decided: a checked ``registration``'s (else the plan's own), and
     ``exploratory`` ones given afterwards (a hypotheses section), each family on its own."""
-    runs = record["runs"]
-    if not runs:
+    if not record["runs"]:
         raise ValueError("the record holds no completed seed")
     samples = plan["eval_samples"]
-    answer = answer_function(plan)
     contracts = plan_contracts(plan)
     reference = contracts[0]
     wanted = outcome_metrics(contracts)
     ks = tuple(range(1, samples + 1))
+    # pass@k of a question from its accepted count, for every count and k
+    pass_table = np.array([[pass_at_k(samples, c, k) for k in ks]
+                           for c in range(samples + 1)])
     rule = monitor_rule(plan) if any(spec.is_rl for spec in arm_specs(plan)) else None
     trained_on = {spec.name: spec.contract for spec in arm_specs(plan)}
 
-    first = runs[0]
-    stages = tuple(first["evaluations"])
-    splits = tuple(first["evaluations"][stages[0]])
-    # arms every seed trained: those of the first seed, less any a later seed lacks
-    arms = [a for a in arm_names(plan) if a in first.get("training", {})]
     # per (stage, split, decoding, metric): one value per seed, in seed order
     values: dict[tuple[str, str, str, str], list[float]] = {}
     curves: dict[tuple[str, str], list[tuple[float, ...]]] = {}
@@ -378,77 +393,84 @@ def analyse(record: dict[str, Any], plan: dict[str, Any], *,
     counts: dict[tuple[str, str, str, str], list[np.ndarray]] = {}
     asked: dict[str, tuple[tuple[int, ...], ...]] = {}  # per split: its questions, in order
     sft_loss = _Columns()
-    compute = _ComputeSums(plan, stages)
-    seeds = []
-    for run in runs:
-        seeds.append(run["seed"])
-        blocks = rows_by_place(iter_run_rows(run))
-
-        def block(stage: str, split: str | None, step: int | None, decoding: str,
-                  seed: int = run["seed"], blocks: dict = blocks) -> list[Row]:
-            return blocks[Place(seed, stage, split, step, decoding)]
-
+    compute = _ComputeSums(plan)
+    seeds: list[int] = []
+    stages: tuple[str, ...] = ()
+    splits: tuple[str, ...] = ()
+    arms: list[str] = []
+    for fact in record_facts(record, plan) if facts is None else facts:
+        if not seeds:
+            stages = tuple(dict.fromkeys(stage for stage, _, _ in fact.evaluations))
+            splits = tuple(dict.fromkeys(split for stage, split, _ in fact.evaluations
+                                         if stage == stages[0]))
+            # arms every seed trained: those of the first seed, less any a later seed lacks
+            arms = [a for a in arm_names(plan) if a in fact.training]
+            compute.stages = stages
+        seeds.append(fact.seed)
         for stage in stages:
             for split in splits:
-                for decoding, count in (("greedy", 1), ("sampled", samples)):
-                    rows = block(stage, split, None, decoding)
-                    order, per_question = _accepted_by_contract(rows, count, contracts,
-                                                                answer)
-                    if asked.setdefault(split, order) != order:
-                        raise ValueError(f"seed {run['seed']} asked the {split} questions in "
+                for decoding in ("greedy", "sampled"):
+                    block = fact.evaluations[(stage, split, decoding)]
+                    if asked.setdefault(split, block.questions) != block.questions:
+                        raise ValueError(f"seed {fact.seed} asked the {split} questions in "
                                          "another order than the first seed")
-                    computed = {f"{name}_rate": sum(c) / len(rows)
-                                for name, c in per_question.items()}
-                    computed["coverage"] = (sum(c > 0 for c in per_question[reference])
-                                            / len(order))
+                    computed = {f"{name}_rate": sum(c) / block.rows
+                                for name, c in block.accepted.items()}
+                    computed["coverage"] = (sum(c > 0 for c in block.accepted[reference])
+                                            / len(block.questions))
                     for metric in wanted[decoding]:
                         values.setdefault((stage, split, decoding, metric), []).append(
                             computed[metric])
-                    for name, c in per_question.items():
+                    for name, c in block.accepted.items():
                         counts.setdefault((stage, split, decoding, name), []).append(
                             np.array(c, dtype=np.uint16))
-                # each question's accepted count, then every k from it
-                accepted = per_question[reference]
+                # each question's accepted count, then every k from it, averaged in
+                # question order (a running sum adds them as Python's sum does)
+                accepted = np.asarray(fact.evaluations[(stage, split, "sampled")]
+                                      .accepted[reference], dtype=np.int64)
+                totals = np.cumsum(pass_table[accepted], axis=0)[-1]
                 curves.setdefault((stage, split), []).append(
-                    tuple(_mean_pass_at_k(accepted, samples, k) for k in ks))
+                    tuple((totals / len(accepted)).tolist()))
         for arm in list(arms):
-            if arm not in run.get("training", {}):
+            if arm not in fact.training:
                 arms.remove(arm)
                 per_arm.pop(arm, None)
                 continue
-            history = run["training"][arm]
-            seed_steps = [step_series(step, block(arm, None, step["step"], ROLLOUT), answer,
-                                      contracts) for step in history]
+            trained = fact.training[arm]
             if arm not in per_arm:
-                window = max(1, len(history) // 10)
+                window = max(1, len(trained.steps) // 10)
                 per_arm[arm] = _ArmSeries(
-                    steps=tuple(step["step"] for step in history),
+                    steps=trained.steps,
                     series={name: _Columns() for name in dynamics_series(contracts)},
                     onsets=[], paid=[], right=[],
-                    window=(history[-window]["step"], history[-1]["step"]))
+                    window=(trained.steps[-window], trained.steps[-1]))
             gathered = per_arm[arm]
             for name, columns in gathered.series.items():
-                columns.add([s[name] for s in seed_steps])
+                columns.add(trained.series[name])
             contract = trained_on.get(arm)
             if contract is not None and contract != reference:
                 # 8 bytes a step, as the series are kept (a tuple of floats took 32)
-                gap_series = array("d", (s[f"{contract}_reward"] - s[f"{reference}_reward"]
-                                         for s in seed_steps))
+                gap_series = array("d", (trained.series[f"{contract}_reward"]
+                                         - trained.series[f"{reference}_reward"]).tolist())
                 assert rule is not None  # an arm that trains on a contract is RL
                 result = cusum(gap_series, rule.drift, rule.threshold)
                 gathered.onsets.append(Onset(
-                    arm=arm, seed=run["seed"], contract=contract, gaps=gap_series,
+                    arm=arm, seed=fact.seed, contract=contract, gaps=gap_series,
                     alarm=result.alarm, onset=result.onset,
-                    kl_trend=slope([s["kl"] for s in seed_steps]),
-                    entropy_trend=slope([s["entropy"] for s in seed_steps])))
+                    kl_trend=slope(trained.series["kl"].tolist()),
+                    entropy_trend=slope(trained.series["entropy"].tolist())))
             if contract is not None:
                 window = max(1, len(per_arm[arm].steps) // 10)
-                rows = [Row.of(raw) for step in history[-window:] for raw in step["rows"]]
-                gathered.trials = len(rows)
-                gathered.paid.append(count_under(rows, contract, answer) / len(rows))
-                gathered.right.append(count_under(rows, reference, answer) / len(rows))
-        sft_loss.add(run["sft_loss"])
-        compute.add(run)
+                trials = int(trained.rows[-window:].sum())
+                gathered.trials = trials
+                gathered.paid.append(_window_sum(trained.accepted[contract][-window:])
+                                     / trials)
+                gathered.right.append(_window_sum(trained.accepted[reference][-window:])
+                                      / trials)
+        sft_loss.add(fact.sft_loss)
+        compute.add(fact.compute)
+    if not seeds:
+        raise ValueError("the record holds no completed seed")
 
     held = {key: np.stack(rows) for key, rows in counts.items()}
     tabled = Analysis(schema=SCHEMA, plan_sha256=record["plan_sha256"], seeds=tuple(seeds),
@@ -546,24 +568,24 @@ class _ComputeSums:
     """Per-stage compute from the record, summed seed by seed (absent in records made before
     it was recorded: then there is none)."""
 
-    def __init__(self, plan: dict[str, Any], stages: tuple[str, ...]) -> None:
+    def __init__(self, plan: dict[str, Any]) -> None:
         self.pipelines = {arm.name: arm.pipeline for arm in arm_specs(plan)}
         self.from_untrained = {arm.name for arm in arm_specs(plan) if arm.from_untrained}
-        self.stages = stages
+        self.stages: tuple[str, ...] = ()
         self.sums: dict[str, list[list[int]]] | None = None
         self.keys: dict[str, list[str]] = {}
         self.complete = True
         self.seeds = 0
 
-    def add(self, run: dict[str, Any]) -> None:
-        if "compute" not in run or not self.complete:
+    def add(self, compute: dict[str, dict[str, int]] | None) -> None:
+        if compute is None or not self.complete:
             self.complete = False
             return
         if self.sums is None:
-            self.keys = {stage: list(run["compute"][stage]) for stage in self.stages}
+            self.keys = {stage: list(compute[stage]) for stage in self.stages}
             self.sums = {stage: [] for stage in self.stages}
         for stage in self.stages:
-            self.sums[stage].append([run["compute"][stage][k] for k in self.keys[stage]])
+            self.sums[stage].append([compute[stage][k] for k in self.keys[stage]])
         self.seeds += 1
 
     def result(self) -> tuple[Compute, ...]:

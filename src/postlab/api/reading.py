@@ -67,6 +67,8 @@ def analyse(opened: OpenedRun, split: str = "test",
     checks ride on its one walk over the seeds). ``exploratory``: hypotheses given after
     training (a checked hypotheses section), decided apart from the registered ones."""
     from postlab.analysis.aggregate import analyse as compute
+    from postlab.analysis.aggregate import record_facts
+    from postlab.records.opened import checked_tables
     from postlab.records.record import run_plan_problems, seed_list_problems
 
     check_split(opened, split)
@@ -77,7 +79,8 @@ def analyse(opened: OpenedRun, split: str = "test",
     refuse_each(opened.record, functools.partial(run_plan_problems, plan=opened.plan.data),
                 opened.source, what, RecordDoesNotFit)
     return compute(opened.record, opened.plan.data, registration=opened.registration,
-                   exploratory=exploratory)
+                   exploratory=exploratory,
+                   facts=record_facts(opened.record, opened.plan.data, checked_tables(opened)))
 
 
 def finding_lines(opened: OpenedRun, analysis: Analysis, lang: str, split: str) -> list[str]:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
 from postlab.jsonio import read_bytes
@@ -36,6 +36,9 @@ from postlab.records.record import (
     run_reading_problems,
     seeds_of,
 )
+
+if TYPE_CHECKING:
+    from postlab.records.columns import RowTables
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,35 @@ def whole_problems(run: dict[str, Any], plan: dict[str, Any], folder: Path | Non
 def _changed(source: Path, changed: list[str]) -> None:
     raise UserError(f"{source}: changed since it was recorded: {first_of(changed)}; "
                     "'postlab verify' shows every check")
+
+
+def checked_tables(opened: OpenedRun) -> Iterator[RowTables]:
+    """The run's rows as flat tables, a batch of seeds at a time, each seed checked as a
+    reader's walk over the seeds checks it (the checks :func:`open_run`, :func:`check_whole`
+    and the reader registered): a batch's seeds that the columnar checks prove fit their
+    plan (:func:`~postlab.records.fits.unproven_seeds`) and carry digests equal to those
+    recomputed from their rows (:func:`~postlab.records.integrity.table_digests`) are not
+    read one by one; any other is read through the per-seed checks, which refuse it in one
+    line naming what is wrong. A record held in memory was checked whole when its checks were
+    registered."""
+    from postlab.records.chunks import ChunkedRuns
+    from postlab.records.columns import row_tables
+    from postlab.records.fits import unproven_seeds
+    from postlab.records.integrity import digests_match, table_digests
+
+    runs = opened.record["runs"]
+    folder = opened.source.parent if opened.files.plan.is_file() else None
+    for tables in row_tables(opened.record):
+        if isinstance(runs, ChunkedRuns):
+            unproven = set(unproven_seeds(tables, opened.plan.data, folder))
+            recorded = tables.runs.column("digests").to_pylist()
+            unproven.update(seed for seed, found, carried in zip(
+                tables.seeds, table_digests(tables), recorded, strict=True)
+                if not digests_match(found, carried))
+            for seed in tables.seeds:
+                if seed in unproven:
+                    runs.entry(seed)
+        yield tables
 
 
 def open_run(target: Path | None, plan_path: Path | None = None, *,

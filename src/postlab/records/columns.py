@@ -1,0 +1,167 @@
+"""A record's rows as flat Arrow tables, many seeds at a time, for readers that compute over
+all seeds in one columnar pass instead of walking each seed's rows in Python.
+
+A chunk stores a seed's rows nested (evaluation blocks and RL steps, each holding a list of
+rows). Flattening those lists is offset arithmetic on the Parquet columns, with no Python
+object per row: 64 teaching seeds (2.3 million rows) read, hashed and flattened in 0.27 s
+(measured on 2 cores), where decoding them into Python entries took 5.5 s. A record of the
+one-document layout (earlier versions, the reference) is converted on read, through the
+same chunk schema, so every reader has one path.
+
+Chunks are hashed against the manifest as they are read (:func:`~postlab.records.chunks.
+read_chunk`), so a table holds only bytes the record names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from postlab.records.chunks import ChunkedRuns, _flat, _schema, read_chunk
+
+#: Seeds flattened at once. A report of 64 teaching seeds took 2.4-2.5 s whether batches held
+#: 4, 8, 16 or 64 seeds; its peak memory rose 23, 85, 123 and (when rows still carried their
+#: labels as text) 575 MB above the 449 MB of a report of the bundled 3-seed run.
+BATCH_SEEDS = 8
+#: The columns of a row, in every table that holds rows.
+ROW_COLUMNS = ("a", "b", "text", "terminated")
+
+
+@dataclass(frozen=True)
+class RowTables:
+    """One batch of seeds' rows, flat, each table in record order.
+
+    ``blocks``: each evaluation block's seed, block (its place among the seed's), stage,
+    split and decoding. ``evaluations``: each evaluation row's block_id (its block's row in
+    ``blocks``), position (in the block), a, b, text, terminated.
+    ``steps``: each RL step's seed, arm, step, index (its place in its arm's history),
+    zero_variance_groups, updates (a list of structs) and sampling (a struct, null where the
+    plan samples plainly). ``rollouts``: the rows each step trained on (a dynamic-sampling
+    step's dropped rows are not among them): step_id (its step's row in ``steps``),
+    position, and the row columns.
+    ``runs``: every other column of a chunk (seed, layout, sft_loss, arms, checkpoints,
+    arm_sft_loss, compute, digests), a row per seed.
+    """
+
+    seeds: tuple[int, ...]
+    blocks: pa.Table
+    evaluations: pa.Table
+    steps: pa.Table
+    rollouts: pa.Table
+    runs: pa.Table
+
+
+def _single(table: pa.Table, name: str) -> pa.Array:
+    column = table.column(name)
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _positions(lists: pa.ListArray) -> np.ndarray:
+    """Each flattened value's place in its own list."""
+    offsets = lists.offsets.to_numpy()
+    starts = offsets[:-1] - offsets[0]
+    lengths = np.diff(offsets)
+    return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
+
+
+def _parents(lists: pa.ListArray) -> pa.Array:
+    return pc.list_parent_indices(lists)
+
+
+def _index_in_parent(lists: pa.ListArray) -> pa.Array:
+    return pa.array(_positions(lists))
+
+
+def flatten(table: pa.Table) -> RowTables:
+    """Seeds' chunk rows (the chunk schema) as flat tables. A row carries only the number of
+    its block or step (the tables of blocks and steps say where that is), which took a
+    batch's peak memory from about 36 MB a teaching seed to 8."""
+    seeds = _single(table, "seed")
+    evaluations = _single(table, "evaluations")
+    stage, split, decoding, rows = evaluations.flatten().flatten()
+    blocks = pa.table({
+        "seed": pc.take(seeds, _parents(evaluations)), "block": _index_in_parent(evaluations),
+        "stage": stage, "split": split, "decoding": decoding})
+    a, b, text, terminated = rows.flatten().flatten()
+    evaluated = pa.table({"block_id": _parents(rows), "position": _index_in_parent(rows),
+                          "a": a, "b": b, "text": text, "terminated": terminated})
+
+    training = _single(table, "training")
+    arm, step, rows, zero_variance, updates, sampling = training.flatten().flatten()
+    steps = pa.table({"seed": pc.take(seeds, _parents(training)), "arm": arm, "step": step,
+                      "index": _index_in_parent(training),
+                      "zero_variance_groups": zero_variance, "updates": updates,
+                      "sampling": sampling})
+    a, b, text, terminated = rows.flatten().flatten()
+    rollouts = pa.table({"step_id": _parents(rows), "position": _index_in_parent(rows),
+                         "a": a, "b": b, "text": text, "terminated": terminated})
+    runs = table.drop_columns(["evaluations", "training"])
+    return RowTables(seeds=tuple(seeds.to_pylist()), blocks=blocks, evaluations=evaluated,
+                     steps=steps, rollouts=rollouts, runs=runs)
+
+
+def entries_table(entries: Sequence[dict[str, Any]]) -> pa.Table:
+    """Seeds' entries of a one-document record in the chunk schema (how such a record is
+    read columnar: converted on read, never written back)."""
+    return pa.Table.from_pylist([_flat(entry) for entry in entries], schema=_schema())
+
+
+def row_tables(record: dict[str, Any], batch: int = BATCH_SEEDS) -> Iterator[RowTables]:
+    """Every seed's rows, ``batch`` seeds at a time, in the record's seed order.
+
+    A chunked record's chunks are hashed as each is opened; a batch may span chunks."""
+    runs = record["runs"]
+    if not isinstance(runs, ChunkedRuns):
+        if not runs:
+            return
+        for start in range(0, len(runs), batch):
+            yield flatten(entries_table(runs[start:start + batch]))
+        return
+    folder = runs.folder
+    place = {seed: (index, group) for index, chunk in enumerate(record["chunks"])
+             for group, seed in enumerate(chunk["seeds"])}
+    opened: tuple[int, Any] | None = None
+    pending: list[pa.Table] = []
+    count = 0
+    for run in _runs_of_groups([place[seed] for seed in runs.seeds]):
+        index, first, stop = run
+        chunk = record["chunks"][index]
+        if opened is None or opened[0] != index:
+            opened = None  # the old chunk's bytes go before the next are read
+            opened = (index, read_chunk(folder, chunk))
+        table = opened[1].read_row_groups(list(range(first, stop)))
+        _check_seeds(table, chunk["seeds"][first:stop], folder / chunk["file"])
+        pending.append(table)
+        count += stop - first
+        if count >= batch:
+            yield flatten(pa.concat_tables(pending))
+            pending, count = [], 0
+    if pending:
+        yield flatten(pa.concat_tables(pending))
+
+
+def _runs_of_groups(places: Sequence[tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
+    """Seeds' (chunk, row group) places, in record order, as runs of consecutive row
+    groups of one chunk: (chunk, first group, stop). The writer keeps the record's order, so
+    a chunk is one run; a record whose order differs is read in its own order all the same."""
+    start = 0
+    while start < len(places):
+        chunk, first = places[start]
+        stop = start + 1
+        while stop < len(places) and places[stop] == (chunk, first + stop - start):
+            stop += 1
+        yield chunk, first, first + stop - start
+        start = stop
+
+
+def _check_seeds(table: pa.Table, seeds: Sequence[int], path: Path) -> None:
+    from postlab.errors import UserError
+
+    if table.column("seed").to_pylist() != list(seeds):
+        raise UserError(f"{path}: the chunk holds another seed than its manifest names there")
