@@ -1,0 +1,266 @@
+"""The columnar reading path against the per-seed one it replaced, which is kept as the
+oracle: the same analysis (every number, bit for bit), the same digests, and a plan-fit
+check that passes only what every per-seed check passes.
+
+Random records are the bundled run's three seeds with random edits: answer texts (quotes,
+backslashes, control characters, non-ASCII), EOS flags, operands, update statistics
+(negative zero, subnormal, NaN), zero-variance counts and steps without updates."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import pickle
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from postlab.analysis.aggregate import analyse, oracle_facts
+from postlab.plan.frozen import teaching_plan_loaded
+from postlab.records.columns import entries_table, flatten, row_tables
+from postlab.records.fits import unproven_seeds
+from postlab.records.integrity import digests_match, run_digests, table_digests
+from postlab.records.record import (
+    bundled_record_path,
+    load_record,
+    run_missing_parts,
+    run_plan_problems,
+    run_reading_problems,
+)
+
+
+@functools.cache
+def _bundled() -> dict:
+    return load_record(bundled_record_path())
+
+
+def _fresh() -> dict:
+    return pickle.loads(_pickled())
+
+
+@functools.cache
+def _pickled() -> bytes:
+    return pickle.dumps(_bundled())
+
+
+def _same(one, two, path="analysis"):
+    """Equal in value and type, NaN equal to NaN, arrays equal in dtype and content."""
+    if dataclasses.is_dataclass(one):
+        assert type(one) is type(two), path
+        for field in dataclasses.fields(one):
+            _same(getattr(one, field.name), getattr(two, field.name), f"{path}.{field.name}")
+    elif isinstance(one, dict):
+        assert list(one) == list(two), path
+        for key in one:
+            _same(one[key], two[key], f"{path}[{key!r}]")
+    elif isinstance(one, (list, tuple)):
+        assert len(one) == len(two), path
+        for index, (a, b) in enumerate(zip(one, two, strict=True)):
+            _same(a, b, f"{path}[{index}]")
+    elif isinstance(one, np.ndarray):
+        assert one.dtype == two.dtype and np.array_equal(one, two, equal_nan=True), path
+    elif isinstance(one, float):
+        assert type(two) is float, path
+        assert (one == two and math.copysign(1, one) == math.copysign(1, two)) or (
+            math.isnan(one) and math.isnan(two)), (path, one, two)
+    else:
+        assert one == two and type(one) is type(two), (path, one, two)
+
+
+def _both(record: dict, plan: dict):
+    """Each path's analysis, or the type of error it raised."""
+    results = []
+    for facts in (None, oracle_facts(record, plan)):
+        try:
+            results.append(analyse(record, plan, facts=facts))
+        except ValueError as exc:
+            results.append(type(exc))
+    return results
+
+
+def test_the_bundled_run_analyses_the_same_both_ways():
+    plan = teaching_plan_loaded().data
+    columnar, oracle = _both(_fresh(), plan)
+    assert not isinstance(columnar, type)
+    _same(columnar, oracle)
+
+
+TEXTS = st.text(alphabet=st.sampled_from(list('0123456789 +-="\\\n\té\x01')), max_size=6)
+FLOATS = st.sampled_from([0.0, -0.0, 5e-324, 1e-300, 1e300, -2.5, 0.1, 1 / 3, math.nan,
+                          1e16, 1e-5])
+
+
+def _rows_of(run: dict, rng: random.Random) -> list:
+    if rng.random() < 0.5 or not run["training"]:
+        stage = rng.choice(list(run["evaluations"]))
+        split = rng.choice(list(run["evaluations"][stage]))
+        return run["evaluations"][stage][split][rng.choice(["greedy", "sampled"])]
+    return rng.choice(run["training"][rng.choice(list(run["training"]))])["rows"]
+
+
+class _Edited(dict):
+    """A record drawn for a test, shown by the edits that made it (not 4 MB of rows)."""
+
+    def __repr__(self) -> str:
+        return f"bundled run with edits {self['edits']}"
+
+
+@st.composite
+def edited_records(draw):
+    record = _Edited(_fresh())
+    record["edits"] = edits = []
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    for _ in range(draw(st.integers(1, 12))):
+        run = rng.choice(record["runs"])
+        edit = draw(st.sampled_from(["text", "eos", "operand", "update", "zero variance",
+                                     "no updates"]))
+        edits.append(edit)
+        if edit in ("text", "eos", "operand"):
+            row = rng.choice(_rows_of(run, rng))
+            if edit == "text":
+                row[2] = draw(TEXTS)
+                edits.append(row[2])
+            elif edit == "eos":
+                row[3] = not row[3]
+            else:
+                row[rng.choice([0, 1])] = draw(st.integers(0, 12))
+            continue
+        step = rng.choice(run["training"][rng.choice(list(run["training"]))])
+        if edit == "update" and step["updates"]:
+            update = rng.choice(step["updates"])
+            update[rng.choice(sorted(update))] = draw(FLOATS)
+        elif edit == "zero variance":
+            step["zero_variance_groups"] = draw(st.integers(0, 8))
+        else:
+            step["updates"] = []
+    return record
+
+
+@settings(max_examples=6, deadline=None, database=None, derandomize=True)
+@given(record=edited_records())
+def test_random_records_analyse_the_same_both_ways(record):
+    plan = teaching_plan_loaded().data
+    columnar, oracle = _both(record, plan)
+    if isinstance(oracle, type) or isinstance(columnar, type):
+        assert columnar == oracle  # both refuse a block that mixes questions
+    else:
+        _same(columnar, oracle)
+
+
+@settings(max_examples=12, deadline=None, database=None, derandomize=True)
+@given(record=edited_records())
+def test_digests_recomputed_from_flat_tables_are_run_digests(record):
+    for tables in row_tables(record):
+        found = table_digests(tables)
+        for entry, digests in zip(record["runs"], found, strict=True):
+            texts = [row[2] for rows in _all_rows(entry) for row in rows]
+            nan = any(math.isnan(v) for step in _steps(entry) for u in step["updates"]
+                      for v in u.values())
+            if any(ord(c) < 0x20 for t in texts for c in t) or nan:
+                assert digests is None  # left to the row-by-row check
+            if digests is None:  # (a batch with such a text is left to it whole)
+                continue
+            assert digests == run_digests(entry)
+            assert digests_match(digests, tables.runs.column("digests")[
+                record["runs"].index(entry)].as_py()) == (digests == entry["digests"])
+
+
+def _steps(entry):
+    return [step for history in entry["training"].values() for step in history]
+
+
+def _all_rows(entry):
+    for splits in entry["evaluations"].values():
+        for decoded in splits.values():
+            yield from decoded.values()
+    for step in _steps(entry):
+        yield step["rows"]
+
+
+def _seed_passes(entry: dict, plan: dict) -> bool:
+    from postlab.plan.arms import arm_names
+
+    return not (run_plan_problems(entry, plan) or run_reading_problems(entry, plan)
+                or run_missing_parts(entry, ["initial", *arm_names(plan)]))
+
+
+def test_the_bundled_runs_seeds_are_proven_to_fit_their_plan():
+    plan = teaching_plan_loaded().data
+    (tables,) = row_tables(_fresh())
+    assert unproven_seeds(tables, plan, None) == []
+
+
+BREAKS = {
+    "operand": lambda e: e["evaluations"]["initial"]["test"]["greedy"][0].__setitem__(0, 9),
+    "step removed": lambda e: e["training"]["strict"].pop(),
+    "row removed": lambda e: e["training"]["strict"][3]["rows"].pop(),
+    "update removed": lambda e: e["training"]["substring"][0]["updates"].pop(),
+    "nan loss": lambda e: e["sft_loss"].__setitem__(2, math.nan),
+    "ratio above one": lambda e: e["training"]["strict"][0]["updates"][0].__setitem__(
+        "ratio_outside_clip", 1.5),
+    "checkpoint entry removed": lambda e: e["checkpoints"].pop("strict"),
+    "checkpoint file renamed": lambda e: e["checkpoints"]["strict"].__setitem__(
+        "file", "seed-1-strict.pt"),
+    "compute removed": lambda e: e.pop("compute"),
+    "digests removed": lambda e: e.pop("digests"),
+    "group mixed": lambda e: e["training"]["strict"][0]["rows"][1].__setitem__(1, 9),
+    "sampled question": lambda e: e["evaluations"]["strict"]["dev"]["sampled"][5]
+    .__setitem__(0, 7),
+    "split removed": lambda e: e["evaluations"]["substring"].pop("dev"),
+    "sft loss short": lambda e: e["sft_loss"].pop(),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(BREAKS))
+def test_a_seed_that_does_not_fit_is_not_proven(damage):
+    plan = teaching_plan_loaded().data
+    record = _fresh()
+    BREAKS[damage](record["runs"][1])
+    assert not _seed_passes(record["runs"][1], plan) or damage in ("nan loss",
+                                                                   "ratio above one")
+    tables = flatten(entries_table(record["runs"]))
+    # the damaged seed, never another (a batch that cannot be compared is all unproven)
+    assert record["runs"][1]["seed"] in unproven_seeds(tables, plan, None)
+
+
+@settings(max_examples=10, deadline=None, database=None, derandomize=True)
+@given(record=edited_records())
+def test_a_proven_seed_passes_every_per_seed_check(record):
+    plan = teaching_plan_loaded().data
+    tables = flatten(entries_table(record["runs"]))
+    unproven = set(unproven_seeds(tables, plan, None))
+    for entry in record["runs"]:
+        if entry["seed"] not in unproven:
+            assert _seed_passes(entry, plan)
+
+
+def test_the_bundled_runs_digests_are_recomputed_from_its_flat_tables():
+    record = _fresh()
+    (tables,) = row_tables(record)
+    assert table_digests(tables) == [entry["digests"] for entry in record["runs"]]
+
+
+def test_chunks_are_read_in_the_records_seed_order(tmp_path):
+    # the writer keeps chunks in the record's order; a record in another order reads in its
+    from recordfiles import write_record
+
+    from postlab.jsonio import dump_json, parse_json
+    from postlab.records.columns import _runs_of_groups
+
+    assert list(_runs_of_groups([(0, 0), (0, 1), (1, 0), (0, 2), (2, 1), (2, 2)])) == [
+        (0, 0, 2), (1, 0, 1), (0, 2, 3), (2, 1, 3)]
+    record = _fresh()
+    record["chunks"], record["seeds"] = [], []
+    write_record(tmp_path, record)
+    header = parse_json((tmp_path / "record.json").read_bytes(), "record")
+    header["seeds"] = list(reversed(header["seeds"]))
+    (tmp_path / "record.json").write_bytes(dump_json(header))
+    reread = load_record(tmp_path / "record.json")
+    batches = list(row_tables(reread, batch=2))
+    assert [tables.seeds for tables in batches] == [(33, 22), (11,)]
+    assert [d["sft_loss"] for t in batches for d in table_digests(t)] == [
+        entry["digests"]["sft_loss"] for entry in reversed(record["runs"])]
