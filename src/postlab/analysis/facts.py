@@ -37,7 +37,7 @@ from postlab.records.metrics import (
     question_groups,
     step_series,
 )
-from postlab.tasks.contracts import CONTRACTS, PARTIAL_CREDIT, scored
+from postlab.tasks.contracts import PARTIAL_CREDIT
 from postlab.tasks.rows import Row
 
 #: The update statistics a step's series averages, by series name (``STEP_SERIES``).
@@ -118,28 +118,6 @@ def run_facts(run: dict[str, Any], samples: int, answer: Answer,
                      compute=run.get("compute"))
 
 
-def scores_table(tables: Any, answer: Answer, contracts: Sequence[str]) -> Any:
-    """Every distinct row of a batch (evaluations and rollouts) with its score under each
-    contract (column ``score:<contract>``) and its tokens, each scored once (through the
-    same cached :func:`~postlab.tasks.contracts.scored` the oracle uses)."""
-    import pyarrow as pa
-
-    from postlab.records.columns import ROW_COLUMNS
-
-    keys = list(ROW_COLUMNS)
-    distinct = pa.concat_tables([tables.evaluations.select(keys),
-                                 tables.rollouts.select(keys)]).group_by(keys).aggregate([])
-    rows = [Row(*values) for values in zip(*(distinct.column(k).to_pylist() for k in keys),
-                                           strict=True)]
-    for name in contracts:
-        scorer = CONTRACTS[name]
-        values = [scored(scorer, answer, row) for row in rows]
-        kind = pa.float64() if name in PARTIAL_CREDIT else pa.int64()
-        distinct = distinct.append_column(f"score:{name}", pa.array(values, kind))
-    return distinct.append_column("tokens", pa.array([row.tokens for row in rows],
-                                                     pa.int64()))
-
-
 def _bounds(values: np.ndarray) -> list[tuple[int, int]]:
     """Runs of equal consecutive values as (start, stop)."""
     if not len(values):
@@ -173,7 +151,7 @@ def table_facts(tables: Any, samples: int, answer: Answer,
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from postlab.records.columns import ROW_COLUMNS
+    from postlab.records.columns import ROW_COLUMNS, scores_table
 
     scores = scores_table(tables, answer, contracts)
     keys = list(ROW_COLUMNS)

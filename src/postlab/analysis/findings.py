@@ -10,7 +10,7 @@ below zero a fall, one holding zero no clear change, and a single seed no interv
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from postlab.analysis.aggregate import Analysis, TrainingReward
 from postlab.analysis.intervals import Interval, crossed_spread, interval, rate_interval
-from postlab.analysis.samples import GAMED, Sample, Tally, examples, iter_samples
+from postlab.analysis.samples import GAMED, Sample, Tally, judged_rows
 from postlab.plan.arms import plan_contracts
 
 UP, DOWN, UNCLEAR, SINGLE = "up", "down", "unclear", "single"
@@ -45,8 +45,10 @@ def direction(value: Interval) -> str:
 
 
 def findings(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any],
-             split: str) -> list[Finding]:
-    """The run's findings on ``split``, in reading order: SFT, then each arm."""
+             split: str, tables: Callable[[], Iterable[Any]] | None = None) -> list[Finding]:
+    """The run's findings on ``split``, in reading order: SFT, then each arm. ``tables``
+    makes the record's checked flat tables afresh for each pass over the answers (None:
+    :func:`~postlab.records.columns.row_tables` of the record)."""
     reference = analysis.contracts[0]
     rate = f"{reference}_rate"
     result: list[Finding] = []
@@ -91,7 +93,7 @@ def findings(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any],
                                           "difference": difference}))
         if stage in rewards and rewards[stage].contract != reference:
             result.append(_gaming(analysis, record, plan, stage, split,
-                                  rewards[stage].contract))
+                                  rewards[stage].contract, tables))
     for verdict in analysis.verdicts:
         low, high = sorted((verdict.bound, verdict.opposite))
         result.append(Finding(key="hypothesis", direction=verdict.outcome, values={
@@ -133,16 +135,48 @@ class _GamedTally:
         self.total: dict[str, dict[int, int]] = {stage: {} for stage in stages}
         self.gamed = {stage: Tally() for stage in stages}
 
-    def walk(self, record: dict[str, Any], plan: dict[str, Any]) -> _GamedTally:
-        for sample in iter_samples(record, plan, stages=self.stages, split=self.split,
-                                   decoding="sampled"):
-            total, paid = self.total[sample.stage], self.paid[sample.stage]
-            total[sample.seed] = total.get(sample.seed, 0) + 1
-            hit = self.contract in sample.accepted and self.reference not in sample.accepted
-            paid[sample.seed] = paid.get(sample.seed, 0) + hit
-            if sample.kind == GAMED and self.contract in sample.accepted:
-                self.gamed[sample.stage].add(sample)
+    def walk(self, record: dict[str, Any], plan: dict[str, Any],
+             tables: Iterable[Any] | None = None) -> _GamedTally:
+        """Tally the record's judged answers (:func:`~postlab.analysis.samples.judged_rows`,
+        ``tables`` as it takes)."""
+        for rows in judged_rows(record, plan, tables):
+            self.add_rows(rows, plan)
         return self
+
+    def add(self, sample: Sample) -> None:
+        """One answer (the row-by-row path, kept as the oracle of :meth:`add_rows`)."""
+        if (sample.stage not in self.stages or sample.split != self.split
+                or sample.decoding != "sampled"):
+            return
+        total, paid = self.total[sample.stage], self.paid[sample.stage]
+        total[sample.seed] = total.get(sample.seed, 0) + 1
+        hit = self.contract in sample.accepted and self.reference not in sample.accepted
+        paid[sample.seed] = paid.get(sample.seed, 0) + hit
+        if sample.kind == GAMED and self.contract in sample.accepted:
+            self.gamed[sample.stage].add(sample)
+
+    def add_rows(self, rows: Any, plan: dict[str, Any]) -> None:
+        """:meth:`add` of every answer of a judged table, counted per seed in Arrow."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        rows = rows.filter(pc.and_(pc.equal(rows.column("split"), self.split),
+                                   pc.equal(rows.column("decoding"), "sampled")))
+        paid = pc.and_(rows.column(f"accepted:{self.contract}"),
+                       pc.invert(rows.column(f"accepted:{self.reference}")))
+        rows = rows.append_column("paid", pc.cast(paid, pa.int64()))
+        for stage in self.stages:
+            of_stage = rows.filter(pc.equal(rows.column("stage"), stage))
+            grouped = of_stage.group_by("seed", use_threads=False).aggregate(
+                [("paid", "sum"), ("ordinal", "count"), ("ordinal", "min")]
+            ).sort_by("ordinal_min")
+            total, paid_of = self.total[stage], self.paid[stage]
+            for entry in grouped.to_pylist():
+                total[entry["seed"]] = total.get(entry["seed"], 0) + entry["ordinal_count"]
+                paid_of[entry["seed"]] = paid_of.get(entry["seed"], 0) + entry["paid_sum"]
+            gamed = of_stage.filter(pc.and_(pc.equal(of_stage.column("kind"), GAMED),
+                                            of_stage.column(f"accepted:{self.contract}")))
+            self.gamed[stage].add_rows(gamed, plan)
 
     def shares(self, stage: str) -> tuple[dict[int, float], int]:
         total, paid = self.total[stage], self.paid[stage]
@@ -151,14 +185,17 @@ class _GamedTally:
 
 
 def _gaming(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any], stage: str,
-            split: str, contract: str) -> Finding:
+            split: str, contract: str, tables: Callable[[], Iterable[Any]] | None) -> Finding:
     """What an arm trained on a lenient contract learned to game: the share of its sampled
     answers that contract pays although they are wrong, its change from the SFT model (which
     decides the verb), the commonest such answer (on ``split`` if any, else from its own
-    rollouts) and each seed's onset."""
+    rollouts) and each seed's onset. ``tables``: makes the record's checked flat tables
+    afresh for each pass (None: read them from the record)."""
+    import pyarrow.compute as pc
+
     before_too = "initial" in analysis.stages and stage != "initial"
     tally = _GamedTally([stage, "initial"] if before_too else [stage], split, contract,
-                        plan).walk(record, plan)
+                        plan).walk(record, plan, None if tables is None else tables())
     shares, trials = tally.shares(stage)
     seeds = list(analysis.seeds)
     share = rate_interval([shares[s] for s in seeds], trials)
@@ -167,14 +204,17 @@ def _gaming(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any], st
         before, _ = tally.shares("initial") if before_too else (shares, trials)
         change = interval([shares[s] - before[s] for s in seeds])
 
-    def gamed_here(samples: Iterator[Sample]) -> Iterator[Sample]:
-        return (s for s in samples if contract in s.accepted)
-
     found = tally.gamed[stage].examples(limit=1)
     where = "held_out"
     if not found:
-        found = examples(gamed_here(iter_samples(record, plan, stages=[stage], kinds=[GAMED],
-                                                 rollouts=True)), limit=1)
+        from_rollouts = Tally()
+        for rows in judged_rows(record, plan, None if tables is None else tables(),
+                                rollouts=True):
+            from_rollouts.add_rows(rows.filter(pc.and_(
+                pc.and_(pc.equal(rows.column("stage"), stage),
+                        pc.equal(rows.column("kind"), GAMED)),
+                rows.column(f"accepted:{contract}"))), plan)
+        found = from_rollouts.examples(limit=1)
         where = "rollouts"
     onsets = tuple((o.seed, o.onset) for o in analysis.hacking_onsets if o.arm == stage)
     return Finding(key="gaming", direction=None if change is None else direction(change),

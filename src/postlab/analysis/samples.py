@@ -9,10 +9,13 @@ record and plan come in, typed samples and per-pair rates go out.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from postlab.plan.arms import plan_contracts
 from postlab.records.record import seeds_of
@@ -91,6 +94,57 @@ def iter_samples(record: dict[str, Any], plan: dict[str, Any], *,
                          accepted=accepted, kind=kind)
 
 
+def judged_rows(record: dict[str, Any], plan: dict[str, Any], tables: Iterable[Any] | None = None,
+                *, rollouts: bool = False) -> Iterator[Any]:
+    """The record's answers judged, a batch of seeds at a time, as Arrow tables in record
+    order (columnar: each distinct answer judged once): the columns of a :class:`Sample`
+    but ``prompt`` and ``expected`` (the few distinct answers make them), an ``accepted:<c>``
+    flag per contract of the plan, and ``ordinal``, the answer's place in the record's walk.
+    ``tables``: the record's flat tables, checked (by default read unchecked from the
+    record: :func:`~postlab.records.columns.row_tables`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from postlab.records.columns import (
+        labelled_evaluations,
+        labelled_rollouts,
+        row_tables,
+        scores_table,
+    )
+
+    answer = answer_function(plan)
+    contracts = plan_contracts(plan)
+    offset = 0
+    for batch in row_tables(record) if tables is None else tables:
+        scores = scores_table(batch, answer, contracts)
+        if rollouts:
+            rows = labelled_rollouts(batch, scores)
+            rows = rows.append_column("split", pa.nulls(rows.num_rows, pa.string()))
+            rows = rows.append_column("decoding", pa.array([ROLLOUT] * rows.num_rows))
+            rows = rows.rename_columns(["stage" if n == "arm" else n for n in rows.column_names])
+        else:
+            rows = labelled_evaluations(batch, scores, plan["eval_samples"])
+            rows = rows.append_column("step", pa.nulls(rows.num_rows, pa.int64()))
+        flags = {name: pc.greater_equal(rows.column(f"score:{name}"), 1) for name in contracts}
+        others = [flags[name] for name in contracts[1:]]
+        paid_elsewhere = functools.reduce(pc.or_, others) if others else pc.equal(
+            rows.column("a"), -1)
+        kind = pc.if_else(flags[contracts[0]], CORRECT,
+                          pc.if_else(paid_elsewhere, GAMED, WRONG))
+        columns = {name: rows.column(name) for name in ("seed", "stage", "split", "step",
+                                                       "decoding", "a", "b", "text",
+                                                       "terminated")}
+        columns |= {f"accepted:{name}": flag for name, flag in flags.items()}
+        columns["kind"] = kind
+        columns["ordinal"] = pc.add(rows.column("ordinal"), offset)
+        offset += rows.num_rows
+        yield pa.table(columns)
+
+
+def _accepted_of(row: dict[str, Any], contracts: Sequence[str]) -> tuple[str, ...]:
+    return tuple(name for name in contracts if row[f"accepted:{name}"])
+
+
 @dataclass(frozen=True, kw_only=True)
 class Example:
     """One distinct answer (same prompt, output and ending) and how often it was given."""
@@ -121,6 +175,34 @@ class Tally:
         self.counts[key] += 1
         self.first.setdefault(key, sample)
         self.seeds.setdefault(key, set()).add(sample.seed)
+
+    def add_rows(self, rows: Any, plan: dict[str, Any]) -> None:
+        """:meth:`add` of every answer of a judged table (:func:`judged_rows`), grouped by
+        answer in Arrow first: a distinct answer costs Python work, not each answer."""
+        if not rows.num_rows:
+            return
+        task, contracts = task_for(plan), plan_contracts(plan)
+        grouped = rows.group_by(["a", "b", "text", "terminated"], use_threads=False).aggregate(
+            [("ordinal", "min"), ("ordinal", "count"), ("seed", "distinct")]
+        ).sort_by("ordinal_min")
+        # a filtered table keeps its ordinals increasing, not consecutive
+        places = rows.column("ordinal").to_numpy()
+        self.total += rows.num_rows
+        for entry in grouped.to_pylist():
+            pair = (entry["a"], entry["b"])
+            key = (task.prompt(pair), entry["text"], entry["terminated"])
+            if key not in self.counts:
+                # the first answer of this kind: where it sits, from its row of the table
+                index = int(np.searchsorted(places, entry["ordinal_min"]))
+                row = rows.slice(index, 1).to_pylist()[0]
+                self.first[key] = Sample(
+                    seed=row["seed"], stage=row["stage"], split=row["split"],
+                    step=row["step"], decoding=row["decoding"], a=row["a"], b=row["b"],
+                    prompt=key[0], text=row["text"], terminated=row["terminated"],
+                    expected=task.answer_value(pair), accepted=_accepted_of(row, contracts),
+                    kind=row["kind"])
+            self.counts[key] += entry["ordinal_count"]
+            self.seeds.setdefault(key, set()).update(entry["seed_distinct"])
 
     def examples(self, limit: int | None = None) -> list[Example]:
         """The distinct answers, the most frequent first (ties in the order first seen)."""
@@ -171,6 +253,24 @@ class PairCells:
         cell[0] += sample.kind == CORRECT
         cell[1] += 1
 
+    def add_rows(self, rows: Any) -> None:
+        """:meth:`add` of every answer of a judged table, summed per pair in Arrow."""
+        import pyarrow.compute as pc
+
+        rows = rows.filter(pc.equal(rows.column("decoding"), self.decoding))
+        if not rows.num_rows:
+            return
+        rows = rows.append_column("right", pc.cast(pc.equal(rows.column("kind"), CORRECT),
+                                                   "int64"))
+        grouped = rows.group_by(["stage", "split", "a", "b"], use_threads=False).aggregate(
+            [("right", "sum"), ("ordinal", "count"), ("ordinal", "min")]
+        ).sort_by("ordinal_min")
+        for entry in grouped.to_pylist():
+            cell = self.cells.setdefault((entry["stage"], entry["split"]), {}).setdefault(
+                (entry["a"], entry["b"]), [0, 0])
+            cell[0] += entry["right_sum"]
+            cell[1] += entry["ordinal_count"]
+
     def grids(self) -> list[PairGrid]:
         # every seed answers every pair of a split equally often, so pooling the seeds'
         # answers is the mean of their per-seed rates
@@ -183,15 +283,15 @@ class PairCells:
                 for (stage, split), cells in self.cells.items()]
 
 
-def pair_grids(record: dict[str, Any], plan: dict[str, Any],
-               decoding: str = "sampled") -> list[PairGrid]:
+def pair_grids(record: dict[str, Any], plan: dict[str, Any], decoding: str = "sampled",
+               tables: Iterable[Any] | None = None) -> list[PairGrid]:
     """One grid per stage and split, from the evaluation answers of ``decoding``; none for a
-    task whose questions are not operand pairs."""
+    task whose questions are not operand pairs. ``tables``: as :func:`judged_rows` takes."""
     if task_for(plan).operand_limit is None:
         return []
     cells = PairCells(plan, decoding)
-    for sample in iter_samples(record, plan, decoding=decoding):
-        cells.add(sample)
+    for rows in judged_rows(record, plan, tables):
+        cells.add_rows(rows)
     return cells.grids()
 
 
@@ -222,6 +322,19 @@ class StageTallies:
         self.by_stage.setdefault(sample.stage, {kind: Tally() for kind in self.kinds})[
             sample.kind].add(sample)
 
+    def add_rows(self, rows: Any, plan: dict[str, Any]) -> None:
+        """:meth:`add` of every answer of a judged table."""
+        import pyarrow.compute as pc
+
+        rows = rows.filter(pc.and_(pc.equal(rows.column("split"), self.split),
+                                   pc.equal(rows.column("decoding"), self.decoding)))
+        for stage in rows.column("stage").unique().to_pylist():
+            of_stage = rows.filter(pc.equal(rows.column("stage"), stage))
+            tallies = self.by_stage.setdefault(stage, {kind: Tally() for kind in self.kinds})
+            for kind in self.kinds:
+                tallies[kind].add_rows(of_stage.filter(pc.equal(of_stage.column("kind"),
+                                                                kind)), plan)
+
     def result(self, per_kind: int = 4) -> list[KindExamples]:
         result = []
         for stage, kinds in self.by_stage.items():
@@ -234,23 +347,25 @@ class StageTallies:
 
 
 def stage_examples(record: dict[str, Any], plan: dict[str, Any], split: str,
-                   decoding: str = "sampled", per_kind: int = 4) -> list[KindExamples]:
+                   decoding: str = "sampled", per_kind: int = 4,
+                   tables: Iterable[Any] | None = None) -> list[KindExamples]:
     """Per stage and kind (correct, gamed, wrong): counts and the commonest answers."""
     tallies = StageTallies(plan, split, decoding)
-    for sample in iter_samples(record, plan, split=split, decoding=decoding):
-        tallies.add(sample)
+    for rows in judged_rows(record, plan, tables):
+        tallies.add_rows(rows, plan)
     return tallies.result(per_kind)
 
 
 def page_samples(record: dict[str, Any], plan: dict[str, Any], split: str,
-                 decoding: str = "sampled", per_kind: int = 4
+                 decoding: str = "sampled", per_kind: int = 4,
+                 tables: Iterable[Any] | None = None
                  ) -> tuple[list[PairGrid], list[KindExamples]]:
-    """:func:`pair_grids` and :func:`stage_examples` from one walk over the seeds (a page
-    needs both; each walk decodes and judges every answer of every seed)."""
+    """:func:`pair_grids` and :func:`stage_examples` from one pass over the seeds' judged
+    answers (:func:`judged_rows`; ``tables`` as it takes)."""
     grids = PairCells(plan, decoding) if task_for(plan).operand_limit is not None else None
     tallies = StageTallies(plan, split, decoding)
-    for sample in iter_samples(record, plan, decoding=decoding):
+    for rows in judged_rows(record, plan, tables):
         if grids is not None:
-            grids.add(sample)
-        tallies.add(sample)
+            grids.add_rows(rows)
+        tallies.add_rows(rows, plan)
     return ([] if grids is None else grids.grids()), tallies.result(per_kind)

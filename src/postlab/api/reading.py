@@ -66,11 +66,16 @@ def analyse(opened: OpenedRun, split: str = "test",
     """Everything a report shows about one held-out split, computed once (the record's
     checks ride on its one walk over the seeds). ``exploratory``: hypotheses given after
     training (a checked hypotheses section), decided apart from the registered ones."""
+    import json
+
     from postlab.analysis.aggregate import analyse as compute
     from postlab.analysis.aggregate import record_facts
     from postlab.records.opened import checked_tables
     from postlab.records.record import run_plan_problems, seed_list_problems
 
+    key = ("analysis", split, json.dumps(exploratory, sort_keys=True))
+    if key in opened.computed:
+        return opened.computed[key]
     check_split(opened, split)
     require_report_extra()
     what = "record does not fit the plan"
@@ -78,18 +83,24 @@ def analyse(opened: OpenedRun, split: str = "test",
            RecordDoesNotFit)
     refuse_each(opened.record, functools.partial(run_plan_problems, plan=opened.plan.data),
                 opened.source, what, RecordDoesNotFit)
-    return compute(opened.record, opened.plan.data, registration=opened.registration,
-                   exploratory=exploratory,
-                   facts=record_facts(opened.record, opened.plan.data, checked_tables(opened)))
+    analysis = compute(opened.record, opened.plan.data, registration=opened.registration,
+                       exploratory=exploratory, facts=record_facts(
+                           opened.record, opened.plan.data, checked_tables(opened)))
+    opened.computed[key] = analysis
+    return analysis
 
 
 def finding_lines(opened: OpenedRun, analysis: Analysis, lang: str, split: str) -> list[str]:
     """What the run's numbers say, in words, each with its interval."""
     from postlab.analysis.findings import findings
+    from postlab.records.opened import checked_tables
     from postlab.render.sentences import sentence
 
-    return [sentence(f, lang) for f in findings(analysis, opened.record, opened.plan.data,
-                                                split)]
+    key = ("findings", split, id(analysis))
+    if key not in opened.computed:  # the text report and the page say the same findings
+        opened.computed[key] = (analysis, findings(analysis, opened.record, opened.plan.data,
+                                                   split, lambda: checked_tables(opened)))
+    return [sentence(f, lang) for f in opened.computed[key][1]]
 
 
 def figure_notices(lang: str) -> list[str]:
@@ -107,13 +118,15 @@ def report_page(opened: OpenedRun, analysis: Analysis, lang: str, split: str) ->
     from datetime import UTC, datetime
 
     from postlab.analysis.samples import page_samples
+    from postlab.records.opened import checked_tables
     from postlab.render.figures import draw_figures
     from postlab.render.html import FirstScreen, render_html
     from postlab.render.overview import overview_rows, verification_line
     from postlab.runs.remembered import verify_remembered
 
     record, plan, source = opened.record, opened.plan.data, opened.source
-    grids, answers = page_samples(record, plan, split, per_kind=3)  # one walk for both
+    grids, answers = page_samples(record, plan, split, per_kind=3,  # one pass for both
+                                  tables=checked_tables(opened))
     figures = draw_figures(analysis, lang, split, grids, svg=False)
     # A record in a run folder is verified as 'postlab verify' would (or its checks reused
     # when nothing they depend on changed since, and the page says when they ran); a record
@@ -338,6 +351,7 @@ def plot(run: str | Path | None = None, out_dir: str | Path | None = None, *,
     folder; ``overwrite`` replaces a folder holding only figures an earlier plot wrote."""
     from postlab.analysis.samples import pair_grids
     from postlab.api.publish import check_only_figures, publish_folder, replace_folder
+    from postlab.records.opened import checked_tables
     from postlab.render.figures import FIGURE_NAMES, draw_figures
 
     if run is None and out_dir is None:
@@ -352,7 +366,8 @@ def plot(run: str | Path | None = None, out_dir: str | Path | None = None, *,
                             "(--overwrite replaces figures an earlier plot wrote)")
         check_only_figures(out, FIGURE_NAMES)
     analysis = analyse(opened, split)
-    figures = draw_figures(analysis, lang, split, pair_grids(opened.record, opened.plan.data))
+    figures = draw_figures(analysis, lang, split, pair_grids(
+        opened.record, opened.plan.data, tables=checked_tables(opened)))
     contents = {f"{f.name}.{ext}": getattr(f, ext) for f in figures for ext in ("png", "svg")}
     if replace:
         replace_folder(out, contents, FIGURE_NAMES)

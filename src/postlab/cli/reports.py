@@ -23,7 +23,7 @@ def _notices(lang: str) -> None:
 
 
 def report(args: argparse.Namespace) -> int:
-    from postlab.records.opened import check_whole, open_run, require_readable
+    from postlab.records.opened import check_whole, checked_tables, open_run, require_readable
     from postlab.render.text import build_report, render_text
     from postlab.sweeps.folder import is_sweep
     from postlab.tasks.contracts import CONTRACTS
@@ -61,7 +61,8 @@ def report(args: argparse.Namespace) -> int:
     if args.format_ == "text":
         if lang == "en":
             sys.stdout.write(_findings_first(opened))
-        sys.stdout.write(render_text(build_report(opened.record, opened.plan.data), lang))
+        sys.stdout.write(render_text(build_report(
+            opened.record, opened.plan.data, tables=checked_tables(opened)), lang))
         if opened.plan.data.get("hypotheses") or opened.registration or exploratory:
             sys.stdout.write(_verdict_lines(opened, lang, exploratory))
     if args.format_ != "text" or args.html is not None:

@@ -327,13 +327,15 @@ class ChunkedRuns(Sequence[dict[str, Any]]):
         self._checks: list[tuple[Callable[[dict[str, Any]], None], set[int]]] = [
             (functools.partial(_structural, check, source), set())]
         self._kept: dict[int, dict[str, Any]] = {}
+        #: seeds a columnar pass proved pass every per-seed check (``records.opened``)
+        self.proven: set[int] = set()
 
     def __len__(self) -> int:
         return len(self.seeds)
 
     def __getstate__(self) -> dict[str, Any]:
         # a copy (or pickle) reads the same files afresh; the open chunk is not state
-        return {**self.__dict__, "_open": None, "_kept": {},
+        return {**self.__dict__, "_open": None, "_kept": {}, "proven": set(self.proven),
                 "_checks": [(check, set(seen)) for check, seen in self._checks]}
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ChunkedRuns:

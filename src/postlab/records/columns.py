@@ -165,3 +165,59 @@ def _check_seeds(table: pa.Table, seeds: Sequence[int], path: Path) -> None:
 
     if table.column("seed").to_pylist() != list(seeds):
         raise UserError(f"{path}: the chunk holds another seed than its manifest names there")
+
+
+def scores_table(tables: RowTables, answer: Any, contracts: Sequence[str]) -> pa.Table:
+    """Every distinct row of a batch (evaluations and rollouts) with its score under each
+    contract (column ``score:<contract>``: an integer, or a float for a partial-credit one)
+    and its tokens, each scored once, through the same cached
+    :func:`~postlab.tasks.contracts.scored` every per-row reader uses. A teaching seed's
+    36,000 rows hold about 500 distinct ones."""
+    from postlab.tasks.contracts import CONTRACTS, PARTIAL_CREDIT, scored
+    from postlab.tasks.rows import Row
+
+    keys = list(ROW_COLUMNS)
+    distinct = pa.concat_tables([tables.evaluations.select(keys),
+                                 tables.rollouts.select(keys)]).group_by(keys).aggregate([])
+    rows = [Row(*values) for values in zip(*(distinct.column(k).to_pylist() for k in keys),
+                                           strict=True)]
+    for name in contracts:
+        scorer = CONTRACTS[name]
+        values = [scored(scorer, answer, row) for row in rows]
+        kind = pa.float64() if name in PARTIAL_CREDIT else pa.int64()
+        distinct = distinct.append_column(f"score:{name}", pa.array(values, kind))
+    return distinct.append_column("tokens", pa.array([row.tokens for row in rows],
+                                                     pa.int64()))
+
+
+def judged(rows: pa.Table, scores: pa.Table) -> pa.Table:
+    """``rows`` (evaluations or rollouts of a batch) with their scores and tokens, in their
+    own order (a join keeps none, so rows carry their place through it)."""
+    placed = rows.append_column("ordinal", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    return placed.join(scores, keys=list(ROW_COLUMNS)).sort_by("ordinal")
+
+
+def labelled_evaluations(tables: RowTables, scores: pa.Table, samples: int) -> pa.Table:
+    """A batch's evaluation rows judged (:func:`judged`), each with its block's seed,
+    stage, split and decoding, and its question and sample within the block (greedy: one
+    answer a question; sampled: ``samples``)."""
+    rows = judged(tables.evaluations, scores)
+    block = rows.column("block_id")
+    per = pc.if_else(pc.equal(tables.blocks.column("decoding"), "sampled"),
+                     pa.scalar(samples, pa.int64()), pa.scalar(1, pa.int64()))
+    size = pc.take(per, block)
+    position = rows.column("position")
+    for name in ("seed", "stage", "split", "decoding"):
+        rows = rows.append_column(name, pc.take(tables.blocks.column(name), block))
+    return rows.append_column("question", pc.divide(position, size)).append_column(
+        "sample", pc.subtract(position, pc.multiply(pc.divide(position, size), size)))
+
+
+def labelled_rollouts(tables: RowTables, scores: pa.Table) -> pa.Table:
+    """A batch's rollout rows judged (:func:`judged`), each with its step's seed, arm and
+    step."""
+    rows = judged(tables.rollouts, scores)
+    step = rows.column("step_id")
+    for name in ("seed", "arm", "step"):
+        rows = rows.append_column(name, pc.take(tables.steps.column(name), step))
+    return rows

@@ -19,7 +19,7 @@ from postlab.tasks.registry import answer_function
 from postlab.tasks.rows import Row, iter_run_rows, rows_by_place
 
 __all__ = ["Answer", "count_text", "count_under", "coverage", "evaluate", "metrics",
-           "question_groups", "summarize", "summary_for"]
+           "question_groups", "summarize", "summary_for", "summary_of", "table_summary"]
 
 #: Keys of a metrics entry that are not contract counts; a contract may not take these names.
 RESERVED = frozenset({"n", "mean_tokens", "truncated", "covered", "questions"})
@@ -106,6 +106,82 @@ def summarize_run(run: dict[str, Any], eval_samples: int, answer: Answer = sum,
         entry[place.split] = {"greedy": evaluate(greedy, 1, answer, contracts),
                               "sampled": evaluate(sampled, eval_samples, answer, contracts)}
     return list(entries.values())
+
+
+def table_summary(tables: Any, samples: int, answer: Answer = sum,
+                  contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> list[dict[str, Any]]:
+    """:func:`summarize` of a batch of seeds' flat tables (:mod:`postlab.records.columns`),
+    computed columnar: each distinct answer scored once, counts summed per block and
+    question by Arrow. The same entries, bit for bit (a partial-credit contract's sums may
+    differ in their last bits: Arrow adds in another order)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from postlab.records.columns import judged, scores_table
+
+    rows = judged(tables.evaluations, scores_table(tables, answer, contracts))
+    blocks = tables.blocks
+    decodings = blocks.column("decoding").to_pylist()
+    per_block = np.array([samples if d == "sampled" else 1 for d in decodings])
+    block_id = rows.column("block_id").to_numpy()
+    rows = rows.append_column("question", pa.array(
+        rows.column("position").to_numpy() // per_block[block_id]))
+    rows = rows.append_column("open", pc.cast(pc.invert(rows.column("terminated")), "int64"))
+    sums = [(f"score:{name}", "sum") for name in contracts]
+    per = rows.group_by("block_id", use_threads=False).aggregate(
+        [("position", "count"), *sums, ("tokens", "sum"), ("open", "sum")]).sort_by("block_id")
+    questions = rows.group_by(["block_id", "question"], use_threads=False).aggregate(
+        [(f"score:{contracts[0]}", "sum"), ("a", "count")])
+    first = questions.column(f"score:{contracts[0]}_sum").to_numpy()
+    held = questions.column("a_count").to_numpy()
+    asked = questions.column("block_id").to_numpy()
+    count = max(blocks.num_rows, 1)
+    covered = np.bincount(asked, weights=first > 0, minlength=count).astype(np.int64)
+    groups = np.bincount(asked, minlength=count)
+    uneven = np.bincount(asked, weights=held != per_block[asked], minlength=count) > 0
+    values = {name: per.column(name).to_pylist() for name in per.column_names}
+    labels = {name: blocks.column(name).to_pylist() for name in ("seed", "stage", "split")}
+    found = {}
+    for place, block in enumerate(values["block_id"]):
+        n = values["position_count"][place]
+        if uneven[block]:
+            raise ValueError(f"{n} rows do not form groups of {per_block[block]}")
+        counts = {name: values[f"score:{name}_sum"][place] for name in contracts}
+        found[block] = {"n": n, **counts,
+                        **{f"{name}_rate": c / n for name, c in counts.items()},
+                        "mean_tokens": values["tokens_sum"][place] / n,
+                        "truncated": values["open_sum"][place],
+                        "covered": int(covered[block]),
+                        "questions": n // int(per_block[block])}
+        if groups[block] != found[block]["questions"]:
+            raise ValueError(f"{n} rows do not form groups of {per_block[block]}")
+    entries: dict[tuple[int, str], dict[str, Any]] = {}
+    for block in range(blocks.num_rows):
+        seed, stage, split = labels["seed"][block], labels["stage"][block], labels["split"][block]
+        entry = entries.setdefault((seed, stage), {"seed": seed, "stage": stage})
+        if split in entry:
+            continue
+        places = {decodings[b]: b for b in range(blocks.num_rows)
+                  if (labels["seed"][b], labels["stage"][b], labels["split"][b])
+                  == (seed, stage, split)}
+        entry[split] = {}
+        for decoding in ("greedy", "sampled"):
+            if decoding not in places or places[decoding] not in found:
+                raise ValueError("metrics need at least one row")
+            entry[split][decoding] = found[places[decoding]]
+    return list(entries.values())
+
+
+def summary_of(record: dict[str, Any], plan: dict[str, Any],
+               tables: Iterable[Any] | None = None) -> list[dict[str, Any]]:
+    """:func:`summary_for`, computed columnar (:func:`table_summary`) from ``tables``, the
+    record's flat tables as a reader checked them (None: read from the record)."""
+    from postlab.records.columns import row_tables
+
+    answer, contracts = answer_function(plan), plan_contracts(plan)
+    return [entry for batch in (row_tables(record) if tables is None else tables)
+            for entry in table_summary(batch, plan["eval_samples"], answer, contracts)]
 
 
 def summary_for(record: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, Any]]:

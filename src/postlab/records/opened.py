@@ -16,7 +16,7 @@ import functools
 import hashlib
 import itertools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,9 @@ class OpenedRun:
     #: the run folder's registration, checked against the record and the plan; None if the
     #: record names none
     registration: dict[str, Any] | None = None
+    #: what readers computed from this opening, by what they asked (an analysis per split):
+    #: a report's text, findings and page share one analysis instead of one each
+    computed: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def source(self) -> Path:
@@ -191,8 +194,9 @@ def checked_tables(opened: OpenedRun) -> Iterator[RowTables]:
     plan (:func:`~postlab.records.fits.unproven_seeds`) and carry digests equal to those
     recomputed from their rows (:func:`~postlab.records.integrity.table_digests`) are not
     read one by one; any other is read through the per-seed checks, which refuse it in one
-    line naming what is wrong. A record held in memory was checked whole when its checks were
-    registered."""
+    line naming what is wrong. A seed is proven once per opening: a reader's second pass
+    (the page's answer tables after its analysis) reads the rows without checking them again.
+    A record held in memory was checked whole when its checks were registered."""
     from postlab.records.chunks import ChunkedRuns
     from postlab.records.columns import row_tables
     from postlab.records.fits import unproven_seeds
@@ -201,7 +205,7 @@ def checked_tables(opened: OpenedRun) -> Iterator[RowTables]:
     runs = opened.record["runs"]
     folder = opened.source.parent if opened.files.plan.is_file() else None
     for tables in row_tables(opened.record):
-        if isinstance(runs, ChunkedRuns):
+        if isinstance(runs, ChunkedRuns) and not runs.proven.issuperset(tables.seeds):
             unproven = set(unproven_seeds(tables, opened.plan.data, folder))
             recorded = tables.runs.column("digests").to_pylist()
             unproven.update(seed for seed, found, carried in zip(
@@ -210,6 +214,8 @@ def checked_tables(opened: OpenedRun) -> Iterator[RowTables]:
             for seed in tables.seeds:
                 if seed in unproven:
                     runs.entry(seed)
+            # a chunk is hashed on every read, so a proven seed's rows stay what was proven
+            runs.proven.update(seed for seed in tables.seeds if seed not in unproven)
         yield tables
 
 

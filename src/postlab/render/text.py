@@ -6,11 +6,12 @@ renderers lay it out. The Chinese layout reproduces the reference report line fo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from postlab.plan.arms import plan_contracts
-from postlab.records.metrics import count_text, summary_for
+from postlab.records.metrics import count_text, summary_of
 from postlab.rl.groups import contrast_probability
 from postlab.tasks.contracts import describe
 
@@ -40,14 +41,16 @@ class Report:
 
 
 def build_report(record: dict[str, Any], plan: dict[str, Any],
-                 split: str = "test") -> Report:
+                 split: str = "test", tables: Iterable[Any] | None = None) -> Report:
+    """The reference's text report of ``split`` (``tables``: the record's flat tables, as
+    :func:`~postlab.records.metrics.summary_of` takes them)."""
     # The chance of a mixed group at the plan's own group size (the teaching plan's 8 gives the
     # reference's lines byte for byte).
     group_size = plan["group_size"]
     contrast = tuple((p, contrast_probability(p, group_size)) for p in REPORT_PROBABILITIES)
     contracts = plan_contracts(plan)
     rows = []
-    for entry in summary_for(record, plan):
+    for entry in summary_of(record, plan, tables):
         greedy, sampled = entry[split]["greedy"], entry[split]["sampled"]
         rows.append(HeldOutRow(
             seed=entry["seed"], stage=entry["stage"],
