@@ -264,3 +264,49 @@ def test_chunks_are_read_in_the_records_seed_order(tmp_path):
     assert [tables.seeds for tables in batches] == [(33, 22), (11,)]
     assert [d["sft_loss"] for t in batches for d in table_digests(t)] == [
         entry["digests"]["sft_loss"] for entry in reversed(record["runs"])]
+
+
+def _oracle_page_samples(record: dict, plan: dict, split: str):
+    from postlab.analysis.samples import PairCells, StageTallies, iter_samples
+
+    cells, tallies = PairCells(plan), StageTallies(plan, split)
+    for sample in iter_samples(record, plan, decoding="sampled"):
+        cells.add(sample)
+        tallies.add(sample)
+    return cells.grids(), tallies.result(3)
+
+
+def _oracle_gamed(record: dict, plan: dict, split: str):
+    from postlab.analysis.findings import _GamedTally
+    from postlab.analysis.samples import iter_samples
+
+    tally = _GamedTally(["substring", "initial"], split, "substring", plan)
+    for sample in iter_samples(record, plan):
+        tally.add(sample)
+    return tally
+
+
+@settings(max_examples=4, deadline=None, database=None, derandomize=True)
+@given(record=edited_records(), split=st.sampled_from(["test", "dev"]))
+def test_answers_judged_columnar_are_tallied_as_one_by_one(record, split):
+    from postlab.analysis.findings import _GamedTally
+    from postlab.analysis.samples import page_samples
+    from postlab.records.metrics import summary_for, summary_of
+
+    plan = teaching_plan_loaded().data
+    _same(page_samples(record, plan, split, per_kind=3), _oracle_page_samples(record, plan,
+                                                                              split))
+    columnar = _GamedTally(["substring", "initial"], split, "substring", plan).walk(record,
+                                                                                     plan)
+    oracle = _oracle_gamed(record, plan, split)
+    _same((columnar.total, columnar.paid), (oracle.total, oracle.paid))
+    for stage in ("substring", "initial"):
+        _same(columnar.gamed[stage].examples(), oracle.gamed[stage].examples())
+        _same(columnar.shares(stage), oracle.shares(stage))
+    try:
+        expected = summary_for(record, plan)
+    except ValueError:
+        with pytest.raises(ValueError, match="mixes questions|do not form groups"):
+            summary_of(record, plan)
+    else:
+        _same(summary_of(record, plan), expected)

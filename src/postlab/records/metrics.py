@@ -132,10 +132,14 @@ def table_summary(tables: Any, samples: int, answer: Answer = sum,
     per = rows.group_by("block_id", use_threads=False).aggregate(
         [("position", "count"), *sums, ("tokens", "sum"), ("open", "sum")]).sort_by("block_id")
     questions = rows.group_by(["block_id", "question"], use_threads=False).aggregate(
-        [(f"score:{contracts[0]}", "sum"), ("a", "count")])
+        [(f"score:{contracts[0]}", "sum"), ("a", "count"), ("a", "min"), ("a", "max"),
+         ("b", "min"), ("b", "max")])
     first = questions.column(f"score:{contracts[0]}_sum").to_numpy()
     held = questions.column("a_count").to_numpy()
     asked = questions.column("block_id").to_numpy()
+    if any(pc.any(pc.not_equal(questions.column(f"{o}_min"), questions.column(f"{o}_max"))
+                  ).as_py() for o in "ab"):
+        raise ValueError("a group of answers mixes questions")
     count = max(blocks.num_rows, 1)
     covered = np.bincount(asked, weights=first > 0, minlength=count).astype(np.int64)
     groups = np.bincount(asked, minlength=count)
