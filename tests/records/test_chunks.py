@@ -398,8 +398,8 @@ def test_verify_and_the_page_after_it_read_each_seed_as_few_times_as_said(traine
     capsys.readouterr()
 
 
-def test_export_reads_each_seed_twice_not_once_a_table(trained, tmp_path, monkeypatch):
-    # the checks and the run's names ride on one walk, the six tables on another
+def test_export_decodes_no_seed(trained, tmp_path, monkeypatch):
+    # the checks and the run's names ride on one columnar pass, the six tables on another
     reads = _counted_reads(monkeypatch)
     assert main(["export", str(trained["ensemble"]), "--out-dir", str(tmp_path / "t")]) == 0
     assert reads == {}

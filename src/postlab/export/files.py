@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
-from postlab.export.tables import SCHEMA, TABLES, Column, arrow_batches, arrow_schema, table_columns
+from postlab.export.tables import (
+    SCHEMA,
+    TABLES,
+    Column,
+    arrow_schema,
+    columnar_batches,
+    table_columns,
+)
 from postlab.jsonio import dump_json, parse_json, publish_bytes, read_bytes
 from postlab.version import __version__
 
@@ -74,7 +81,7 @@ def write_export(folder: Path, runs: Sequence[tuple[str | None, LoadedRun]], fmt
         writers = {name: stack.enter_context(
             parquet.ParquetWriter(folder / f"{name}.{fmt}", schemas[name]) if fmt == "parquet"
             else csv.CSVWriter(folder / f"{name}.{fmt}", schemas[name])) for name in TABLES}
-        for name, batch in arrow_batches(sources, names, schemas, BATCH_ROWS):
+        for name, batch in columnar_batches(sources, names, schemas, BATCH_ROWS):
             writers[name].write_batch(batch)
             rows[name] += batch.num_rows
     described = {name: {"file": f"{name}.{fmt}", "rows": rows[name],

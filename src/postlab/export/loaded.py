@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from postlab.export.tables import Source, TableData
+    from postlab.records.opened import OpenedRun
 
 EXTRA_HINT = "pip install 'postlab[export]'"
 
@@ -56,11 +57,19 @@ class LoadedRun:
     rewarded_by: dict[str, str]
     plan: LoadedPlan = field(repr=False)
     record: dict[str, Any] = field(repr=False)
+    #: the opening it was read through, whose checks its tables' rows pass (None: a record
+    #: checked whole in memory)
+    opened: OpenedRun | None = field(default=None, repr=False)
 
     def source(self, version: str | None = None) -> Source:
         from postlab.export.tables import Source
 
-        return Source(self.record, self.plan.data, version)
+        opened = self.opened
+        if opened is None:
+            return Source(self.record, self.plan.data, version)
+        from postlab.records.opened import checked_tables
+
+        return Source(self.record, self.plan.data, version, lambda: checked_tables(opened))
 
     @functools.cached_property
     def _built(self) -> dict[str, TableData]:
@@ -117,7 +126,7 @@ def load_run(path: str | Path | None = None) -> LoadedRun:
     a part changed since it was recorded.
     """
     from postlab.plan.arms import rl_contracts
-    from postlab.records.opened import open_run
+    from postlab.records.opened import checked_tables, open_run
     from postlab.sweeps.folder import is_sweep
 
     target = None if path is None else Path(path)
@@ -126,19 +135,20 @@ def load_run(path: str | Path | None = None) -> LoadedRun:
                         f"({target}/VERSION), or export it with 'postlab export'")
     opened = open_run(target)
     record, plan = opened.record, opened.plan
-    runs = record["runs"]
     stages: dict[str, None] = {}
     arms: dict[str, None] = {}
     seeds = []
-    for run in runs:  # one walk over the seeds, not one for each
-        seeds.append(run["seed"])
-        stages.update(dict.fromkeys(run["evaluations"]))
-        arms.update(dict.fromkeys(run.get("training", {})))
+    # one pass over the seeds' flat tables, which checks each (so the tables built from
+    # them later need not), never a seed decoded
+    for tables in checked_tables(opened):
+        seeds += tables.seeds
+        stages.update(dict.fromkeys(tables.blocks.column("stage").unique().to_pylist()))
+        arms.update(dict.fromkeys(tables.steps.column("arm").unique().to_pylist()))
     return LoadedRun(record_path=opened.source, plan_sha256=plan.sha256,
                      record_sha256=opened.record_sha256,
                      seeds=tuple(seeds), stages=tuple(stages),
                      arms=tuple(arms), rewarded_by=dict(rl_contracts(plan.data)), plan=plan,
-                     record=record)
+                     record=record, opened=opened)
 
 
 def load_sweep(folder: Path) -> tuple[list[tuple[str, LoadedRun]], list[str]]:

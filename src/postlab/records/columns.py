@@ -167,10 +167,12 @@ def _check_seeds(table: pa.Table, seeds: Sequence[int], path: Path) -> None:
         raise UserError(f"{path}: the chunk holds another seed than its manifest names there")
 
 
-def scores_table(tables: RowTables, answer: Any, contracts: Sequence[str]) -> pa.Table:
+def scores_table(tables: RowTables, answer: Any, contracts: Sequence[str],
+                 answer_value: Any = None) -> pa.Table:
     """Every distinct row of a batch (evaluations and rollouts) with its score under each
     contract (column ``score:<contract>``: an integer, or a float for a partial-credit one)
-    and its tokens, each scored once, through the same cached
+    and its tokens (and, given ``answer_value``, the task's answer to its question), each
+    scored once, through the same cached
     :func:`~postlab.tasks.contracts.scored` every per-row reader uses. A teaching seed's
     36,000 rows hold about 500 distinct ones."""
     from postlab.tasks.contracts import CONTRACTS, PARTIAL_CREDIT, scored
@@ -186,8 +188,12 @@ def scores_table(tables: RowTables, answer: Any, contracts: Sequence[str]) -> pa
         values = [scored(scorer, answer, row) for row in rows]
         kind = pa.float64() if name in PARTIAL_CREDIT else pa.int64()
         distinct = distinct.append_column(f"score:{name}", pa.array(values, kind))
-    return distinct.append_column("tokens", pa.array([row.tokens for row in rows],
-                                                     pa.int64()))
+    distinct = distinct.append_column("tokens", pa.array([row.tokens for row in rows],
+                                                         pa.int64()))
+    if answer_value is not None:  # the task's answer as shown (an integer or a text)
+        distinct = distinct.append_column("answer", pa.array(
+            [answer_value(row.pair) for row in rows]))
+    return distinct
 
 
 def judged(rows: pa.Table, scores: pa.Table) -> pa.Table:
