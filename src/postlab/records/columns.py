@@ -196,11 +196,13 @@ def scores_table(tables: RowTables, answer: Any, contracts: Sequence[str],
     return distinct
 
 
-def judged(rows: pa.Table, scores: pa.Table) -> pa.Table:
+def judged(rows: pa.Table, scores: pa.Table, *, ordered: bool = True) -> pa.Table:
     """``rows`` (evaluations or rollouts of a batch) with their scores and tokens, in their
-    own order (a join keeps none, so rows carry their place through it)."""
+    own order (a join keeps none, so rows carry their place through it; ``ordered`` False:
+    in any order, for a caller that only sums them)."""
     placed = rows.append_column("ordinal", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-    return placed.join(scores, keys=list(ROW_COLUMNS)).sort_by("ordinal")
+    joined = placed.join(scores, keys=list(ROW_COLUMNS))
+    return joined.sort_by("ordinal") if ordered else joined
 
 
 def labelled_evaluations(tables: RowTables, scores: pa.Table, samples: int) -> pa.Table:
@@ -227,3 +229,27 @@ def labelled_rollouts(tables: RowTables, scores: pa.Table) -> pa.Table:
     for name in ("seed", "arm", "step"):
         rows = rows.append_column(name, pc.take(tables.steps.column(name), step))
     return rows
+
+
+def seed_evaluations(tables: RowTables, seed: int, stage: str) -> dict[str, Any] | None:
+    """One seed's evaluation rows of one stage as its entry holds them (split -> decoding
+    -> rows ``[a, b, text, terminated]``), from a batch's flat tables; None if it has none.
+    For comparing a checkpoint's re-evaluation with what was recorded."""
+    blocks = tables.blocks
+    mask = pc.and_(pc.equal(blocks.column("seed"), seed), pc.equal(blocks.column("stage"),
+                                                                    stage))
+    chosen = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+    if not len(chosen):
+        return None
+    rows = tables.evaluations
+    owner = rows.column("block_id").to_numpy()
+    found: dict[str, Any] = {}
+    splits = blocks.column("split").to_pylist()
+    decodings = blocks.column("decoding").to_pylist()
+    for block in chosen.tolist():
+        where = np.flatnonzero(owner == block)
+        part = rows.take(pa.array(where))
+        values = [part.column(name).to_pylist() for name in ROW_COLUMNS]
+        found.setdefault(splits[block], {})[decodings[block]] = [
+            list(row) for row in zip(*values, strict=True)]
+    return found

@@ -120,7 +120,7 @@ def table_summary(tables: Any, samples: int, answer: Answer = sum,
 
     from postlab.records.columns import judged, scores_table
 
-    rows = judged(tables.evaluations, scores_table(tables, answer, contracts))
+    rows = judged(tables.evaluations, scores_table(tables, answer, contracts), ordered=False)
     blocks = tables.blocks
     decodings = blocks.column("decoding").to_pylist()
     per_block = np.array([samples if d == "sampled" else 1 for d in decodings])

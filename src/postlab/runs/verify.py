@@ -10,9 +10,11 @@ code path) or that a check needs input only the user can give (the expected fing
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +25,7 @@ from postlab.engines.registry import engine_for
 from postlab.errors import UserError
 from postlab.jsonio import parse_json, read_bytes
 from postlab.machine import numerics
-from postlab.plan.arms import arm_names
+from postlab.plan.arms import arm_names, plan_contracts
 from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
 from postlab.policies import build_policy, place_policy, policy_kind
 from postlab.policies.checkpoint import (
@@ -33,7 +35,8 @@ from postlab.policies.checkpoint import (
     load_checkpoint,
 )
 from postlab.policies.restore import policy_from_checkpoint
-from postlab.records.chunks import chunk_problems
+from postlab.records.chunks import ChunkedRuns, chunk_problems
+from postlab.records.columns import row_tables, seed_evaluations
 from postlab.records.fingerprint import (
     named_checkpoints,
     read_fingerprints,
@@ -41,9 +44,10 @@ from postlab.records.fingerprint import (
     run_fingerprint,
     seed_results_sha256,
 )
-from postlab.records.integrity import compare_digests
+from postlab.records.fits import unproven_seeds
+from postlab.records.integrity import compare_digests, digests_match, table_digests
 from postlab.records.layout import layout_problems, link_problems
-from postlab.records.metrics import run_summary_for
+from postlab.records.metrics import run_summary_for, table_summary
 from postlab.records.opened import made_by_postlab
 from postlab.records.record import (
     POSTLAB_FIELDS,
@@ -54,6 +58,7 @@ from postlab.records.record import (
     seed_list_problems,
     summary_bytes,
 )
+from postlab.tasks.registry import answer_function
 
 Status = Literal["pass", "fail", "warn", "skip"]
 
@@ -119,9 +124,11 @@ class _Loaded:
 
 def _seed_checkpoints(run: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
                      device: str, seen: _Walk, waiting: list[_Loaded], *,
-                     quick: bool = False) -> None:
+                     quick: bool = False,
+                     recorded: Callable[[str], dict[str, Any] | None] | None = None) -> None:
     """One seed's checkpoints: each hashed before loading, then loaded into ``waiting`` for
-    re-evaluation (``quick``: hashed only)."""
+    re-evaluation (``quick``: hashed only). ``run`` needs its seed and checkpoints; its
+    evaluations are what re-evaluation must give, unless ``recorded`` gives a stage's."""
     for stage, info in run.get("checkpoints", {}).items():
         seen.checkpoints += 1
         path = folder / info["file"]
@@ -151,7 +158,8 @@ def _seed_checkpoints(run: dict[str, Any], plan: dict[str, Any] | None, folder: 
                                       f"fit the plan's model ({str(exc).splitlines()[0]})")
             continue
         waiting.append(_Loaded(seed=run["seed"], stage=stage, model=model,
-                               recorded=run["evaluations"].get(stage),
+                               recorded=run["evaluations"].get(stage) if recorded is None
+                               else recorded(stage),
                                reload_equal=info.get("reload_equal", False)))
 
 
@@ -535,7 +543,8 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
         waiting.clear()
         seen.evaluation_seconds += time.perf_counter() - started
 
-    for run in record["runs"]:
+    def walk_entry(run: dict[str, Any]) -> None:
+        """One seed checked from its entry, part by part (what each check says names it)."""
         seen.missing += run_missing_parts(run, stages)
         seen.checkpoint_files |= named_checkpoints([run])
         started = time.perf_counter()
@@ -562,6 +571,49 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
         complete = all(key in run for key in ("sft_loss", "evaluations", "training"))
         seen.seed_results.append((run["seed"], seed_results_sha256(run, known) if complete
                                   else "incomplete"))
+
+    runs = record["runs"]
+    if plan is None or not isinstance(runs, ChunkedRuns):
+        for run in runs:
+            walk_entry(run)
+        reevaluate()
+        return seen
+    # A chunked record is checked a batch of seeds at a time from its flat tables: a seed
+    # the columnar checks prove (fits its plan, digests recomputed equal) passes every
+    # per-seed check, so only its checkpoints and summary remain; any other seed is read
+    # and checked part by part, which names what is wrong.
+    answer, contracts = answer_function(plan), plan_contracts(plan)
+    for tables in row_tables(record):
+        unproven = set(unproven_seeds(tables, plan, folder))
+        digests = table_digests(tables)
+        carried = tables.runs.column("digests").to_pylist()
+        unproven.update(seed for seed, found, recorded in zip(tables.seeds, digests, carried,
+                                                               strict=True)
+                        if not digests_match(found, recorded))
+        summary: dict[int, list[dict[str, Any]]] = {}
+        if len(unproven) < len(tables.seeds):
+            for entry in table_summary(tables, plan["eval_samples"], answer, contracts):
+                summary.setdefault(entry["seed"], []).append(entry)
+        checkpoints = tables.runs.column("checkpoints").to_pylist()
+        for index, seed in enumerate(tables.seeds):
+            if seed in unproven:
+                walk_entry(runs.entry(seed))
+                continue
+            named = {info["stage"]: {k: v for k, v in info.items() if k != "stage"}
+                     for info in checkpoints[index]}
+            seen.checkpoint_files |= {info["file"] for info in named.values()}
+            started = time.perf_counter()
+            _seed_checkpoints({"seed": seed, "checkpoints": named}, plan, folder, device,
+                              seen, waiting, quick=quick, recorded=functools.partial(
+                                  seed_evaluations, tables, seed))
+            seen.evaluation_seconds += time.perf_counter() - started
+            seen.seeds += 1
+            if len(waiting) >= EVALUATION_BATCH:
+                reevaluate()
+            if not seen.unfit:
+                seen.summary += summary[seed]
+            seen.seed_results.append((seed, seed_results_sha256({"seed": seed},
+                                                                digests[index])))
     reevaluate()
     return seen
 
