@@ -343,3 +343,24 @@ def test_export_tables_built_columnar_are_those_built_row_by_row(record, batch_r
         theirs = [batch for table, batch in oracle if table == name]
         assert [b.num_rows for b in ours] == [b.num_rows for b in theirs], name
         assert pa.Table.from_batches(ours).equals(pa.Table.from_batches(theirs)), name
+
+
+@settings(max_examples=3, deadline=None, database=None, derandomize=True)
+@given(record=edited_records(), rollouts=st.booleans(), kind=st.sampled_from(
+    [None, "correct", "gamed", "wrong"]), seed=st.sampled_from([None, 22]))
+def test_answers_tallied_columnar_are_those_iter_samples_gives(record, rollouts, kind, seed):
+    from postlab.analysis.samples import Tally, answer_tallies, iter_samples
+
+    plan = teaching_plan_loaded().data
+    filters = {"split": None if rollouts else "test",
+               "decoding": None if rollouts else "sampled",
+               "kinds": None if kind is None else [kind],
+               "seeds": None if seed is None else [seed], "rollouts": rollouts}
+    oracle: dict = {}
+    for sample in iter_samples(record, plan, **filters):
+        oracle.setdefault((sample.stage, sample.kind), Tally()).add(sample)
+    columnar = answer_tallies(record, plan, **filters)
+    assert list(columnar) == list(oracle)
+    for key, tally in oracle.items():
+        assert columnar[key].total == tally.total
+        _same(columnar[key].examples(), tally.examples())

@@ -215,6 +215,39 @@ class Tally:
                 for key in chosen]
 
 
+def answer_tallies(record: dict[str, Any], plan: dict[str, Any],
+                   tables: Iterable[Any] | None = None, *,
+                   stages: Iterable[str] | None = None, split: str | None = None,
+                   decoding: str | None = None, kinds: Iterable[str] | None = None,
+                   seeds: Iterable[int] | None = None, rollouts: bool = False
+                   ) -> dict[tuple[str, str], Tally]:
+    """The answers :func:`iter_samples` would give with these filters, tallied per stage
+    and kind (stages and kinds in the order first met), columnar (:func:`judged_rows`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    grouped: dict[tuple[str, str], Tally] = {}
+    for rows in judged_rows(record, plan, tables, rollouts=rollouts):
+        keep = pc.equal(rows.column("a"), rows.column("a"))
+        for name, wanted in (("stage", stages), ("kind", kinds), ("seed", seeds)):
+            if wanted is not None:
+                keep = pc.and_(keep, pc.is_in(rows.column(name), value_set=pa.array(
+                    list(wanted), rows.schema.field(name).type)))
+        for name, wanted in (("split", split), ("decoding", decoding)):
+            if wanted is not None:
+                keep = pc.and_(keep, pc.fill_null(pc.equal(rows.column(name), wanted), False))
+        rows = rows.filter(keep)
+        if not rows.num_rows:
+            continue
+        pairs = rows.group_by(["stage", "kind"], use_threads=False).aggregate(
+            [("ordinal", "min")]).sort_by("ordinal_min").to_pylist()
+        for pair in pairs:
+            chosen = rows.filter(pc.and_(pc.equal(rows.column("stage"), pair["stage"]),
+                                         pc.equal(rows.column("kind"), pair["kind"])))
+            grouped.setdefault((pair["stage"], pair["kind"]), Tally()).add_rows(chosen, plan)
+    return grouped
+
+
 def examples(samples: Iterable[Sample], limit: int | None = None) -> list[Example]:
     """Distinct answers, the most frequent first (ties in the order first seen)."""
     tally = Tally()

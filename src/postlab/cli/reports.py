@@ -193,9 +193,9 @@ def export(args: argparse.Namespace) -> int:
 def samples(args: argparse.Namespace) -> int:
     import json
 
-    from postlab.analysis.samples import iter_samples
+    from postlab.analysis.samples import answer_tallies, iter_samples
     from postlab.plan.arms import plan_contracts
-    from postlab.records.opened import check_whole, open_run
+    from postlab.records.opened import check_whole, checked_tables, open_run
     from postlab.records.record import seeds_of, settle
     from postlab.render.answers import samples_text
 
@@ -229,11 +229,12 @@ def samples(args: argparse.Namespace) -> int:
     if args.kind == "gamed" and len(contracts) < 2:
         raise UserError(f"--filter gamed: this plan's task is judged by one contract "
                         f"({contracts[0]}), so no answer can be paid and wrong")
-    chosen = iter_samples(record, plan.data, stages=args.stage or None, split=split,
-                          decoding=None if rollouts else args.decoding or "sampled",
-                          kinds=None if args.kind is None else [args.kind],
-                          seeds=args.seed or None, rollouts=rollouts)
+    filters = {"stages": args.stage or None, "split": split,
+               "decoding": None if rollouts else args.decoding or "sampled",
+               "kinds": None if args.kind is None else [args.kind],
+               "seeds": args.seed or None, "rollouts": rollouts}
     if args.format_ == "jsonl":
+        chosen = iter_samples(record, plan.data, **filters)
         # lines are printed as they are found, so the chosen seeds' checks run first
         settle(record, args.seed or None)
         for sample in chosen:
@@ -242,5 +243,6 @@ def samples(args: argparse.Namespace) -> int:
     where = ("training rollouts" if rollouts
              else f"{split} split, {args.decoding or 'sampled'}")
     limit = 10 if args.limit is None else (None if args.limit == 0 else args.limit)
-    sys.stdout.write(samples_text(chosen, known, where, limit))
+    tallied = answer_tallies(record, plan.data, checked_tables(opened), **filters)
+    sys.stdout.write(samples_text(tallied, known, where, limit))
     return 0

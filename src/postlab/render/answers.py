@@ -9,12 +9,17 @@ from postlab.analysis.samples import KINDS, Sample, Tally
 from postlab.render.labels import shown, stage_label
 
 
-def samples_text(samples: Iterable[Sample], stages: Sequence[str], where: str,
-                 limit: int | None) -> str:
-    """Per stage and kind: how many answers, then up to ``limit`` distinct ones."""
-    grouped: dict[tuple[str, str], Tally] = {}
-    for sample in samples:  # streamed: a record of many seeds is never held whole
-        grouped.setdefault((sample.stage, sample.kind), Tally()).add(sample)
+def samples_text(samples: Iterable[Sample] | dict[tuple[str, str], Tally],
+                 stages: Sequence[str], where: str, limit: int | None) -> str:
+    """Per stage and kind: how many answers, then up to ``limit`` distinct ones; ``samples``
+    are answers, or answers already tallied per stage and kind
+    (:func:`~postlab.analysis.samples.answer_tallies`)."""
+    if isinstance(samples, dict):
+        grouped = samples
+    else:
+        grouped = {}
+        for sample in samples:  # streamed: a record of many seeds is never held whole
+            grouped.setdefault((sample.stage, sample.kind), Tally()).add(sample)
     if not grouped:
         return f"no answers match ({where})\n"
     lines = []
