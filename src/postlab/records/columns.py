@@ -29,6 +29,11 @@ from postlab.records.chunks import ChunkedRuns, _flat, _schema, read_chunk
 #: 4, 8, 16 or 64 seeds; its peak memory rose 23, 85, 123 and (when rows still carried their
 #: labels as text) 575 MB above the 449 MB of a report of the bundled 3-seed run.
 BATCH_SEEDS = 8
+#: Chunk files held open (hashed once each) while a reader walks the record's order: workers
+#: write their seeds into chunks of their own, so that order runs across as many chunks as a
+#: run had workers (64 seeds of 2 workers: every next seed in the other chunk, each read and
+#: hashed 32 times when one chunk was held). A chunk holds at most 256 seeds, 25 MB.
+OPEN_CHUNKS = 8
 #: The columns of a row, in every table that holds rows.
 ROW_COLUMNS = ("a", "b", "text", "terminated")
 
@@ -126,16 +131,17 @@ def row_tables(record: dict[str, Any], batch: int = BATCH_SEEDS) -> Iterator[Row
     folder = runs.folder
     place = {seed: (index, group) for index, chunk in enumerate(record["chunks"])
              for group, seed in enumerate(chunk["seeds"])}
-    opened: tuple[int, Any] | None = None
+    opened: dict[int, Any] = {}  # chunk -> its file, hashed once, oldest first
     pending: list[pa.Table] = []
     count = 0
     for run in _runs_of_groups([place[seed] for seed in runs.seeds]):
         index, first, stop = run
         chunk = record["chunks"][index]
-        if opened is None or opened[0] != index:
-            opened = None  # the old chunk's bytes go before the next are read
-            opened = (index, read_chunk(folder, chunk))
-        table = opened[1].read_row_groups(list(range(first, stop)))
+        if index not in opened:
+            if len(opened) >= OPEN_CHUNKS:
+                del opened[next(iter(opened))]  # its bytes go before the next are read
+            opened[index] = read_chunk(folder, chunk)
+        table = opened[index].read_row_groups(list(range(first, stop)))
         _check_seeds(table, chunk["seeds"][first:stop], folder / chunk["file"])
         pending.append(table)
         count += stop - first
