@@ -2,30 +2,39 @@
 every reader of the record with its peak memory, at several N, and extrapolate.
 
     python bench/bench_records.py [--sizes 100,300,1000] [--baseline-up-to 300]
+                                  [--baseline-source CHECKOUT] [--assemble 10000]
                                   [--workers N] [--device cpu|cuda] [--keep DIR]
                                   [--lanes 1|2] [--json FILE]
 
 For each size N, ``postlab run --engine ensemble`` trains N teaching seed-runs (SFT, both RL
 arms, every evaluation) into a run folder; then, each in its own process so its peak resident
-memory is its own (``os.wait4``): ``verify`` (every check, every checkpoint re-evaluated),
-``report --format json``, ``report --html`` (figures and the page, which shows the
-verification just made rather than repeating it), ``export`` (Parquet),
-``compare`` (the run against itself) and ``samples``. It states the bytes on disk per
-seed-run (the record's files, and the whole folder with checkpoints), then edits one byte
+memory is its own (``os.wait4``): ``verify --quick`` (every check but the checkpoints'
+re-evaluation), ``verify`` (every check), ``report --format json``, ``report --html`` (figures
+and the page, which shows the verification just made rather than repeating it), ``export``
+(Parquet), ``compare`` (the run against itself) and ``samples``. It states the bytes on disk
+per seed-run (the record's files, and the whole folder with checkpoints), then edits one byte
 of one chunk and checks that ``verify`` names that chunk.
 
 With ``--lanes 2`` the readers run two at a time (``verify``, the page, which shows its
-checks, the JSON report and ``samples`` in one lane; ``export`` and ``compare`` in the
-other), for a machine with two cores to spare: each
-reader is one process on one core, so its peak memory is unchanged and its time is measured
-beside one other reader's.
+checks, the JSON report and ``samples`` in one lane; ``verify --quick``, ``export`` and
+``compare`` in the other), for a machine with two cores to spare: each reader is one process
+on one core, so its peak memory is unchanged and its time is measured beside one other
+reader's.
 
-Baseline, side by side: up to ``--baseline-up-to`` seeds, the same record rewritten in the
-one-document layout earlier versions wrote (every seed inline in ``record.json``) is read by
-``report --format json`` and ``export``, so the memory of the two layouts is measured in one
-invocation on one machine. Last, a least-squares line through each command's time and peak
-memory against N gives the figure at 10,000 seed-runs (the growth is linear if the line fits
-the points; the residuals are printed so a reader can judge).
+Baseline, side by side: up to ``--baseline-up-to`` seeds, the same readers of an earlier
+version (``--baseline-source``: a checkout whose ``src`` the commands then run from) read the
+same record, one at a time after this version's, and the ratio of their times is printed.
+Without ``--baseline-source``, the record rewritten in the one-document layout earlier
+versions wrote is read by ``report --format json`` and ``export`` instead, so the memory of
+the two layouts is compared.
+
+``--assemble M``: a record of M seed-runs is assembled from the largest trained one
+(``bench/assemble_records.py``: its seeds copied under new numbers, every digest, manifest
+entry, summary and fingerprint recomputed) and read too; it is verified ``--quick`` only
+(its copies' checkpoints would not give their rows again) and has no page, which would
+re-evaluate them. Last, a least-squares line through each command's time and peak memory
+against the trained sizes gives the figure at 10,000 seed-runs, and the growth per 1,000 from
+the largest trained size to the assembled one is printed.
 """
 
 from __future__ import annotations
@@ -46,11 +55,15 @@ POSTLAB = [sys.executable, "-m", "postlab"]
 TARGET = 10_000
 
 
-def timed(command: list[str], *, expect: int = 0) -> tuple[float, float, str]:
-    """Wall seconds, peak resident MiB (this process alone, ``ru_maxrss``) and stdout."""
+def timed(command: list[str], *, expect: int = 0,
+          source: Path | None = None) -> tuple[float, float, str]:
+    """Wall seconds, peak resident MiB (this process alone, ``ru_maxrss``) and stdout;
+    ``source``: a checkout of another postlab version whose ``src`` runs the command."""
     start = time.perf_counter()
+    env = None if source is None else {**os.environ,
+                                       "PYTHONPATH": str(source.resolve() / "src")}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
         _, status, usage = os.wait4(child.pid, 0)
         child.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.perf_counter() - start
@@ -102,12 +115,16 @@ def _twin(run: Path) -> Path:
     return twin
 
 
-def readers(run: Path, scratch: Path) -> dict[str, list[str]]:
+def readers(run: Path, scratch: Path, *, assembled: bool = False) -> dict[str, list[str]]:
+    """Each reader's command. An assembled record (``assemble_records.py``) is verified
+    ``--quick``: its copies' checkpoints would not give their rows again, by design."""
     return {
-        "verify": [*POSTLAB, "verify", str(run)],
+        "verify --quick": [*POSTLAB, "verify", str(run), "--quick"],
+        **({} if assembled else {"verify": [*POSTLAB, "verify", str(run)]}),
         "report json": [*POSTLAB, "report", str(run), "--format", "json"],
-        "report html": [*POSTLAB, "report", str(run), "--format", "json",
-                        "--html", str(scratch / "page.html")],
+        **({} if assembled else {"report html": [
+            *POSTLAB, "report", str(run), "--format", "json", "--html",
+            str(scratch / "page.html")]}),
         "export": [*POSTLAB, "export", str(run), "--out-dir", str(scratch / "tables")],
         # the run against itself, under a second name (a link: compare refuses equal names)
         "compare": [*POSTLAB, "compare", str(run), str(_twin(run)), "--format", "json"],
@@ -121,7 +138,7 @@ def lanes_of(names: list[str], lanes: int) -> list[list[str]]:
     checks that verify made."""
     if lanes == 1:
         return [names]
-    second = [name for name in names if name in ("export", "compare")]
+    second = [name for name in names if name in ("export", "compare", "verify --quick")]
     return [[name for name in names if name not in second], second]
 
 
@@ -166,6 +183,12 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, choices=(1, 2), default=1,
                         help="readers run this many at a time (2: two cores to spare)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--baseline-source", type=Path,
+                        help="a checkout of an earlier postlab: its readers run on the same "
+                             "records, up to --baseline-up-to seeds, side by side")
+    parser.add_argument("--assemble", type=int, default=0,
+                        help="also read a record of this many seed-runs assembled from the "
+                             "largest trained one (bench/assemble_records.py)")
     parser.add_argument("--one-document", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one_document:
@@ -228,7 +251,16 @@ def main() -> None:
                     done.result()
             if args.lanes > 1:
                 print(f"  (readers measured {args.lanes} at a time)")
-            if size <= args.baseline_up_to:
+            if size <= args.baseline_up_to and args.baseline_source is not None:
+                print(f"  the same readers of {args.baseline_source} (the baseline), and "
+                      "how many times faster this version is:")
+                (folder / "baseline").mkdir(exist_ok=True)
+                for name, command in readers(run, folder / "baseline").items():
+                    seconds, mib, _ = timed(command, source=args.baseline_source)
+                    figures[f"{name} (baseline)"] = {"s": seconds, "mib": mib}
+                    print(f"  {name:<14} {seconds:8.1f} s  {mib:8.0f} MiB peak  "
+                          f"x{seconds / figures[name]['s']:.1f}", flush=True)
+            if size <= args.baseline_up_to and args.baseline_source is None:
                 old = as_one_document(run, folder / "one-document")
                 print(f"  one-document layout (earlier versions), "
                       f"record.json {(old / 'record.json').stat().st_size / size / 1e3:.0f} "
@@ -243,10 +275,59 @@ def main() -> None:
                           f"({ratio:.1f}x the chunked record's memory)")
             print(f"  edited chunk: {edited_chunk_caught(run)}")
             results[size] = figures
+        if args.assemble:
+            largest = max(sizes)
+            if args.assemble % largest:
+                raise SystemExit(f"--assemble {args.assemble}: a multiple of {largest}")
+            folder = base / f"seeds-{args.assemble}"
+            run = folder / "run"
+            if not (run / "fingerprint.txt").is_file():
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir()
+                started = time.perf_counter()
+                subprocess.run([sys.executable, str(Path(__file__).with_name(
+                    "assemble_records.py")), str(base / f"seeds-{largest}" / "run"), str(run),
+                    "--copies", str(args.assemble // largest)], check=True,
+                    stdout=subprocess.DEVNULL)
+                print(f"\n{args.assemble} seed-runs assembled from the {largest} trained "
+                      f"(bench/assemble_records.py) in {time.perf_counter() - started:.0f} s")
+            else:
+                print(f"\n{args.assemble} seed-runs: the assembled run kept in {run}")
+                for stale in ("tables", "run-twin"):
+                    path = folder / stale
+                    if path.is_symlink():
+                        path.unlink()
+                    elif path.is_dir():
+                        shutil.rmtree(path)
+            figures = {}
+            commands = readers(run, folder, assembled=True)
+
+            def assembled_lane(names: list[str], commands: dict[str, list[str]] = commands,
+                               figures: dict[str, dict[str, float]] = figures) -> None:
+                for name in names:
+                    seconds, mib, _ = timed(commands[name])
+                    figures[name] = {"s": seconds, "mib": mib}
+                    print(f"  {name:<14} {seconds:8.1f} s  {mib:8.0f} MiB peak", flush=True)
+
+            with ThreadPoolExecutor(args.lanes) as pool:
+                for done in [pool.submit(assembled_lane, names)
+                             for names in lanes_of(list(commands), args.lanes)]:
+                    done.result()
+            results[args.assemble] = figures
+            print(f"  growth per 1,000 seed-runs from {largest} to {args.assemble}:")
+            for name, found in figures.items():
+                before = results[largest].get(name)
+                if before is None:
+                    continue
+                per = 1000 / (args.assemble - largest)
+                print(f"  {name:<14} {(found['s'] - before['s']) * per:8.1f} s  "
+                      f"{(found['mib'] - before['mib']) * per:8.1f} MiB")
         if len(sizes) >= 2:
             print(f"\nextrapolated to {TARGET:,} seed-runs (least-squares line through "
                   f"{', '.join(map(str, sizes))}; worst residual of the fit in brackets):")
             for name in ("train", *readers(base, base)):
+                if any(name not in results[size] for size in sizes):
+                    continue
                 for unit, label in (("s", "s"), ("mib", "MiB peak")):
                     values = [results[size][name][unit] for size in sizes]
                     intercept, slope, worst = fit(sizes, values)

@@ -364,3 +364,45 @@ def test_answers_tallied_columnar_are_those_iter_samples_gives(record, rollouts,
     for key, tally in oracle.items():
         assert columnar[key].total == tally.total
         _same(columnar[key].examples(), tally.examples())
+
+
+def _plain_rescore(record: dict, contracts: list[str], split):
+    """Re-scoring written as a plain loop over the entries (the columnar one's oracle)."""
+    from postlab.tasks.contracts import score
+    from postlab.tasks.rows import Row
+
+    rows, gaps = [], {}
+    for run in record["runs"]:
+        for stage, splits in run["evaluations"].items():
+            for name, decoded in splits.items():
+                if split is not None and name != split:
+                    continue
+                for decoding, outputs in decoded.items():
+                    accepted = dict.fromkeys(contracts, 0)
+                    for raw in outputs:
+                        row = Row.of(raw)
+                        verdicts = {c: score(row, c) for c in contracts}
+                        for c in contracts:
+                            accepted[c] += verdicts[c]
+                        for a in contracts:
+                            for b in contracts:
+                                if a != b and verdicts[a] >= 1 and verdicts[b] < 1:
+                                    only, zeros = gaps.get((a, b), (0, 0))
+                                    gaps[(a, b)] = (only + 1, zeros + (
+                                        len(row.text) > 1 and row.text.startswith("0")))
+                    rows.append((run["seed"], stage, name, decoding, len(outputs), accepted))
+    return rows, gaps
+
+
+@settings(max_examples=3, deadline=None, database=None, derandomize=True)
+@given(record=edited_records(), split=st.sampled_from([None, "dev"]))
+def test_rescoring_columnar_counts_what_a_plain_loop_counts(record, split):
+    from postlab.records.rescore import rescore
+
+    contracts = ["strict", "substring", "exact"]
+    result = rescore(record, {"strict": "strict", "substring": "substring"}, contracts, split)
+    rows, gaps = _plain_rescore(record, contracts, split)
+    assert [(r.seed, r.stage, r.split, r.decoding, r.n, r.accepted) for r in result.rows] == rows
+    for gap in result.gaps:
+        assert (gap.accepted_only_by_looser, gap.with_leading_zeros) == gaps.get(
+            (gap.looser, gap.stricter), (0, 0))

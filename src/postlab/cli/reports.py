@@ -75,7 +75,7 @@ def report(args: argparse.Namespace) -> int:
         contracts = list(dict.fromkeys(args.contracts))
         split = None if args.split == "all" else args.split
         result = rescore(opened.record, rl_contracts(opened.plan.data), contracts, split,
-                         answer_function(opened.plan.data))
+                         answer_function(opened.plan.data), checked_tables(opened))
         sys.stdout.write("\n" + render_rescore(result, lang))
     return 0
 

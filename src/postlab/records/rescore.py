@@ -7,12 +7,12 @@ trained on it. Training under the new rule is another experiment, not a re-score
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from postlab.records.metrics import count_text
-from postlab.tasks.contracts import CONTRACTS, Answer, score
-from postlab.tasks.rows import iter_run_rows, rows_by_place
+from postlab.tasks.contracts import CONTRACTS, Answer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,47 +43,64 @@ class Rescore:
     gaps: tuple[ContractGap, ...]
 
 
-def _leading_zero(text: str) -> bool:
-    return len(text) > 1 and text.startswith("0")
-
-
 def rescore(record: dict[str, Any], trained: dict[str, str], contracts: list[str],
-            split: str | None = None, answer: Answer = sum) -> Rescore:
+            split: str | None = None, answer: Answer = sum,
+            tables: Iterable[Any] | None = None) -> Rescore:
     """Score every evaluation row under each contract; ``split`` limits to one split.
 
-    ``trained`` maps each RL stage to the contract it was trained on.
+    ``trained`` maps each RL stage to the contract it was trained on. Computed columnar, a
+    batch of seeds at a time (``tables``: the record's flat tables as a reader checked them;
+    None: read from the record): each distinct answer scored once, counts summed by Arrow.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from postlab.records.columns import judged, row_tables, scores_table
+
     for name in contracts:
         CONTRACTS[name]  # an unknown name fails before any row is read
-    rows, gap_counts = [], {}
-    for run in record["runs"]:
-        # per run, so a block is one seed's even where a record repeats a seed
-        blocks = rows_by_place(iter_run_rows(run, training=False))
-        for place, outputs in blocks.items():
-            if split is not None and place.split != split:
-                continue
-            accepted = {name: 0 for name in contracts}
-            for row in outputs:
-                verdicts = {name: score(row, name, answer) for name in contracts}
-                for name, ok in verdicts.items():
-                    accepted[name] += ok
-                for i, first in enumerate(contracts):
-                    for second in contracts[i + 1:]:
-                        for looser, stricter in ((first, second), (second, first)):
-                            if verdicts[looser] >= 1 and verdicts[stricter] < 1:
-                                key = (looser, stricter)
-                                only, zeros = gap_counts.get(key, (0, 0))
-                                gap_counts[key] = (only + 1, zeros + _leading_zero(row.text))
-            rows.append(ScoreRow(seed=place.seed, stage=place.stage,
-                                 trained_on=trained.get(place.stage), split=place.split,
-                                 decoding=place.decoding, n=len(outputs), accepted=accepted))
-    gaps = []
-    for i, first in enumerate(contracts):
-        for second in contracts[i + 1:]:
-            for looser, stricter in ((first, second), (second, first)):
-                only, zeros = gap_counts.get((looser, stricter), (0, 0))
-                gaps.append(ContractGap(looser=looser, stricter=stricter,
-                                        accepted_only_by_looser=only, with_leading_zeros=zeros))
+    pairs = [(looser, stricter) for i, first in enumerate(contracts)
+             for second in contracts[i + 1:]
+             for looser, stricter in ((first, second), (second, first))]
+    rows, gap_counts = [], dict.fromkeys(pairs, (0, 0))
+    for batch in row_tables(record) if tables is None else tables:
+        found = judged(batch.evaluations, scores_table(batch, answer, contracts),
+                       ordered=False)
+        blocks = batch.blocks
+        if split is not None:
+            wanted = pc.equal(blocks.column("split"), split).to_numpy(zero_copy_only=False)
+            found = found.filter(pa.array(wanted[found.column("block_id").to_numpy()]))
+        text = found.column("text")
+        zero = pc.cast(pc.and_(pc.greater(pc.utf8_length(text), 1),
+                               pc.starts_with(text, "0")), pa.int64())
+        columns = {"block_id": found.column("block_id")}
+        for name in contracts:
+            columns[name] = found.column(f"score:{name}")
+        for index, (looser, stricter) in enumerate(pairs):
+            only = pc.and_(pc.greater_equal(found.column(f"score:{looser}"), 1),
+                           pc.less(found.column(f"score:{stricter}"), 1))
+            columns[f"only{index}"] = pc.cast(only, pa.int64())
+            columns[f"zeros{index}"] = pc.multiply(columns[f"only{index}"], zero)
+        per = pa.table(columns).group_by("block_id", use_threads=False).aggregate(
+            [("block_id", "count"), *((name, "sum") for name in columns if name != "block_id")]
+        ).sort_by("block_id").to_pylist()
+        for index, pair in enumerate(pairs):
+            only, zeros = gap_counts[pair]
+            gap_counts[pair] = (only + sum(entry[f"only{index}_sum"] for entry in per),
+                                zeros + sum(entry[f"zeros{index}_sum"] for entry in per))
+        labels = {name: blocks.column(name).to_pylist()
+                  for name in ("seed", "stage", "split", "decoding")}
+        for entry in per:
+            block = entry["block_id"]
+            stage = labels["stage"][block]
+            rows.append(ScoreRow(seed=labels["seed"][block], stage=stage,
+                                 trained_on=trained.get(stage), split=labels["split"][block],
+                                 decoding=labels["decoding"][block], n=entry["block_id_count"],
+                                 accepted={name: entry[f"{name}_sum"] for name in contracts}))
+    gaps = [ContractGap(looser=looser, stricter=stricter,
+                        accepted_only_by_looser=gap_counts[(looser, stricter)][0],
+                        with_leading_zeros=gap_counts[(looser, stricter)][1])
+            for looser, stricter in pairs]
     return Rescore(contracts=tuple(contracts), rows=tuple(rows), gaps=tuple(gaps))
 
 
