@@ -24,7 +24,7 @@ import postlab
 from postlab.cli import main
 from postlab.errors import UserError
 from postlab.export.files import read_export
-from postlab.export.tables import TABLES, UPDATE_STATISTICS, Source, build_table, to_arrow
+from postlab.export.tables import TABLES, UPDATE_STATISTICS, Source
 from postlab.plan.frozen import teaching_plan
 from postlab.records.record import bundled_run_dir, load_record
 from postlab.tasks.contracts import CONTRACTS, contracts_for
@@ -268,6 +268,26 @@ def test_import_postlab_stays_light():
 
 # --- pure tables ------------------------------------------------------------------------------
 
+class _Built:
+    """One table as an export builds it (columnar), whole, its columns as lists."""
+
+    def __init__(self, name: str, sources: list[Source], contracts: list[str]) -> None:
+        import pyarrow as pa
+
+        from postlab.export.tables import arrow_schema, columnar_batches, table_columns
+
+        self.schema = arrow_schema(table_columns(name, sources, contracts))
+        batches = [batch for _, batch in columnar_batches(sources, contracts,
+                                                          {name: self.schema}, 1 << 20)]
+        self.arrow = pa.Table.from_batches(batches, schema=self.schema)
+
+    def column(self, name: str) -> list:
+        return self.arrow.column(name).to_pylist()
+
+
+build_table = _Built
+
+
 def _hand_made() -> Source:
     """One seed, one stage, one split of two questions, two samples each; one empty answer."""
     greedy = [[1, 2, "3", True], [4, 5, "", True]]
@@ -292,14 +312,14 @@ def test_positions_scores_and_empty_texts():
 def test_csv_keeps_empty_texts_apart_from_nulls(tmp_path):
     import pyarrow.csv as csv
 
-    from postlab.export.tables import arrow_schema
+    from postlab.export.tables import arrow_schema, table_columns
 
-    table = to_arrow(build_table("eval_samples", [_hand_made()], ["strict"]))
+    table = build_table("eval_samples", [_hand_made()], ["strict"]).arrow
     csv.write_csv(table, tmp_path / "t.csv")
     options = csv.ConvertOptions(column_types={f.name: f.type for f in table.schema},
                                  strings_can_be_null=False)
     back = csv.read_csv(tmp_path / "t.csv", convert_options=options)
-    schema = arrow_schema(build_table("eval_samples", [], ["strict"]).columns)
+    schema = arrow_schema(table_columns("eval_samples", [], ["strict"]))
     assert back.cast(schema).equals(table)
 
 

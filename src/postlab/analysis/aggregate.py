@@ -346,10 +346,10 @@ def record_facts(record: dict[str, Any], plan: dict[str, Any],
     (:func:`~postlab.analysis.facts.table_facts`) from ``tables`` (by default the record's
     own, :func:`~postlab.records.columns.row_tables`; a reader passes them checked,
     :func:`~postlab.records.opened.checked_tables`): the path every reader takes."""
-    from postlab.records.columns import row_tables
+    from postlab.records.columns import record_tables
 
     samples, answer, contracts = plan["eval_samples"], answer_function(plan), plan_contracts(plan)
-    for batch in row_tables(record) if tables is None else tables:
+    for batch in record_tables(record, plan) if tables is None else tables:
         yield from table_facts(batch, samples, answer, contracts)
 
 

@@ -189,8 +189,10 @@ def _interval(value: Any, signed: bool = True) -> str:
 
 
 def exercise_8(record: dict[str, Any], plan: dict[str, Any], folder: Any,
-               prompts: int = 4, samples: int = 5000) -> Exercise:
-    """Answer 8 on a run: for each RL arm of the first seed, the exact KL to the SFT model over
+               prompts: int = 4, samples: int = 5000, *,
+               tables: Callable[[], Any] | None = None) -> Exercise:
+    """Answer 8 on a run (``tables`` unused: it reads the first seed's entry, checked as it is
+    read): for each RL arm of the first seed, the exact KL to the SFT model over
     whole completions (enumerated) against the per-prefix exact KL summed along sampled
     completions, as training uses it, and the summed log-ratio (k1). Averaged over the first
     ``prompts`` test questions, ``samples`` completions each."""
@@ -255,8 +257,9 @@ def exercise_8(record: dict[str, Any], plan: dict[str, Any], folder: Any,
     return Exercise(8, "exact KL at visited prefixes vs over whole completions", values, lines)
 
 
-def _exercise_9_on_run(record: dict[str, Any], plan: dict[str, Any], folder: Any) -> Exercise:
-    from postlab.analysis.aggregate import analyse
+def _exercise_9_on_run(record: dict[str, Any], plan: dict[str, Any], folder: Any, *,
+                       tables: Callable[[], Any] | None = None) -> Exercise:
+    from postlab.analysis.aggregate import analyse, record_facts
     from postlab.errors import UserError
     from postlab.plan.arms import arm_specs
 
@@ -267,10 +270,12 @@ def _exercise_9_on_run(record: dict[str, Any], plan: dict[str, Any], folder: Any
                         "(an sft-selected arm) with the random ones of the SFT; this run's arms "
                         f"are {', '.join(sorted(pipelines))} (see examples/arms-pipelines.json "
                         "and examples/arms-demonstrations.json)")
-    return exercise_9(analyse(record, plan), plan)
+    facts = None if tables is None else record_facts(record, plan, tables())
+    return exercise_9(analyse(record, plan, facts=facts), plan)
 
 
-#: Answers computed on a run: postlab exercises N [RUN] -> (record, plan, folder) -> Exercise.
+#: Answers computed on a run: postlab exercises N [RUN] -> (record, plan, folder, tables) ->
+#: Exercise, ``tables`` making the record's flat tables checked as a reader checks them.
 RUN_EXERCISES: dict[int, Callable[..., Exercise]] = {8: exercise_8, 9: _exercise_9_on_run}
 
 EXERCISES: dict[int, Callable[[], Exercise]] = {

@@ -108,14 +108,14 @@ def judged_rows(record: dict[str, Any], plan: dict[str, Any], tables: Iterable[A
     from postlab.records.columns import (
         labelled_evaluations,
         labelled_rollouts,
-        row_tables,
+        record_tables,
         scores_table,
     )
 
     answer = answer_function(plan)
     contracts = plan_contracts(plan)
     offset = 0
-    for batch in row_tables(record) if tables is None else tables:
+    for batch in record_tables(record, plan) if tables is None else tables:
         scores = scores_table(batch, answer, contracts)
         if rollouts:
             rows = labelled_rollouts(batch, scores)

@@ -49,14 +49,15 @@ def _run_exercise(args: argparse.Namespace) -> int:
     """An answer computed on a trained run: 8 (the KL identity), 9 (the ablation table)."""
     from postlab.analysis.exercises import RUN_EXERCISES
     from postlab.api.reading import require_report_extra
-    from postlab.records.opened import check_whole, open_run
+    from postlab.records.opened import check_whole, checked_tables, open_run
     from postlab.records.record import bundled_run_dir
 
     opened = open_run(args.run if args.run is not None else bundled_run_dir(), check_rows=False)
     check_whole(opened)
     require_report_extra()
     exercise = RUN_EXERCISES[args.number](opened.record, opened.plan.data,
-                                          opened.source.parent)
+                                          opened.source.parent,
+                                          tables=lambda: checked_tables(opened))
     print(f"answer {exercise.number}: {exercise.title}")
     for line in exercise.lines:
         print(f"  {line}")

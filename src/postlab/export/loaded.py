@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from postlab.export.tables import Source, TableData
+    from postlab.export.tables import Source
     from postlab.records.opened import OpenedRun
 
 EXTRA_HINT = "pip install 'postlab[export]'"
@@ -72,32 +72,37 @@ class LoadedRun:
         return Source(self.record, self.plan.data, version, lambda: checked_tables(opened))
 
     @functools.cached_property
-    def _built(self) -> dict[str, TableData]:
-        from postlab.export.tables import build_tables
+    def _tables(self) -> dict[str, pa.Table]:
+        """Every table, built columnar as ``postlab export`` builds them."""
+        import pyarrow as pa
+
+        from postlab.export.tables import TABLES, arrow_schema, columnar_batches, table_columns
         from postlab.tasks.contracts import contracts_for
         from postlab.tasks.registry import task_for
 
-        return build_tables([self.source()],
-                            contracts_for(task_for(self.plan.data).answer_kind))
+        sources = [self.source()]
+        contracts = contracts_for(task_for(self.plan.data).answer_kind)
+        schemas = {name: arrow_schema(table_columns(name, sources, contracts))
+                   for name in TABLES}
+        batches: dict[str, list[pa.RecordBatch]] = {name: [] for name in TABLES}
+        for name, batch in columnar_batches(sources, contracts, schemas, 1 << 20):
+            batches[name].append(batch)
+        return {name: pa.Table.from_batches(batches[name], schema=schemas[name])
+                for name in TABLES}
 
     def tables(self) -> dict[str, pa.Table]:
         """Every table as Arrow, with its declared schema."""
         require_arrow()
-        from postlab.export.tables import to_arrow
-
-        return {name: to_arrow(table) for name, table in self._built.items()}
+        return dict(self._tables)
 
     def _frame(self, name: str) -> pd.DataFrame:
         require_arrow(frames=True)
         import pandas as pd
         import pyarrow as pa
 
-        from postlab.export.tables import to_arrow
-
         # Integer columns stay integers where a value may be missing (steps.groups_*):
         # pandas' nullable Int64 rather than float64 with NaN.
-        return to_arrow(self._built[name]).to_pandas(
-            types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+        return self._tables[name].to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
     def eval_samples(self) -> pd.DataFrame:
         return self._frame("eval_samples")

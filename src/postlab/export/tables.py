@@ -1,11 +1,13 @@
 """Tidy tables of a record: one row per observation, every column declared once.
 
-Pure: records and plans in, columns out; nothing here reads or writes a file. Each table's
-columns are declared in :data:`TABLES` with their type and meaning, so the Arrow schema,
-``schema.json`` and docs/export.md say the same thing (a test holds the document to them).
-Rows are walked with :func:`~postlab.tasks.rows.iter_rows` and scored with
-:func:`~postlab.tasks.contracts.score` under every registered contract, not only the plan's,
-so one export answers "what would contract X have said" without re-running anything.
+Records and plans in, columns out; nothing here writes a file. Each table's columns are
+declared in :data:`TABLES` with their type and meaning, so the Arrow schema, ``schema.json``
+and docs/export.md say the same thing (a test holds the document to them). Answers are scored
+under every registered contract, not only the plan's, so one export answers "what would
+contract X have said" without re-running anything. :func:`columnar_batches` builds the tables
+a batch of seeds at a time from the record's flat tables (each distinct answer scored once);
+the row-by-row builders (:func:`arrow_batches`) are its oracle, and build a plan with dynamic
+sampling, whose dropped rows the flat tables do not hold.
 
 Tables: ``eval_samples`` (one evaluation answer per row), ``rollout_samples`` (one RL rollout
 answer), ``updates`` (one optimiser update), ``steps`` (one RL step: its groups),
@@ -205,25 +207,9 @@ class Source:
     tables: Callable[[], Iterable[Any]] | None = None
 
     def row_tables(self) -> Iterable[Any]:
-        from postlab.records.columns import row_tables
+        from postlab.records.columns import record_tables
 
-        return row_tables(self.record) if self.tables is None else self.tables()
-
-
-@dataclass(frozen=True)
-class TableData:
-    """A built table: its columns and one list of values per column."""
-
-    name: str
-    columns: tuple[Column, ...]
-    values: tuple[list[Any], ...]
-
-    @property
-    def rows(self) -> int:
-        return len(self.values[0]) if self.values else 0
-
-    def column(self, name: str) -> list[Any]:
-        return self.values[[c.name for c in self.columns].index(name)]
+        return record_tables(self.record, self.plan) if self.tables is None else self.tables()
 
 
 def _answer_values(row: Row, task: Any, contracts: Sequence[str]) -> tuple[Any, ...]:
@@ -356,16 +342,6 @@ def table_rows(name: str, sources: Sequence[Source], contracts: Sequence[str],
             yield (*prefix, *row)
 
 
-def build_table(name: str, sources: Sequence[Source], contracts: Sequence[str]) -> TableData:
-    """One table over every source, whole in memory (a run's tables for the Python API)."""
-    columns = table_columns(name, sources, contracts)
-    values: tuple[list[Any], ...] = tuple([] for _ in columns)
-    for row in table_rows(name, sources, contracts):
-        for column, value in zip(values, row, strict=True):
-            column.append(value)
-    return TableData(name, columns, values)
-
-
 def seed_sources(sources: Sequence[Source]) -> Iterator[Source]:
     """Each source's seeds one at a time, as one-seed sources: tables built from them, in this
     order, hold the rows :func:`table_rows` gives over the whole sources."""
@@ -421,7 +397,7 @@ def columnar_batches(sources: Sequence[Source], contracts: Sequence[str],
         for tables in source.row_tables():
             for name, table in _batch_tables(source, tables, contracts, schemas).items():
                 if sweep:
-                    table = table.add_column(0, "version", pa_array_of(
+                    table = table.add_column(0, "version", _strings(
                         [source.version] * table.num_rows))
                 pending[name].append(table.select(schemas[name].names).cast(schemas[name]))
                 held[name] += table.num_rows
@@ -430,7 +406,8 @@ def columnar_batches(sources: Sequence[Source], contracts: Sequence[str],
         yield from _full_batches(name, pending, held, schema, batch_rows, last=True)
 
 
-def pa_array_of(values: list[Any]) -> Any:
+def _strings(values: list[Any]) -> Any:
+    """A string column (a sweep version's name on every row)."""
     import pyarrow as pa
 
     return pa.array(values, pa.string())
@@ -583,11 +560,6 @@ def _batch(columns: tuple[list[Any], ...], schema: pa.Schema) -> pa.RecordBatch:
         schema=schema)
 
 
-def build_tables(sources: Sequence[Source], contracts: Sequence[str]) -> dict[str, TableData]:
-    """Every table of :data:`TABLES`, in its order."""
-    return {name: build_table(name, sources, contracts) for name in TABLES}
-
-
 def arrow_schema(columns: Sequence[Column], metadata: dict[str, str] | None = None
                  ) -> pa.Schema:
     """The Arrow schema of declared columns (pyarrow is imported only here)."""
@@ -599,11 +571,3 @@ def arrow_schema(columns: Sequence[Column], metadata: dict[str, str] | None = No
                      metadata=metadata)
 
 
-def to_arrow(table: TableData, metadata: dict[str, str] | None = None) -> pa.Table:
-    """A built table as an Arrow table with its declared schema."""
-    import pyarrow as pa
-
-    schema = arrow_schema(table.columns, metadata)
-    return pa.Table.from_arrays([pa.array(values, type=field.type)
-                                 for values, field in zip(table.values, schema, strict=True)],
-                                schema=schema)

@@ -259,3 +259,44 @@ def seed_evaluations(tables: RowTables, seed: int, stage: str) -> dict[str, Any]
         found.setdefault(splits[block], {})[decodings[block]] = [
             list(row) for row in zip(*values, strict=True)]
     return found
+
+
+def proven_tables(record: dict[str, Any], plan: dict[str, Any], folder: Path | None = None,
+                  batch: int = BATCH_SEEDS) -> Iterator[RowTables]:
+    """:func:`row_tables`, each seed checked first. A batch's seeds that the columnar checks
+    prove fit their plan (:func:`~postlab.records.fits.unproven_seeds`; ``folder``: the run
+    folder, whose checkpoint files must be there, None for a record read alone) and carry
+    digests equal to those recomputed from their rows
+    (:func:`~postlab.records.integrity.table_digests`) are not read one by one; any other is
+    read through the per-seed checks the record's readers registered, which refuse it in one
+    line naming what is wrong. A seed is proven once per opening: a reader's second pass (the
+    page's answer tables after its analysis) reads the rows without checking them again. A
+    record held in memory was checked whole when its checks were registered."""
+    from postlab.records.fits import unproven_seeds
+    from postlab.records.integrity import digests_match, table_digests
+
+    runs = record["runs"]
+    for tables in row_tables(record, batch):
+        if isinstance(runs, ChunkedRuns) and not runs.proven.issuperset(tables.seeds):
+            unproven = set(unproven_seeds(tables, plan, folder))
+            recorded = tables.runs.column("digests").to_pylist()
+            unproven.update(seed for seed, found, carried in zip(
+                tables.seeds, table_digests(tables), recorded, strict=True)
+                if not digests_match(found, carried))
+            for seed in tables.seeds:
+                if seed in unproven:
+                    runs.entry(seed)
+            # a chunk is hashed on every read, so a proven seed's rows stay what was proven
+            runs.proven.update(seed for seed in tables.seeds if seed not in unproven)
+        yield tables
+
+
+def record_tables(record: dict[str, Any], plan: dict[str, Any]) -> Iterator[RowTables]:
+    """A record's flat tables checked as :func:`proven_tables` checks them, for a caller
+    given no tables: a chunked record's seeds pass the checks its readers registered (in its
+    run folder, if ``plan.json`` is beside it) before any number is computed from them."""
+    runs = record["runs"]
+    folder = None
+    if isinstance(runs, ChunkedRuns) and (runs.folder / "plan.json").is_file():
+        folder = runs.folder
+    return proven_tables(record, plan, folder)

@@ -181,10 +181,10 @@ def summary_of(record: dict[str, Any], plan: dict[str, Any],
                tables: Iterable[Any] | None = None) -> list[dict[str, Any]]:
     """:func:`summary_for`, computed columnar (:func:`table_summary`) from ``tables``, the
     record's flat tables as a reader checked them (None: read from the record)."""
-    from postlab.records.columns import row_tables
+    from postlab.records.columns import record_tables
 
     answer, contracts = answer_function(plan), plan_contracts(plan)
-    return [entry for batch in (row_tables(record) if tables is None else tables)
+    return [entry for batch in (record_tables(record, plan) if tables is None else tables)
             for entry in table_summary(batch, plan["eval_samples"], answer, contracts)]
 
 

@@ -190,33 +190,11 @@ def _changed(source: Path, changed: list[str]) -> None:
 def checked_tables(opened: OpenedRun) -> Iterator[RowTables]:
     """The run's rows as flat tables, a batch of seeds at a time, each seed checked as a
     reader's walk over the seeds checks it (the checks :func:`open_run`, :func:`check_whole`
-    and the reader registered): a batch's seeds that the columnar checks prove fit their
-    plan (:func:`~postlab.records.fits.unproven_seeds`) and carry digests equal to those
-    recomputed from their rows (:func:`~postlab.records.integrity.table_digests`) are not
-    read one by one; any other is read through the per-seed checks, which refuse it in one
-    line naming what is wrong. A seed is proven once per opening: a reader's second pass
-    (the page's answer tables after its analysis) reads the rows without checking them again.
-    A record held in memory was checked whole when its checks were registered."""
-    from postlab.records.chunks import ChunkedRuns
-    from postlab.records.columns import row_tables
-    from postlab.records.fits import unproven_seeds
-    from postlab.records.integrity import digests_match, table_digests
+    and the reader registered), by :func:`~postlab.records.columns.proven_tables`."""
+    from postlab.records.columns import proven_tables
 
-    runs = opened.record["runs"]
     folder = opened.source.parent if opened.files.plan.is_file() else None
-    for tables in row_tables(opened.record):
-        if isinstance(runs, ChunkedRuns) and not runs.proven.issuperset(tables.seeds):
-            unproven = set(unproven_seeds(tables, opened.plan.data, folder))
-            recorded = tables.runs.column("digests").to_pylist()
-            unproven.update(seed for seed, found, carried in zip(
-                tables.seeds, table_digests(tables), recorded, strict=True)
-                if not digests_match(found, carried))
-            for seed in tables.seeds:
-                if seed in unproven:
-                    runs.entry(seed)
-            # a chunk is hashed on every read, so a proven seed's rows stay what was proven
-            runs.proven.update(seed for seed in tables.seeds if seed not in unproven)
-        yield tables
+    return proven_tables(opened.record, opened.plan.data, folder)
 
 
 def open_run(target: Path | None, plan_path: Path | None = None, *,

@@ -55,10 +55,14 @@ def rescore(record: dict[str, Any], trained: dict[str, str], contracts: list[str
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from postlab.records.chunks import ChunkedRuns
     from postlab.records.columns import judged, row_tables, scores_table
 
     for name in contracts:
         CONTRACTS[name]  # an unknown name fails before any row is read
+    if tables is None and isinstance(record["runs"], ChunkedRuns):
+        raise ValueError("a chunked record is re-scored from the tables its reader checked "
+                         "(records.opened.checked_tables)")
     pairs = [(looser, stricter) for i, first in enumerate(contracts)
              for second in contracts[i + 1:]
              for looser, stricter in ((first, second), (second, first))]
