@@ -11,6 +11,13 @@ building the record's rows as Python objects and writing run folders are left ou
 so (``postlab run`` adds them; for 10,000 seeds the records alone are gigabytes). Prints
 seconds per phase, seed-runs per second, the chunk size and the device's peak memory.
 ``--policy`` swaps the GRU for the small transformers of ``bench_ensemble.py``.
+
+The arithmetic: the floating-point operations of one seed-run, per phase, are counted by
+torch's own counter (``torch.utils.flop_counter``: every matrix product the engine runs,
+forward and backward) on a few members first, and the device's fp32 matrix-product limit is
+measured here (the best of several large products, on the plan's threads); each size then
+prints the share of that limit its training reached. The small GRU's products are a few
+dozen wide, so the share says how far the engine is from what the hardware could do.
 """
 
 from __future__ import annotations
@@ -23,7 +30,10 @@ import torch
 from bench_ensemble import TRANSFORMERS  # this folder is on the path of its scripts
 
 
-def run_size(members: int, plan: dict, device: str, chunk: int | None) -> dict[str, float]:
+def run_size(members: int, plan: dict, device: str, chunk: int | None,
+             flops: dict[str, float] | None = None) -> dict[str, float]:
+    """Seconds per phase for ``members`` seed-runs; ``flops``, if given, gets each phase's
+    floating-point operations as torch counts them (slower: for a few members)."""
     from postlab.engines.ensemble import engine
     from postlab.engines.ensemble.nets import net_for
     from postlab.engines.ensemble.task import chunk_seeds
@@ -39,7 +49,14 @@ def run_size(members: int, plan: dict, device: str, chunk: int | None) -> dict[s
         if where.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        out = fn()
+        if flops is not None:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            with FlopCounterMode(display=False) as counter:
+                out = fn()
+            flops[name] = flops.get(name, 0.0) + counter.get_total_flops()
+        else:
+            out = fn()
         if where.type == "cuda":
             torch.cuda.synchronize()
         times[name] += time.perf_counter() - start
@@ -82,6 +99,30 @@ def run_size(members: int, plan: dict, device: str, chunk: int | None) -> dict[s
     return times
 
 
+def arithmetic(plan: dict, device: str, members: int = 8) -> dict[str, float]:
+    """Floating-point operations of one seed-run per phase, counted by torch over
+    ``members`` seed-runs (every phase's work grows with members, one seed-run each)."""
+    flops: dict[str, float] = {}
+    run_size(members, plan, device, members, flops)
+    return {name: value / members for name, value in flops.items()}
+
+
+def matmul_limit(device: str, size: int = 2048, repeats: int = 5) -> float:
+    """This device's fp32 matrix-product throughput, FLOP/s: the best of ``repeats`` products
+    of two ``size`` x ``size`` matrices, on the threads torch is set to use."""
+    where = torch.device(device)
+    a = torch.randn(size, size, device=where)
+    b = torch.randn(size, size, device=where)
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first warms up
+        if where.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        (a @ b).sum().item()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -105,6 +146,13 @@ def main() -> None:
     print(f"device: {args.device} ({name}); torch {torch.__version__}; teaching plan"
           + ("" if args.rl_steps is None else f" with rl_steps={args.rl_steps}")
           + ("" if args.policy == "gru" else f", policy {plan['policy']}"))
+    counted = arithmetic(plan, args.device)
+    limit = matmul_limit(args.device)
+    total_flops = sum(counted.values())
+    print(f"arithmetic: {total_flops / 1e9:.2f} GFLOP per seed-run, counted by torch on 8 "
+          f"members ({', '.join(f'{k} {v / 1e9:.2f}' for k, v in counted.items())}); fp32 "
+          f"matrix-product limit measured here {limit / 1e9:.1f} GFLOP/s on "
+          f"{torch.get_num_threads()} threads")
     for members in (int(m) for m in args.members.split(",")):
         if args.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
@@ -113,8 +161,10 @@ def main() -> None:
         peak = (f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
                 if args.device.startswith("cuda") else "n/a")
         phases = " ".join(f"{k} {v:.1f}s" for k, v in times.items() if k != "chunk")
+        reached = total_flops * members / total / limit
         print(f"{members:6d} seeds: {total:8.1f} s, {members / total:8.2f} seed-runs/s "
-              f"(chunk {int(times['chunk'])} seeds; peak {peak}; {phases})", flush=True)
+              f"(chunk {int(times['chunk'])} seeds; peak {peak}; {phases}); "
+              f"{reached:.2%} of the matrix-product limit", flush=True)
 
 
 if __name__ == "__main__":
