@@ -71,7 +71,75 @@ def check_example(plan: dict, out: Path, capsys) -> dict:
     assert len(data["compute"]) == 1 + len(plan["arms"])
     assert main(["report", str(out), "--format", "markdown", "--lang", "en"]) == 0
     assert "## Compute per seed" in capsys.readouterr().out
+    check_columnar_against_oracle(out)
     return data
+
+
+def assert_same(one, two, path: str = "value") -> None:
+    """Equal in value and type, NaN equal to NaN, a zero's sign kept, arrays equal in dtype
+    and content, dataclasses field by field."""
+    import dataclasses
+    import math
+
+    import numpy as np
+
+    if dataclasses.is_dataclass(one):
+        assert type(one) is type(two), path
+        for field in dataclasses.fields(one):
+            assert_same(getattr(one, field.name), getattr(two, field.name),
+                        f"{path}.{field.name}")
+    elif isinstance(one, dict):
+        assert list(one) == list(two), path
+        for key in one:
+            assert_same(one[key], two[key], f"{path}[{key!r}]")
+    elif isinstance(one, (list, tuple)):
+        assert len(one) == len(two), path
+        for index, (a, b) in enumerate(zip(one, two, strict=True)):
+            assert_same(a, b, f"{path}[{index}]")
+    elif isinstance(one, np.ndarray):
+        assert one.dtype == two.dtype and np.array_equal(one, two, equal_nan=True), path
+    elif isinstance(one, float):
+        assert type(two) is float, path
+        assert (one == two and math.copysign(1, one) == math.copysign(1, two)) or (
+            math.isnan(one) and math.isnan(two)), (path, one, two)
+    else:
+        assert one == two and type(one) is type(two), (path, one, two)
+
+
+def check_columnar_against_oracle(out: Path) -> None:
+    """A trained run read columnar (the readers' path) gives the numbers the per-seed path
+    (kept as the oracle) gives: its analysis, summary and every export table."""
+    import pyarrow as pa
+
+    from postlab.analysis.aggregate import analyse, oracle_facts, record_facts
+    from postlab.export.tables import (
+        TABLES,
+        Source,
+        arrow_batches,
+        arrow_schema,
+        columnar_batches,
+        table_columns,
+    )
+    from postlab.records.metrics import summary_for, summary_of
+    from postlab.records.opened import checked_tables, open_run
+    from postlab.tasks.contracts import contracts_for
+    from postlab.tasks.registry import task_for
+
+    opened = open_run(out)
+    record, plan = opened.record, opened.plan.data
+    assert_same(analyse(record, plan, facts=record_facts(record, plan, checked_tables(opened))),
+                analyse(record, plan, facts=oracle_facts(record, plan)))
+    assert_same(summary_of(record, plan, checked_tables(opened)), summary_for(record, plan))
+    sources = [Source(record, plan, tables=lambda: checked_tables(opened))]
+    contracts = contracts_for(task_for(plan).answer_kind)
+    schemas = {name: arrow_schema(table_columns(name, sources, contracts)) for name in TABLES}
+    for name in TABLES:
+        one = {name: schemas[name]}
+        columnar = [b for _, b in columnar_batches(sources, contracts, one, 4096)]
+        oracle = [b for _, b in arrow_batches(sources, contracts, one, 4096)]
+        assert [b.num_rows for b in columnar] == [b.num_rows for b in oracle], name
+        assert pa.Table.from_batches(columnar, schema=schemas[name]).equals(
+            pa.Table.from_batches(oracle, schema=schemas[name])), name
 
 
 def write_pretrained(folder: Path, *, characters: list[str] | None = None,
