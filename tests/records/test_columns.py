@@ -385,3 +385,39 @@ def test_rescoring_columnar_counts_what_a_plain_loop_counts(record, split):
     for gap in result.gaps:
         assert (gap.accepted_only_by_looser, gap.with_leading_zeros) == gaps.get(
             (gap.looser, gap.stricter), (0, 0))
+
+
+def _thirds(pair, text, terminated, expected=None):
+    """A partial credit whose sums depend on the order they are added in (thirds, tenths)."""
+    return (len(text) % 3) / 3 + (0.1 if terminated else 0.0)
+
+
+@settings(max_examples=2, deadline=None, database=None, derandomize=True)
+@given(record=edited_records())
+def test_partial_credit_sums_are_added_as_the_oracle_adds_them(record):
+    from postlab.analysis.facts import run_facts, table_facts
+    from postlab.records.metrics import summarize, table_summary
+    from postlab.records.rescore import rescore
+    from postlab.tasks.contracts import CONTRACTS, PARTIAL_CREDIT
+
+    contracts = ["strict", "thirds"]
+    with CONTRACTS.registered("thirds", _thirds), PARTIAL_CREDIT.registered("thirds", True):
+        (tables,) = row_tables(record, batch=3)
+        columnar = table_facts(tables, 16, sum, contracts)
+        for entry, facts in zip(record["runs"], columnar, strict=True):
+            oracle = run_facts(entry, 16, sum, contracts)
+            _same(facts.evaluations, oracle.evaluations)
+            for arm, trained in facts.training.items():
+                _same(trained.accepted, {k: v.astype(trained.accepted[k].dtype)
+                                         for k, v in oracle.training[arm].accepted.items()})
+                _same(trained.series, oracle.training[arm].series)
+                for window in (1, 24, 240):
+                    _same(trained.window_sum("thirds", window),
+                          oracle.training[arm].window_sum("thirds", window))
+        whole = _fresh()  # (an edit may mix a question's group, which a summary refuses)
+        (tables,) = row_tables(whole, batch=3)
+        _same(table_summary(tables, 16, sum, contracts), summarize(whole, 16, sum, contracts))
+        rows, _ = _plain_rescore(whole, contracts, None)
+        found = rescore(whole, {}, contracts)
+        assert [(r.seed, r.stage, r.split, r.decoding, r.n, r.accepted)
+                for r in found.rows] == rows

@@ -322,11 +322,6 @@ class _Columns:
                     low=tuple(self.low.tolist()), high=tuple(self.high.tolist()))
 
 
-def _window_sum(values: np.ndarray) -> Any:
-    """A window's accepted counts summed as Python numbers (integers stay exact)."""
-    return sum(values.tolist())
-
-
 @dataclass
 class _ArmSeries:
     """What one RL arm contributes to the analysis, gathered seed by seed."""
@@ -463,10 +458,8 @@ def analyse(record: dict[str, Any], plan: dict[str, Any], *,
                 window = max(1, len(per_arm[arm].steps) // 10)
                 trials = int(trained.rows[-window:].sum())
                 gathered.trials = trials
-                gathered.paid.append(_window_sum(trained.accepted[contract][-window:])
-                                     / trials)
-                gathered.right.append(_window_sum(trained.accepted[reference][-window:])
-                                      / trials)
+                gathered.paid.append(trained.window_sum(contract, window) / trials)
+                gathered.right.append(trained.window_sum(reference, window) / trials)
         sft_loss.add(fact.sft_loss)
         compute.add(fact.compute)
     if not seeds:

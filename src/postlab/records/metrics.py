@@ -119,8 +119,12 @@ def table_summary(tables: Any, samples: int, answer: Answer = sum,
     import pyarrow.compute as pc
 
     from postlab.records.columns import judged, scores_table
+    from postlab.tasks.contracts import PARTIAL_CREDIT
 
-    rows = judged(tables.evaluations, scores_table(tables, answer, contracts), ordered=False)
+    # a partial-credit reward's sums are added in row order, as summarize adds them (Arrow's
+    # grouped sum adds a group's values in the order it is given them)
+    ordered = any(name in PARTIAL_CREDIT for name in contracts)
+    rows = judged(tables.evaluations, scores_table(tables, answer, contracts), ordered=ordered)
     blocks = tables.blocks
     decodings = blocks.column("decoding").to_pylist()
     per_block = np.array([samples if d == "sampled" else 1 for d in decodings])

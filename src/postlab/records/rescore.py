@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from postlab.records.metrics import count_text
-from postlab.tasks.contracts import CONTRACTS, Answer
+from postlab.tasks.contracts import CONTRACTS, PARTIAL_CREDIT, Answer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,8 +68,9 @@ def rescore(record: dict[str, Any], trained: dict[str, str], contracts: list[str
              for looser, stricter in ((first, second), (second, first))]
     rows, gap_counts = [], dict.fromkeys(pairs, (0, 0))
     for batch in row_tables(record) if tables is None else tables:
+        # a partial-credit reward is added in row order, as a plain loop adds it
         found = judged(batch.evaluations, scores_table(batch, answer, contracts),
-                       ordered=False)
+                       ordered=any(name in PARTIAL_CREDIT for name in contracts))
         blocks = batch.blocks
         if split is not None:
             wanted = pc.equal(blocks.column("split"), split).to_numpy(zero_copy_only=False)
