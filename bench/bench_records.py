@@ -338,7 +338,11 @@ def main() -> None:
             print(f"  record on disk: {max(per_seed) * TARGET / 1e9:.2f} GB "
                   f"({max(per_seed) / 1e3:.0f} KB per seed-run at most)")
         if args.json:
-            args.json.write_text(json.dumps({"sizes": sizes, "results": results}, indent=1))
+            # a figure not measured (training of a kept run) is null, not NaN (not JSON)
+            clean = {size: {name: {k: None if v != v else v for k, v in values.items()}
+                            for name, values in figures.items()}
+                     for size, figures in results.items()}
+            args.json.write_text(json.dumps({"sizes": sizes, "results": clean}, indent=1))
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
