@@ -142,6 +142,21 @@ def lanes_of(names: list[str], lanes: int) -> list[list[str]]:
     return [[name for name in names if name not in second], second]
 
 
+def measure(commands: dict[str, list[str]], lanes: int,
+            figures: dict[str, dict[str, float]]) -> None:
+    """Time each reader (its seconds and peak memory into ``figures``), ``lanes`` at a
+    time."""
+    def lane(names: list[str]) -> None:
+        for name in names:
+            seconds, mib, _ = timed(commands[name])
+            figures[name] = {"s": seconds, "mib": mib}
+            print(f"  {name:<14} {seconds:8.1f} s  {mib:8.0f} MiB peak", flush=True)
+
+    with ThreadPoolExecutor(lanes) as pool:
+        for done in [pool.submit(lane, names) for names in lanes_of(list(commands), lanes)]:
+            done.result()
+
+
 def edited_chunk_caught(run: Path) -> str:
     """Flip one byte of one chunk in the middle of the record; verify must name it."""
     header = json.loads((run / "record.json").read_text())
@@ -238,17 +253,7 @@ def main() -> None:
                                  "folder_per_seed": whole / size}}
             commands = readers(run, folder)
 
-            def lane(names: list[str], commands: dict[str, list[str]] = commands,
-                     figures: dict[str, dict[str, float]] = figures) -> None:
-                for name in names:
-                    seconds, mib, _ = timed(commands[name])
-                    figures[name] = {"s": seconds, "mib": mib}
-                    print(f"  {name:<12} {seconds:8.1f} s  {mib:8.0f} MiB peak", flush=True)
-
-            with ThreadPoolExecutor(args.lanes) as pool:
-                for done in [pool.submit(lane, names)
-                             for names in lanes_of(list(commands), args.lanes)]:
-                    done.result()
+            measure(commands, args.lanes, figures)
             if args.lanes > 1:
                 print(f"  (readers measured {args.lanes} at a time)")
             if size <= args.baseline_up_to and args.baseline_source is not None:
@@ -302,17 +307,7 @@ def main() -> None:
             figures = {}
             commands = readers(run, folder, assembled=True)
 
-            def assembled_lane(names: list[str], commands: dict[str, list[str]] = commands,
-                               figures: dict[str, dict[str, float]] = figures) -> None:
-                for name in names:
-                    seconds, mib, _ = timed(commands[name])
-                    figures[name] = {"s": seconds, "mib": mib}
-                    print(f"  {name:<14} {seconds:8.1f} s  {mib:8.0f} MiB peak", flush=True)
-
-            with ThreadPoolExecutor(args.lanes) as pool:
-                for done in [pool.submit(assembled_lane, names)
-                             for names in lanes_of(list(commands), args.lanes)]:
-                    done.result()
+            measure(commands, args.lanes, figures)
             results[args.assemble] = figures
             print(f"  growth per 1,000 seed-runs from {largest} to {args.assemble}:")
             for name, found in figures.items():

@@ -109,17 +109,8 @@ def assert_same(one, two, path: str = "value") -> None:
 def check_columnar_against_oracle(out: Path) -> None:
     """A trained run read columnar (the readers' path) gives the numbers the per-seed path
     (kept as the oracle) gives: its analysis, summary and every export table."""
-    import pyarrow as pa
-
     from postlab.analysis.aggregate import analyse, oracle_facts, record_facts
-    from postlab.export.tables import (
-        TABLES,
-        Source,
-        arrow_batches,
-        arrow_schema,
-        columnar_batches,
-        table_columns,
-    )
+    from postlab.export.tables import Source
     from postlab.records.metrics import summary_for, summary_of
     from postlab.records.opened import checked_tables, open_run
     from postlab.tasks.contracts import contracts_for
@@ -131,12 +122,27 @@ def check_columnar_against_oracle(out: Path) -> None:
                 analyse(record, plan, facts=oracle_facts(record, plan)))
     assert_same(summary_of(record, plan, checked_tables(opened)), summary_for(record, plan))
     sources = [Source(record, plan, tables=lambda: checked_tables(opened))]
-    contracts = contracts_for(task_for(plan).answer_kind)
+    assert_export_as_oracle(sources, contracts_for(task_for(plan).answer_kind), 4096)
+
+
+def assert_export_as_oracle(sources: list, contracts: list[str], batch_rows: int) -> None:
+    """Every export table built columnar equals the row-by-row builder's, cut into the same
+    record batches."""
+    import pyarrow as pa
+
+    from postlab.export.tables import (
+        TABLES,
+        arrow_batches,
+        arrow_schema,
+        columnar_batches,
+        table_columns,
+    )
+
     schemas = {name: arrow_schema(table_columns(name, sources, contracts)) for name in TABLES}
     for name in TABLES:
         one = {name: schemas[name]}
-        columnar = [b for _, b in columnar_batches(sources, contracts, one, 4096)]
-        oracle = [b for _, b in arrow_batches(sources, contracts, one, 4096)]
+        columnar = [b for _, b in columnar_batches(sources, contracts, one, batch_rows)]
+        oracle = [b for _, b in arrow_batches(sources, contracts, one, batch_rows)]
         assert [b.num_rows for b in columnar] == [b.num_rows for b in oracle], name
         assert pa.Table.from_batches(columnar, schema=schemas[name]).equals(
             pa.Table.from_batches(oracle, schema=schemas[name])), name
