@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import platform
 import time
 from collections.abc import Callable
@@ -56,7 +57,6 @@ from postlab.records.record import (
     run_plan_problems,
     run_reading_problems,
     seed_list_problems,
-    summary_bytes,
 )
 from postlab.tasks.registry import answer_function
 
@@ -228,6 +228,52 @@ def _cost(seen: _Walk) -> str:
             "a seed)")
 
 
+class _SummaryStream:
+    """The summary recomputed from the rows, compared with ``summary.json`` entry by entry as
+    the walk makes it, in the bytes :func:`~postlab.records.record.summary_bytes` writes:
+    nothing is kept of an entry that matches (a 10,000-seed summary held whole took about
+    50 MB), and only from the first that does not, to say where and how it differs."""
+
+    def __init__(self, stored: bytes | None) -> None:
+        self.stored = stored
+        self.offset = 0  # how far the stored bytes matched
+        self.count = 0
+        self.kept: list[dict[str, Any]] | None = None  # entries from the first mismatch on
+        self.first = 0  # the index of that entry
+
+    def _piece(self, entry: dict[str, Any], index: int) -> bytes:
+        text = json.dumps(entry, indent=2).replace("\n", "\n  ")
+        return (("[\n  " if index == 0 else ",\n  ") + text).encode()
+
+    def add(self, entries: list[dict[str, Any]]) -> None:
+        for entry in entries:
+            if self.kept is None:
+                piece = self._piece(entry, self.count)
+                if self.stored is not None and self.stored[
+                        self.offset:self.offset + len(piece)] == piece:
+                    self.offset += len(piece)
+                else:
+                    self.kept, self.first = [], self.count
+            if self.kept is not None:
+                self.kept.append(entry)
+            self.count += 1
+
+    def closing(self) -> bytes:
+        return b"\n]\n" if self.count else b"[]\n"
+
+    def matches(self) -> bool:
+        """summary.json is, byte for byte, the summary of the rows added."""
+        return (self.kept is None and self.stored is not None
+                and self.stored[self.offset:] == self.closing())
+
+    def expected(self) -> bytes:
+        """The summary file the rows make (the stored bytes where they matched)."""
+        stored = self.stored or b""
+        rest = b"".join(self._piece(entry, self.first + index)
+                        for index, entry in enumerate(self.kept or []))
+        return stored[:self.offset] + rest + self.closing()
+
+
 def _check_summary(seen: _Walk, plan: dict[str, Any] | None, folder: Path) -> Check:
     path = folder / "summary.json"
     try:
@@ -240,34 +286,37 @@ def _check_summary(seen: _Walk, plan: dict[str, Any] | None, folder: Path) -> Ch
     if seen.unfit:
         return Check(name="summary", status="fail", detail="cannot recompute the summary: "
                                                              + seen.unfit[0])
-    fresh = seen.summary
-    if stored == summary_bytes(fresh):
+    if seen.summary.stored == stored and seen.summary.matches():
         return Check(name="summary", status="pass",
                      detail="summary.json is, byte for byte, the summary of the raw rows")
     return Check(name="summary", status="fail",
                  detail="summary.json is not the summary of the raw rows"
-                        + _first_summary_difference(stored, fresh))
+                        + _first_summary_difference(stored, seen.summary))
 
 
-def _first_summary_difference(stored: bytes, fresh: list[dict[str, Any]]) -> str:
-    """Where the stored summary first departs from the recomputed one."""
+def _first_summary_difference(stored: bytes, stream: _SummaryStream) -> str:
+    """Where the stored summary first departs from the recomputed one: the first entry whose
+    values differ, else how many entries there are, else the first line (equal values in
+    other JSON: a changed type)."""
     try:
         values = parse_json(stored, "summary.json")
     except UserError as exc:
         return f" ({exc})"
     if isinstance(values, list):
-        for old, new in zip(values, fresh, strict=False):
+        # entries before the first mismatch matched byte for byte
+        for old, new in zip(values[stream.first:], stream.kept or [], strict=False):
             if old != new:
                 return f" at seed {new['seed']}, stage {new['stage']}"
-        if len(values) != len(fresh):
-            return f" ({len(values)} entries, expected {len(fresh)})"
-    expected = summary_bytes(fresh).decode().splitlines()
+        if len(values) != stream.count:
+            return f" ({len(values)} entries, expected {stream.count})"
+    expected = stream.expected().decode().splitlines()
     actual = stored.decode("utf-8", errors="replace").splitlines()
     for number, (a, b) in enumerate(zip(actual, expected, strict=False), start=1):
         if a != b:
             return (f": its values are equal but their JSON is not (line {number}: "
                     f"{a.strip()[:60]!r}, expected {b.strip()[:60]!r}; a type change such as "
                     "63 to 63.0, 1 to true or 0.0 to -0.0)")
+
     return f" ({len(actual)} lines, expected {len(expected)})"
 
 
@@ -515,7 +564,7 @@ class _Walk:
     hash_problems: list[str] = field(default_factory=list)
     eval_problems: list[str] = field(default_factory=list)
     unfit: list[str] = field(default_factory=list)
-    summary: list[dict[str, Any]] = field(default_factory=list)
+    summary: _SummaryStream = field(default_factory=lambda: _SummaryStream(None))
     plan_problems: list[str] = field(default_factory=list)
     digest_problems: list[str] = field(default_factory=list)
     without_digests: int = 0
@@ -529,7 +578,11 @@ class _Walk:
 
 def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
           device: str, *, quick: bool = False) -> _Walk:
-    seen = _Walk()
+    try:  # compared with the summary as it is recomputed, so that is never held whole
+        stored_summary: bytes | None = read_bytes(folder / "summary.json", "summary")
+    except UserError:
+        stored_summary = None  # the summary check says why
+    seen = _Walk(summary=_SummaryStream(stored_summary))
     stages = ["initial", *arm_names(plan)] if plan is not None else None
     engine = engine_for(record)  # its evaluation recomputes the rows as they were made
     if plan is not None:
@@ -556,7 +609,7 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
         if plan is not None:
             seen.unfit += run_reading_problems(run, plan)
             if not seen.unfit:  # rows that do not fit the plan cannot be summarised
-                seen.summary += run_summary_for(run, plan)
+                seen.summary.add(run_summary_for(run, plan))
             seen.plan_problems += run_plan_problems(run, plan)
         if "digests" in run:
             problems = compare_digests(run, run["digests"])
@@ -611,7 +664,7 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
             if len(waiting) >= EVALUATION_BATCH:
                 reevaluate()
             if not seen.unfit:
-                seen.summary += summary[seed]
+                seen.summary.add(summary[seed])
             seen.seed_results.append((seed, seed_results_sha256({"seed": seed},
                                                                 digests[index])))
     reevaluate()
