@@ -386,3 +386,157 @@ def test_partial_credit_sums_are_added_as_the_oracle_adds_them(record):
         found = rescore(whole, {}, contracts)
         assert [(r.seed, r.stage, r.split, r.decoding, r.n, r.accepted)
                 for r in found.rows] == rows
+
+
+# --- what the columnar checks must not let through (found by a second reader) ---------------
+
+def _chunked_bundled(tmp_path):
+    """The bundled run in a folder of its own, its record rewritten as chunks (one a seed)."""
+    import shutil
+
+    from recordfiles import write_record
+
+    from postlab.records.record import bundled_run_dir
+
+    run = tmp_path / "run"
+    shutil.copytree(bundled_run_dir(), run)
+    record = _fresh()
+    record["chunks"], record["seeds"] = [], []
+    write_record(run, record)
+    (run / "record.json.gz").unlink()
+    return run
+
+
+def _edit_chunk(run, index: int, edit) -> None:
+    """Rewrite seed ``index``'s chunk through ``edit`` (a table in, a table out) and name
+    its new digest and size in the manifest, as a careful editor would."""
+    import hashlib
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    header = json.loads((run / "record.json").read_text())
+    chunk = header["chunks"][index]
+    path = run / chunk["file"]
+    table = edit(pq.read_table(path))
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, table.schema, compression="zstd") as writer:
+        writer.write_table(table)
+    data = sink.getvalue().to_pybytes()
+    path.write_bytes(data)
+    chunk.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    (run / "record.json").write_text(json.dumps(header))
+
+
+def _set(table, name: str, value) -> object:
+    import pyarrow as pa
+
+    return table.set_column(table.schema.get_field_index(name), table.schema.field(name),
+                            pa.array([value], table.schema.field(name).type))
+
+
+def _relayout(change):
+    import json
+
+    def edit(table):
+        layout = json.loads(table.column("layout")[0].as_py())
+        change(layout)
+        return _set(table, "layout", json.dumps(layout, separators=(",", ":")))
+    return edit
+
+
+LAYOUTS = {
+    "step without updates": lambda layout: layout["step"].remove("updates"),
+    "step with sampling": lambda layout: layout["step"].append("sampling"),
+    "run with a part of no chunk": lambda layout: layout["run"].append("foo"),
+    "updates without statistics": lambda layout: layout.__setitem__("update", []),
+}
+
+
+@pytest.mark.parametrize("change", sorted(LAYOUTS))
+def test_a_layout_the_per_seed_checks_refuse_is_refused_by_every_reader(tmp_path, capsys,
+                                                                        change):
+    from postlab.cli import main
+
+    run = _chunked_bundled(tmp_path)
+    _edit_chunk(run, 1, _relayout(LAYOUTS[change]))
+    for command in (["report", str(run), "--format", "json"],
+                    ["export", str(run), "--out-dir", str(tmp_path / "t")]):
+        assert main(command) == 2, change
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "seed 22" in err and "Traceback" not in err, err
+    assert not (tmp_path / "t").exists()
+    assert main(["verify", str(run), "--quick"]) == 2  # refused, as the entry cannot be read
+    assert "seed 22" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("part", ["sft_loss", "compute", "checkpoints", "arm_sft_loss"])
+def test_a_null_in_a_chunk_is_refused_in_one_line(tmp_path, capsys, part):
+    from postlab.cli import main
+
+    def edit(table):
+        if part == "sft_loss":
+            values = table.column(part)[0].as_py()
+            return _set(table, part, [None, *values[1:]])
+        if part == "compute":
+            return _set(table, part, [None, *table.column(part)[0].as_py()[1:]])
+        return _set(table, part, None)
+
+    run = _chunked_bundled(tmp_path)
+    _edit_chunk(run, 1, edit)
+    assert main(["report", str(run), "--format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_steps_moved_to_another_seed_of_the_batch_are_not_proven():
+    # seed 11 given seed 22's strict history after its own, seed 22 left its substring one:
+    # the batch's arms and steps run in the template's order, but not each seed's
+    import pyarrow as pa
+
+    plan = teaching_plan_loaded().data
+    table = entries_table(_fresh()["runs"])
+    training = table.column("training").to_pylist()
+    moved = [step for step in training[1] if step["arm"] == "strict"]
+    training[0] = training[0] + moved
+    training[1] = [step for step in training[1] if step["arm"] != "strict"]
+    table = table.set_column(table.schema.get_field_index("training"), "training",
+                             pa.array(training, table.schema.field("training").type))
+    assert {11, 22} <= set(unproven_seeds(flatten(table), plan, None))
+
+
+def test_a_seeds_steps_stored_out_of_arm_order_read_as_its_entry_holds_them():
+    # the per-seed checks pass such a seed (its entry groups the steps by arm): the columnar
+    # readers must compute from that order too
+    import pyarrow as pa
+
+    from postlab.analysis.facts import run_facts, table_facts
+    from postlab.export.tables import Source
+
+    plan = teaching_plan_loaded().data
+    record = _fresh()
+    table = entries_table(record["runs"])
+    training = table.column("training").to_pylist()
+    strict = [s for s in training[2] if s["arm"] == "strict"]
+    substring = [s for s in training[2] if s["arm"] == "substring"]
+    training[2] = [step for pair in zip(strict, substring, strict=True) for step in pair]
+    table = table.set_column(table.schema.get_field_index("training"), "training",
+                             pa.array(training, table.schema.field("training").type))
+    tables = flatten(table)
+    facts = table_facts(tables, plan["eval_samples"], sum, ["strict", "substring"])
+    _same(facts[2].training, run_facts(record["runs"][2], plan["eval_samples"], sum,
+                                       ["strict", "substring"]).training)
+    assert table_digests(tables)[2] == record["runs"][2]["digests"]
+    assert_export_as_oracle([Source(record, plan, tables=lambda: [tables])],
+                            ["strict", "substring"], 4096)
+
+
+def test_a_one_document_record_with_integer_numbers_reads_as_its_values():
+    # another program's record may write 1 for 1.0; the per-seed checks take it
+    plan = teaching_plan_loaded().data
+    record = _fresh()
+    record["runs"][0]["sft_loss"][0] = 1
+    record["runs"][1]["training"]["strict"][0]["updates"][0]["kl"] = 0
+    columnar, oracle = _both(record, plan)
+    _same(columnar, oracle)

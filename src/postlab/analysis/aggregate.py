@@ -339,8 +339,9 @@ def record_facts(record: dict[str, Any], plan: dict[str, Any],
                  tables: Iterable[Any] | None = None) -> Iterator[SeedFacts]:
     """Every seed's facts in record order, computed columnar a batch of seeds at a time
     (:func:`~postlab.analysis.facts.table_facts`) from ``tables`` (by default the record's
-    own, :func:`~postlab.records.columns.row_tables`; a reader passes them checked,
-    :func:`~postlab.records.opened.checked_tables`): the path every reader takes."""
+    own, each seed checked first, :func:`~postlab.records.columns.record_tables`; a reader
+    passes those its opening checked, :func:`~postlab.records.opened.checked_tables`): the
+    path every reader takes."""
     from postlab.records.columns import record_tables
 
     samples, answer, contracts = plan["eval_samples"], answer_function(plan), plan_contracts(plan)

@@ -47,8 +47,8 @@ def direction(value: Interval) -> str:
 def findings(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any],
              split: str, tables: Callable[[], Iterable[Any]] | None = None) -> list[Finding]:
     """The run's findings on ``split``, in reading order: SFT, then each arm. ``tables``
-    makes the record's checked flat tables afresh for each pass over the answers (None:
-    :func:`~postlab.records.columns.row_tables` of the record)."""
+    makes the record's checked flat tables afresh for each pass over the answers (None: the
+    record's own, each seed checked first, :func:`~postlab.records.columns.record_tables`)."""
     reference = analysis.contracts[0]
     rate = f"{reference}_rate"
     result: list[Finding] = []
@@ -190,7 +190,7 @@ def _gaming(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any], st
     answers that contract pays although they are wrong, its change from the SFT model (which
     decides the verb), the commonest such answer (on ``split`` if any, else from its own
     rollouts) and each seed's onset. ``tables``: makes the record's checked flat tables
-    afresh for each pass (None: read them from the record)."""
+    afresh for each pass (None: the record's own, each seed checked first)."""
     import pyarrow.compute as pc
 
     before_too = "initial" in analysis.stages and stage != "initial"

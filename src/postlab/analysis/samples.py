@@ -100,8 +100,8 @@ def judged_rows(record: dict[str, Any], plan: dict[str, Any], tables: Iterable[A
     order (columnar: each distinct answer judged once): the columns of a :class:`Sample`
     but ``prompt`` and ``expected`` (the few distinct answers make them), an ``accepted:<c>``
     flag per contract of the plan, and ``ordinal``, the answer's place in the record's walk.
-    ``tables``: the record's flat tables, checked (by default read unchecked from the
-    record: :func:`~postlab.records.columns.row_tables`)."""
+    ``tables``: the record's flat tables as a reader checked them (by default the record's
+    own, each seed checked first: :func:`~postlab.records.columns.record_tables`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

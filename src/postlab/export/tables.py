@@ -198,8 +198,8 @@ def columns_of(table: str, contracts: Sequence[str], *, sweep: bool = False,
 @dataclass(frozen=True)
 class Source:
     """One run's inputs: its record, its plan, its sweep version (None for a lone run), and
-    what makes its flat tables checked as a reader checks them (None: read unchecked from
-    the record, :func:`~postlab.records.columns.row_tables`)."""
+    what makes its flat tables checked as a reader checks them (None: the record's own, each
+    seed checked first, :func:`~postlab.records.columns.record_tables`)."""
 
     record: dict[str, Any]
     plan: dict[str, Any]
@@ -487,7 +487,8 @@ def _batch_tables(source: Source, tables: Any, contracts: Sequence[str],
             **{name: rows.column(name) for name in (
                 "a", "b", "answer", "text", "terminated", "tokens")},
             "rewarded_by": pc.take(pa.array([rewarded_by[arm] for arm in
-                                             rows.column("arm").unique().to_pylist()]),
+                                             rows.column("arm").unique().to_pylist()],
+                                            pa.string()),
                                    pc.index_in(rows.column("arm"),
                                                rows.column("arm").unique())),
             **judgements(rows)})

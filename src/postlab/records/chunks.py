@@ -89,15 +89,20 @@ def _row_struct(row: Sequence[Any]) -> dict[str, Any]:
     return {"a": a, "b": b, "text": text, "terminated": terminated}
 
 
-def _floats(values: Sequence[Any], where: str) -> list[float]:
+def _floats(values: Sequence[Any], where: str, *, lenient: bool = False) -> list[float]:
     # a double column keeps a float exactly; an int would come back a float, another JSON
+    if lenient:  # read only (a one-document record as columns): the same values as floats
+        return [float(v) if type(v) is int else v for v in values]
     if any(type(v) is not float for v in values):
         raise ValueError(f"{where}: a chunk stores floats only")
     return list(values)
 
 
-def _flat(entry: dict[str, Any]) -> dict[str, Any]:
-    """One seed's entry as a chunk row (the inverse of :func:`_entry`)."""
+def _flat(entry: dict[str, Any], *, lenient: bool = False) -> dict[str, Any]:
+    """One seed's entry as a chunk row (the inverse of :func:`_entry`). ``lenient``: for
+    reading an entry as columns, never for writing: integers where floats belong (a record
+    another program wrote) become floats of the same value."""
+    floats = functools.partial(_floats, lenient=lenient)
     extra = set(entry) - RUN_KEYS
     if extra:
         raise ValueError(f"a chunk cannot store the entry parts {sorted(extra)}")
@@ -115,7 +120,7 @@ def _flat(entry: dict[str, Any]) -> dict[str, Any]:
     return {
         "seed": entry["seed"],
         "layout": json.dumps(layout, separators=(",", ":")),
-        "sft_loss": _floats(entry.get("sft_loss", []), "sft_loss"),
+        "sft_loss": floats(entry.get("sft_loss", []), "sft_loss"),
         "evaluations": [{"stage": stage, "split": split, "decoding": decoding,
                          "rows": [_row_struct(r) for r in rows]}
                         for stage, splits in entry["evaluations"].items()
@@ -125,7 +130,7 @@ def _flat(entry: dict[str, Any]) -> dict[str, Any]:
         "training": [{"arm": arm, "step": step["step"],
                       "rows": [_row_struct(r) for r in step["rows"]],
                       "zero_variance_groups": step["zero_variance_groups"],
-                      "updates": [{k: _floats([u[k]], "updates")[0] for k in UPDATE_KEYS}
+                      "updates": [{k: floats([u[k]], "updates")[0] for k in UPDATE_KEYS}
                                   for u in step["updates"]],
                       "sampling": None if "sampling" not in step else {
                           **{k: step["sampling"][k] for k in SAMPLING_COUNTS},
@@ -134,7 +139,7 @@ def _flat(entry: dict[str, Any]) -> dict[str, Any]:
                      for arm, history in entry.get("training", {}).items() for step in history],
         "checkpoints": [{"stage": stage, **info}
                         for stage, info in entry.get("checkpoints", {}).items()],
-        "arm_sft_loss": [{"arm": arm, "losses": _floats(losses, "arm_sft_loss")}
+        "arm_sft_loss": [{"arm": arm, "losses": floats(losses, "arm_sft_loss")}
                          for arm, losses in entry.get("arm_sft_loss", {}).items()],
         "compute": [{"stage": stage, **counts}
                     for stage, counts in entry.get("compute", {}).items()],

@@ -99,22 +99,58 @@ def flatten(table: pa.Table) -> RowTables:
 
     training = _single(table, "training")
     arm, step, rows, zero_variance, updates, sampling = training.flatten().flatten()
-    steps = pa.table({"seed": pc.take(seeds, _parents(training)), "arm": arm, "step": step,
+    owner = _parents(training)
+    steps = pa.table({"seed": pc.take(seeds, owner), "arm": arm, "step": step,
                       "index": _index_in_parent(training),
                       "zero_variance_groups": zero_variance, "updates": updates,
                       "sampling": sampling})
     a, b, text, terminated = rows.flatten().flatten()
     rollouts = pa.table({"step_id": _parents(rows), "position": _index_in_parent(rows),
                          "a": a, "b": b, "text": text, "terminated": terminated})
+    order = _history_order(owner.to_numpy(), arm.to_pylist(),
+                           _single(table, "arms").to_pylist())
+    if order is not None:
+        steps, rollouts = _reordered(steps, rollouts, rows, order)
     runs = table.drop_columns(["evaluations", "training"])
     return RowTables(seeds=tuple(seeds.to_pylist()), blocks=blocks, evaluations=evaluated,
                      steps=steps, rollouts=rollouts, runs=runs)
 
 
+def _history_order(owner: np.ndarray, arms: list[Any], arms_of: list[list[str]]
+                   ) -> np.ndarray | None:
+    """The order a seed's entry holds its steps in (its arms in the order it names them,
+    each arm's steps in stored order, as the entry is rebuilt: ``chunks._entry``), where a
+    chunk stores them otherwise; None where it stores them so (postlab writes them so)."""
+    ranks = np.empty(len(arms), dtype=np.int64)
+    for place, (seed, name) in enumerate(zip(owner.tolist(), arms, strict=True)):
+        named = arms_of[seed] or []
+        ranks[place] = named.index(name) if name in named else len(named)
+    order = np.lexsort((np.arange(len(arms)), ranks, owner))
+    return None if np.array_equal(order, np.arange(len(arms))) else order
+
+
+def _reordered(steps: pa.Table, rollouts: pa.Table, rows: pa.ListArray,
+               order: np.ndarray) -> tuple[pa.Table, pa.Table]:
+    """Steps taken in ``order``, each keeping its rows, renumbered."""
+    offsets = rows.offsets.to_numpy()
+    offsets = offsets - offsets[0]
+    taken = [np.arange(offsets[i], offsets[i + 1]) for i in order.tolist()]
+    moved = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
+    renumbered = np.repeat(np.arange(len(order)), np.diff(offsets)[order])
+    steps = steps.take(pa.array(order))
+    owner = steps.column("seed").to_numpy()
+    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]]) if len(owner) else []
+    index = np.arange(len(owner)) - np.repeat(starts, np.diff(np.r_[starts, len(owner)]))
+    steps = steps.set_column(steps.schema.get_field_index("index"), "index", pa.array(index))
+    rollouts = rollouts.take(pa.array(moved)).set_column(0, "step_id", pa.array(renumbered))
+    return steps, rollouts
+
+
 def entries_table(entries: Sequence[dict[str, Any]]) -> pa.Table:
     """Seeds' entries of a one-document record in the chunk schema (how such a record is
     read columnar: converted on read, never written back)."""
-    return pa.Table.from_pylist([_flat(entry) for entry in entries], schema=_schema())
+    return pa.Table.from_pylist([_flat(entry, lenient=True) for entry in entries],
+                                schema=_schema())
 
 
 def row_tables(record: dict[str, Any], batch: int = BATCH_SEEDS) -> Iterator[RowTables]:
@@ -248,13 +284,13 @@ def seed_evaluations(tables: RowTables, seed: int, stage: str) -> dict[str, Any]
     if not len(chosen):
         return None
     rows = tables.evaluations
-    owner = rows.column("block_id").to_numpy()
+    owner = rows.column("block_id").to_numpy()  # ascending: rows are in record order
     found: dict[str, Any] = {}
     splits = blocks.column("split").to_pylist()
     decodings = blocks.column("decoding").to_pylist()
     for block in chosen.tolist():
-        where = np.flatnonzero(owner == block)
-        part = rows.take(pa.array(where))
+        start, stop = np.searchsorted(owner, [block, block + 1])
+        part = rows.slice(int(start), int(stop - start))
         values = [part.column(name).to_pylist() for name in ROW_COLUMNS]
         found.setdefault(splits[block], {})[decodings[block]] = [
             list(row) for row in zip(*values, strict=True)]
@@ -272,23 +308,34 @@ def proven_tables(record: dict[str, Any], plan: dict[str, Any], folder: Path | N
     line naming what is wrong. A seed is proven once per opening: a reader's second pass (the
     page's answer tables after its analysis) reads the rows without checking them again. A
     record held in memory was checked whole when its checks were registered."""
-    from postlab.records.fits import unproven_seeds
-    from postlab.records.integrity import digests_match, table_digests
-
     runs = record["runs"]
     for tables in row_tables(record, batch):
         if isinstance(runs, ChunkedRuns) and not runs.proven.issuperset(tables.seeds):
-            unproven = set(unproven_seeds(tables, plan, folder))
-            recorded = tables.runs.column("digests").to_pylist()
-            unproven.update(seed for seed, found, carried in zip(
-                tables.seeds, table_digests(tables), recorded, strict=True)
-                if not digests_match(found, carried))
+            unproven, _ = not_proven(tables, plan, folder)
             for seed in tables.seeds:
                 if seed in unproven:
                     runs.entry(seed)
             # a chunk is hashed on every read, so a proven seed's rows stay what was proven
             runs.proven.update(seed for seed in tables.seeds if seed not in unproven)
         yield tables
+
+
+def not_proven(tables: RowTables, plan: dict[str, Any], folder: Path | None
+               ) -> tuple[set[int], list[dict[str, Any] | None]]:
+    """The seeds of a batch the columnar checks do not prove: that they fit their plan
+    (:func:`~postlab.records.fits.unproven_seeds`) and that their digests, recomputed from
+    the rows (:func:`~postlab.records.integrity.table_digests`), are the ones they carry;
+    and those recomputed digests, seed by seed (None where they could not be)."""
+    from postlab.records.fits import unproven_seeds
+    from postlab.records.integrity import digests_match, table_digests
+
+    unproven = set(unproven_seeds(tables, plan, folder))
+    digests = table_digests(tables)
+    recorded = tables.runs.column("digests").to_pylist()
+    unproven.update(seed for seed, found, carried in zip(tables.seeds, digests, recorded,
+                                                          strict=True)
+                    if not digests_match(found, carried))
+    return unproven, digests
 
 
 def record_tables(record: dict[str, Any], plan: dict[str, Any]) -> Iterator[RowTables]:

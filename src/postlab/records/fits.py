@@ -10,11 +10,11 @@ value in range, so every per-seed check would pass it. A seed it does not prove 
 checked the per-seed way, which names what is wrong (or passes it: this check may be
 stricter, never looser). Plans with dynamic sampling are left to the per-seed checks.
 
-What it leaves out on purpose is the comparison of each part with the digests taken in
-training: a chunk is hashed whole against the manifest before it is read, which catches any
-change to its bytes at disk speed, and ``postlab verify`` recomputes every part's digest and
-names the part that changed. (Recomputing them in every reader costs about 35 ms per
-teaching seed, six minutes at 10,000 seeds.)
+The digests are compared apart, from the same flat tables
+(:func:`~postlab.records.integrity.table_digests`); a seed must pass both to be proven
+(:func:`~postlab.records.columns.not_proven`). A value that cannot be what a postlab record
+holds (a null where a chunk's column may hold one, a layout that is not postlab's) leaves its
+seed unproven, never fails here: the per-seed checks say what is wrong with it.
 """
 
 from __future__ import annotations
@@ -26,14 +26,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
+from postlab.errors import UserError
 from postlab.records.chunks import ROW_LIMITS
 
 #: Parts of a seed's entry every postlab record carries (``record.run_missing_parts``).
 WHOLE_PARTS = frozenset({"seed", "sft_loss", "evaluations", "training", "checkpoints",
                          "compute", "digests"})
+#: The parts an entry may hold besides (``records.chunks.RUN_KEYS``), a step's parts where the
+#: plan samples plainly, and an update's statistics: a layout naming others is rebuilt into
+#: an entry the per-seed checks refuse.
+OPTIONAL_PARTS = frozenset({"arm_sft_loss"})
+STEP_PARTS = frozenset({"step", "rows", "zero_variance_groups", "updates"})
+UPDATE_PARTS = frozenset({"loss", "gradient_norm_before_clip", "kl", "entropy",
+                          "ratio_outside_clip"})
 MAX_SEED = 2**62
 MAX_COUNT = 10**15
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -78,12 +85,6 @@ def _rows_in_range(a: Any, b: Any, text: Any, terminated: Any) -> bool:
     return not len(text) or pc.max(pc.utf8_length(text)).as_py() <= ROW_LIMITS["text"]
 
 
-def _per_seed(table: pa.Table, seeds: int) -> np.ndarray | None:
-    """How many of ``table``'s rows each seed has, if every seed has the same number."""
-    count = table.num_rows
-    return None if count % seeds else np.full(seeds, count // seeds)
-
-
 def _finite(values: np.ndarray, low: float = -math.inf, high: float = math.inf) -> bool:
     return bool(np.all(np.isfinite(values) & (values >= low) & (values <= high)))
 
@@ -104,7 +105,11 @@ def unproven_seeds(tables: Any, plan: dict[str, Any], folder: Path | None) -> li
     stages = template["stages"]
     for run in runs.select(["seed", "layout", "sft_loss", "arms", "checkpoints",
                             "arm_sft_loss", "compute", "digests"]).to_pylist():
-        if not _seed_fits(run, plan, template, stages, folder):
+        try:
+            fits = _seed_fits(run, plan, template, stages, folder)
+        except (TypeError, KeyError, ValueError, AttributeError, UserError):
+            fits = False  # a null or a foreign layout: the per-seed checks name it
+        if not fits:
             unproven.append(run["seed"])
     return unproven
 
@@ -143,6 +148,9 @@ def _batch_fits(tables: Any, plan: dict[str, Any], template: dict[str, Any],
     if steps.column("arm").to_pylist() != [arm for _ in range(count) for arm in arms
                                            for _ in range(rl_steps)]:
         return False
+    if not np.array_equal(steps.column("seed").to_numpy(), np.repeat(
+            np.array(tables.seeds, dtype=np.int64), len(arms) * rl_steps)):
+        return False  # each seed's own arms and steps, not a neighbour's
     if not np.all(steps.column("step").to_numpy().reshape(-1, rl_steps) == template["steps"]):
         return False
     if steps.column("sampling").null_count != steps.num_rows:
@@ -152,10 +160,8 @@ def _batch_fits(tables: Any, plan: dict[str, Any], template: dict[str, Any],
         return False
     updates = steps.column("updates").combine_chunks()
     lengths = updates.value_lengths().to_numpy(zero_copy_only=False)
-    dynamic = plan.get("dynamic_sampling") or {}
+    # (a plan that samples dynamically, whose steps may have no update, is not proven here)
     expected = np.full(len(lengths), plan["updates_per_rollout"])
-    if dynamic.get("constant_groups") == "drop":
-        expected[zero_variance * plan["group_size"] == per_step] = 0
     if updates.null_count or not np.array_equal(lengths, expected):
         return False
     flat = updates.flatten()
@@ -196,7 +202,14 @@ def _seed_fits(run: dict[str, Any], plan: dict[str, Any], template: dict[str, An
     if not 0 <= seed <= MAX_SEED or run["digests"] is None:
         return False
     layout = parse_json(run["layout"], "layout")
-    if not isinstance(layout, dict) or not set(layout.get("run", ())) >= WHOLE_PARTS:
+    if not isinstance(layout, dict) or not isinstance(layout.get("run"), list):
+        return False
+    parts = set(layout["run"])
+    if (not parts >= WHOLE_PARTS or not parts <= WHOLE_PARTS | OPTIONAL_PARTS
+            or len(parts) != len(layout["run"]) or set(layout.get("step", ())) != STEP_PARTS
+            or len(layout["step"]) != len(STEP_PARTS)
+            or set(layout.get("update", ())) != UPDATE_PARTS
+            or len(layout["update"]) != len(UPDATE_PARTS) or layout.get("sampling")):
         return False
     if run["arms"] != template["rl_arms"]:
         return False

@@ -174,7 +174,6 @@ def table_digests(tables: Any) -> list[dict[str, Any] | None]:
     runs = tables.runs.select(["seed", "layout", "sft_loss", "arm_sft_loss",
                                "compute"]).to_pylist()
     order = {seed: index for index, seed in enumerate(tables.seeds)}
-    failed = [False] * len(runs)
     evaluations_json = _row_lists_json(tables.evaluations, tables.evaluations.column("block_id"),
                                        blocks.num_rows)
     rollouts_json = _row_lists_json(tables.rollouts, tables.rollouts.column("step_id"),
@@ -195,7 +194,10 @@ def table_digests(tables: Any) -> list[dict[str, Any] | None]:
 
     if steps.column("sampling").null_count != steps.num_rows:
         return [None] * len(runs)
-    statistics = _statistics_json(steps, [json.loads(run["layout"])["update"] for run in runs])
+    layouts = [_layout(run["layout"]) for run in runs]
+    failed = [layout is None for layout in layouts]
+    statistics = _statistics_json(steps, [layout["update"] for layout in layouts
+                                          if layout is not None])
     if statistics is None:
         return [None] * len(runs)
     seeds = steps.column("seed").to_pylist()
@@ -208,21 +210,38 @@ def table_digests(tables: Any) -> list[dict[str, Any] | None]:
             {"rows": _sha(f"[{rows}]"), "statistics": _sha(stats)})
 
     result: list[dict[str, Any] | None] = []
-    for place, run in enumerate(runs):
-        layout = json.loads(run["layout"])["run"]
+    for place, (run, layout) in enumerate(zip(runs, layouts, strict=True)):
+        if layout is None:
+            result.append(None)
+            continue
         try:
             found = digests[place]
             found["sft_loss"] = digest(run["sft_loss"])
-            if "arm_sft_loss" in layout:
+            if "arm_sft_loss" in layout["run"]:
                 found["arm_sft_loss"] = digest({entry["arm"]: entry["losses"]
                                                 for entry in run["arm_sft_loss"]})
-            if "compute" in layout:
+            if "compute" in layout["run"]:
                 found["compute"] = digest({entry.pop("stage"): entry
                                            for entry in run["compute"]})
-        except ValueError:  # a non-finite float: left to the row-by-row check
+        except (ValueError, TypeError, KeyError, AttributeError):
+            # a non-finite float or a null where a list belongs: left to the row-by-row check
             failed[place] = True
         result.append(None if failed[place] else digests[place])
     return result
+
+
+def _layout(text: Any) -> dict[str, Any] | None:
+    """A chunk row's layout (its entry's key orders), or None if it is not one postlab
+    writes (the row-by-row check then says what is wrong)."""
+    try:
+        layout = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(layout, dict) or not all(
+            isinstance(layout.get(key), list) and all(isinstance(k, str) for k in layout[key])
+            for key in ("run", "step", "update", "sampling")):
+        return None
+    return layout
 
 
 def digests_match(found: dict[str, Any] | None, recorded: str | None) -> bool:

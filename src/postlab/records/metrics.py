@@ -184,7 +184,8 @@ def table_summary(tables: Any, samples: int, answer: Answer = sum,
 def summary_of(record: dict[str, Any], plan: dict[str, Any],
                tables: Iterable[Any] | None = None) -> list[dict[str, Any]]:
     """:func:`summary_for`, computed columnar (:func:`table_summary`) from ``tables``, the
-    record's flat tables as a reader checked them (None: read from the record)."""
+    record's flat tables as a reader checked them (None: the record's own, each seed checked
+    first: :func:`~postlab.records.columns.record_tables`)."""
     from postlab.records.columns import record_tables
 
     answer, contracts = answer_function(plan), plan_contracts(plan)

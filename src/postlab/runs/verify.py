@@ -37,7 +37,7 @@ from postlab.policies.checkpoint import (
 )
 from postlab.policies.restore import policy_from_checkpoint
 from postlab.records.chunks import ChunkedRuns, chunk_problems
-from postlab.records.columns import row_tables, seed_evaluations
+from postlab.records.columns import not_proven, row_tables, seed_evaluations
 from postlab.records.fingerprint import (
     named_checkpoints,
     read_fingerprints,
@@ -45,8 +45,7 @@ from postlab.records.fingerprint import (
     run_fingerprint,
     seed_results_sha256,
 )
-from postlab.records.fits import unproven_seeds
-from postlab.records.integrity import compare_digests, digests_match, table_digests
+from postlab.records.integrity import compare_digests
 from postlab.records.layout import layout_problems, link_problems
 from postlab.records.metrics import run_summary_for, table_summary
 from postlab.records.opened import made_by_postlab
@@ -637,12 +636,7 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
     # and checked part by part, which names what is wrong.
     answer, contracts = answer_function(plan), plan_contracts(plan)
     for tables in row_tables(record):
-        unproven = set(unproven_seeds(tables, plan, folder))
-        digests = table_digests(tables)
-        carried = tables.runs.column("digests").to_pylist()
-        unproven.update(seed for seed, found, recorded in zip(tables.seeds, digests, carried,
-                                                               strict=True)
-                        if not digests_match(found, recorded))
+        unproven, digests = not_proven(tables, plan, folder)
         summary: dict[int, list[dict[str, Any]]] = {}
         if len(unproven) < len(tables.seeds):
             for entry in table_summary(tables, plan["eval_samples"], answer, contracts):
