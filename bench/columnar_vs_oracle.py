@@ -6,9 +6,9 @@ numbers, and how long each takes.
 For the run folder RUN (a chunked record), in one process: the analysis every report shows
 (its JSON form, which holds every number of it), the reference summary and every export table,
 computed columnar (what the readers do) and per seed (the oracle: each seed decoded into
-Python, checked as the readers checked it before, its rows walked one by one). Prints whether each is equal, byte for byte or table for
-table, and the seconds each path took with their ratio. The tests compare the two paths on
-small records; this is for a record of many seeds.
+Python, checked as the readers checked it before, its rows walked one by one). Prints whether
+each is equal, byte for byte or table for table, and the seconds each path took with their
+ratio. The tests compare the two paths on small records; this is for a record of many seeds.
 """
 
 from __future__ import annotations
