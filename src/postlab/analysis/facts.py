@@ -166,7 +166,12 @@ def table_facts(tables: Any, samples: int, answer: Answer,
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from postlab.records.columns import judged, scores_table
+    from postlab.records.columns import (
+        answers_per_question,
+        judged,
+        scores_table,
+        with_questions,
+    )
 
     scores = scores_table(tables, answer, contracts)
     sums = [(f"score:{name}", "sum") for name in contracts]
@@ -176,14 +181,11 @@ def table_facts(tables: Any, samples: int, answer: Answer,
     # block's rows are in record order, so the block number orders them
     blocks = tables.blocks
     decodings = blocks.column("decoding").to_pylist()
-    per_block = np.array([_per_question(d, samples) or 1 for d in decodings], dtype=np.int64)
     # a partial-credit reward's sums are added in row order, as the oracle adds them: Arrow's
     # grouped sum adds each group's values in the order it is given them
     partial = [name for name in contracts if name in PARTIAL_CREDIT]
-    evaluated = judged(tables.evaluations, scores, ordered=bool(partial))
-    block_id = evaluated.column("block_id").to_numpy()
-    evaluated = evaluated.append_column("question", pa.array(
-        evaluated.column("position").to_numpy() // per_block[block_id]))
+    evaluated = with_questions(judged(tables.evaluations, scores, ordered=bool(partial)),
+                               answers_per_question(tables, samples))
     grouped = evaluated.group_by(["block_id", "question"], use_threads=False).aggregate(
         [*sums, ("a", "min"), ("a", "max"), ("b", "min"), ("b", "max"),
          ("position", "count")]).sort_by([("block_id", "ascending"),

@@ -190,8 +190,8 @@ def row_tables(record: dict[str, Any], batch: int = BATCH_SEEDS) -> Iterator[Row
 
 def _runs_of_groups(places: Sequence[tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
     """Seeds' (chunk, row group) places, in record order, as runs of consecutive row
-    groups of one chunk: (chunk, first group, stop). The writer keeps the record's order, so
-    a chunk is one run; a record whose order differs is read in its own order all the same."""
+    groups of one chunk: (chunk, first group, stop). A run of one worker is one chunk, one
+    run; workers' chunks interleave in the record's order, in runs of a seed or a few."""
     start = 0
     while start < len(places):
         chunk, first = places[start]
@@ -247,20 +247,32 @@ def judged(rows: pa.Table, scores: pa.Table, *, ordered: bool = True) -> pa.Tabl
     return joined.sort_by("ordinal") if ordered else joined
 
 
+def answers_per_question(tables: RowTables, samples: int) -> np.ndarray:
+    """Each evaluation block's answers per question: ``samples`` sampled, one greedy."""
+    return np.array([samples if decoding == "sampled" else 1
+                     for decoding in tables.blocks.column("decoding").to_pylist()],
+                    dtype=np.int64)
+
+
+def with_questions(rows: pa.Table, per_block: np.ndarray) -> pa.Table:
+    """Evaluation rows with each one's question and sample within its block (its place
+    in the block over and modulo its block's answers per question)."""
+    position = rows.column("position").to_numpy()
+    size = per_block[rows.column("block_id").to_numpy()]
+    return rows.append_column("question", pa.array(position // size)).append_column(
+        "sample", pa.array(position % size))
+
+
 def labelled_evaluations(tables: RowTables, scores: pa.Table, samples: int) -> pa.Table:
     """A batch's evaluation rows judged (:func:`judged`), each with its block's seed,
-    stage, split and decoding, and its question and sample within the block (greedy: one
-    answer a question; sampled: ``samples``)."""
-    rows = judged(tables.evaluations, scores)
+    stage, split and decoding, and its question and sample within the block
+    (:func:`with_questions`)."""
+    rows = with_questions(judged(tables.evaluations, scores),
+                          answers_per_question(tables, samples))
     block = rows.column("block_id")
-    per = pc.if_else(pc.equal(tables.blocks.column("decoding"), "sampled"),
-                     pa.scalar(samples, pa.int64()), pa.scalar(1, pa.int64()))
-    size = pc.take(per, block)
-    position = rows.column("position")
     for name in ("seed", "stage", "split", "decoding"):
         rows = rows.append_column(name, pc.take(tables.blocks.column(name), block))
-    return rows.append_column("question", pc.divide(position, size)).append_column(
-        "sample", pc.subtract(position, pc.multiply(pc.divide(position, size), size)))
+    return rows
 
 
 def labelled_rollouts(tables: RowTables, scores: pa.Table) -> pa.Table:

@@ -115,10 +115,14 @@ def table_summary(tables: Any, samples: int, answer: Answer = sum,
     question by Arrow. The same entries, bit for bit (a partial-credit contract's sums may
     differ in their last bits: Arrow adds in another order)."""
     import numpy as np
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    from postlab.records.columns import judged, scores_table
+    from postlab.records.columns import (
+        answers_per_question,
+        judged,
+        scores_table,
+        with_questions,
+    )
     from postlab.tasks.contracts import PARTIAL_CREDIT
 
     # a partial-credit reward's sums are added in row order, as summarize adds them (Arrow's
@@ -127,10 +131,8 @@ def table_summary(tables: Any, samples: int, answer: Answer = sum,
     rows = judged(tables.evaluations, scores_table(tables, answer, contracts), ordered=ordered)
     blocks = tables.blocks
     decodings = blocks.column("decoding").to_pylist()
-    per_block = np.array([samples if d == "sampled" else 1 for d in decodings])
-    block_id = rows.column("block_id").to_numpy()
-    rows = rows.append_column("question", pa.array(
-        rows.column("position").to_numpy() // per_block[block_id]))
+    per_block = answers_per_question(tables, samples)
+    rows = with_questions(rows, per_block)
     rows = rows.append_column("open", pc.cast(pc.invert(rows.column("terminated")), "int64"))
     sums = [(f"score:{name}", "sum") for name in contracts]
     per = rows.group_by("block_id", use_threads=False).aggregate(
