@@ -209,6 +209,25 @@ def test_tasks_hold_a_bounded_number_of_seeds(tmp_path, seeds, capacity, device,
     assert {task.shares for task in made} == {min(capacity, seeds)}
 
 
+def test_a_cpu_chunk_keeps_an_rl_pass_in_the_cache(monkeypatch):
+    # the teaching plan's rollouts: 64 rows x 3 x 48 floats a member, 2 RL members a seed
+    from postlab.engines.ensemble import task
+    from postlab.machine import resources
+    from postlab.plan.frozen import teaching_plan
+
+    plan = teaching_plan()
+    monkeypatch.setattr(resources, "l2_cache_bytes", lambda: 2 << 20)
+    monkeypatch.setattr(task, "free_bytes", lambda device: 64 << 30)
+    assert task.cache_seeds(plan) == (2 << 20) // (64 * 3 * 48 * 4 * 2) == 28
+    assert task.chunk_seeds(plan, "cpu", 3) == 28
+    assert task.chunk_seeds(plan, "cuda", 3) > 900  # a GPU takes what memory holds
+    monkeypatch.setattr(task, "free_bytes", lambda device: 64 << 20)
+    assert task.chunk_seeds(plan, "cpu", 3) < 28  # and memory still bounds a CPU chunk
+    monkeypatch.setattr(resources, "l2_cache_bytes", lambda: 1024)
+    assert task.cache_seeds(plan) == 1
+    assert task.cache_seeds(dict(plan, arms=["strict"])) == 1
+
+
 def test_live_logs_are_refused_with_the_ensemble(tmp_path, capsys):
     path = write_plan(tmp_path / "p.json", **SMALL)
     assert main(["run", "--plan", str(path), "--out-dir", str(tmp_path / "run"), "--engine",

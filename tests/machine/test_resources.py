@@ -55,3 +55,20 @@ def test_the_peak_of_a_call_counts_what_it_freed_before_returning():
         assert peak_growth(briefly)[1] > 48 * 2**20
     nothing = peak_growth(lambda: None)[1]
     assert nothing is None or 0 <= nothing < 8 * 2**20
+
+
+def test_the_level_2_cache_is_read_from_sysfs_or_defaulted(tmp_path):
+    from postlab.machine.resources import DEFAULT_L2_BYTES, l2_cache_bytes
+
+    for index, (level, size) in enumerate([("1", "48K"), ("1", "32K"), ("2", "2048K"),
+                                           ("3", "300M")]):
+        folder = tmp_path / "cache" / f"index{index}"
+        folder.mkdir(parents=True)
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "size").write_text(f"{size}\n")
+    assert l2_cache_bytes(str(tmp_path / "cache")) == 2048 * 1024
+    (tmp_path / "cache" / "index2" / "size").write_text("1M\n")
+    assert l2_cache_bytes(str(tmp_path / "cache")) == 1 << 20
+    assert l2_cache_bytes(str(tmp_path / "none")) == DEFAULT_L2_BYTES
+    (tmp_path / "cache" / "index2" / "size").write_text("big\n")
+    assert l2_cache_bytes(str(tmp_path / "cache")) == DEFAULT_L2_BYTES

@@ -18,6 +18,26 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+#: A core's level-2 cache where the system does not say (a common size today).
+DEFAULT_L2_BYTES = 1 << 20
+
+
+def l2_cache_bytes(folder: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """One core's level-2 cache in bytes (Linux: sysfs), else :data:`DEFAULT_L2_BYTES`."""
+    try:
+        for index in sorted(os.listdir(folder)):
+            with open(f"{folder}/{index}/level") as level:
+                if level.read().strip() != "2":
+                    continue
+            with open(f"{folder}/{index}/size") as size:
+                text = size.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            return int(text.rstrip("KMG")) * scale
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_L2_BYTES
+
+
 def resident_bytes() -> int:
     """This process's resident memory now (Linux: ``/proc/self/statm``), else its peak so far,
     which is what other systems report."""

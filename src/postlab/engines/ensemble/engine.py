@@ -189,6 +189,13 @@ def decode(params: Mapping[str, torch.Tensor], net: Net, prompts: torch.Tensor,
     columns = net.allowed.nonzero().flatten()
     # column j sums 0..j
     upper = torch.ones(len(columns), len(columns), device=prompts.device).triu()
+    # Every position's draw at once, [members, batch, max_new_tokens]: a draw is a pure
+    # function of its key, so drawing ahead changes the work, not a bit (one hash of the
+    # counter instead of one per position: the hash is some 200 small tensor operations).
+    draws = None if greedy else counter.uniform(
+        seeds[:, None, None], stream, step,
+        sequence[..., None] * max_new_tokens + torch.arange(max_new_tokens,
+                                                            device=prompts.device))
 
     def choose(logits: torch.Tensor, position: int) -> torch.Tensor:
         if greedy:
@@ -197,8 +204,7 @@ def decode(params: Mapping[str, torch.Tensor], net: Net, prompts: torch.Tensor,
         # the CDF as a product with a triangular matrix: a deterministic kernel on every
         # device (CUDA's cumsum is not, under deterministic algorithms)
         cdf = scaled.softmax(-1) @ upper
-        draw = counter.uniform(seeds[:, None], stream, step,
-                               sequence * max_new_tokens + position)
+        draw = draws[..., position]
         # the draw scaled to the total mass, so rounding in the sum never picks a
         # character without mass: the first index where the CDF reaches it has some
         return columns[(cdf < (draw * cdf[..., -1])[..., None]).sum(-1)]

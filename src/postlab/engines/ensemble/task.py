@@ -209,12 +209,35 @@ def free_bytes(device: str) -> int:
         return 4 << 30  # where the system does not say: assume 4 GiB
 
 
+def cache_seeds(plan: dict[str, Any]) -> int | None:
+    """How many seeds of a GRU plan train fastest at once on a CPU: as many as keep one RL
+    pass's gate activations (rollouts x 3 x hidden floats a member) within a core's L2 cache.
+    None for other policies (not measured).
+
+    Each GRU step is a dozen elementwise passes over those activations; once they spill out
+    of the cache, memory bandwidth sets the pace. Measured on the teaching plan (Intel Xeon,
+    2 MiB L2, one thread, 2026-12-07): an RL member-step took 2.41-2.49 ms with 12 to 32
+    seeds together, 2.63 ms with 64 and 2.97 ms with 128 (before, chunks were as large as
+    memory allowed: 128 seeds a task); this rule gives 28.
+    """
+    if policy_kind(plan) != "gru":
+        return None
+    from postlab.machine.resources import l2_cache_bytes
+
+    per_member = plan["prompts_per_step"] * plan["group_size"] * 3 * plan["hidden"] * 4
+    rl_members = sum(arm.is_rl for arm in arm_specs(plan))
+    return max(1, l2_cache_bytes() // (per_member * max(1, rl_members)))
+
+
 def chunk_seeds(plan: dict[str, Any], device: str, members_per_seed: int,
                 shares: int = 1) -> int:
     """How many seeds train at once: as many as half the free memory holds, shared by the
-    ``shares`` ensemble tasks that run at the same time."""
+    ``shares`` ensemble tasks that run at the same time; on a CPU, no more than
+    :func:`cache_seeds`."""
     budget = free_bytes(device) // (2 * max(1, shares))
-    return max(1, budget // (member_bytes(plan) * max(1, members_per_seed)))
+    most = max(1, budget // (member_bytes(plan) * max(1, members_per_seed)))
+    fastest = None if device.startswith("cuda") else cache_seeds(plan)
+    return most if fastest is None else min(most, fastest)
 
 
 def train_parts(parts: list[Part], device: str, emit: Emit, chunk: int | None = None,
