@@ -15,11 +15,15 @@ and the page, which shows the verification just made rather than repeating it), 
 per seed-run (the record's files, and the whole folder with checkpoints), then edits one byte
 of one chunk and checks that ``verify`` names that chunk.
 
-With ``--lanes 2`` the readers run two at a time (``verify``, the page, which shows its
-checks, the JSON report and ``samples`` in one lane; ``verify --quick``, ``export`` and
-``compare`` in the other), for a machine with two cores to spare: each reader is one process
-on one core, so its peak memory is unchanged and its time is measured beside one other
-reader's.
+Readers prove each seed (its rows fit the plan, its digests recompute) unless a proof of
+the same state is remembered (``postlab.records.proofs``). So ``verify --quick``, which always
+proves and remembers, runs first, beside a JSON report with a cache folder of its own
+(``report json (first read)``: what a reader costs when nothing is remembered); every other
+reader then finds the proof. With ``--lanes 2`` the readers run two at a time (after those
+two: ``verify``, the page, which shows its checks, and ``samples`` in one lane; the JSON
+report, ``export`` and ``compare`` in the other), for a machine with two cores to spare: each
+reader is one process on one core, so its peak memory is unchanged and its time is measured
+beside one other reader's.
 
 Baseline, side by side: up to ``--baseline-up-to`` seeds, the same readers of an earlier
 version (``--baseline-source``: a checkout whose ``src`` the commands then run from) read the
@@ -55,13 +59,15 @@ POSTLAB = [sys.executable, "-m", "postlab"]
 TARGET = 10_000
 
 
-def timed(command: list[str], *, expect: int = 0,
-          source: Path | None = None) -> tuple[float, float, str]:
+def timed(command: list[str], *, expect: int = 0, source: Path | None = None,
+          cache: Path | None = None) -> tuple[float, float, str]:
     """Wall seconds, peak resident MiB (this process alone, ``ru_maxrss``) and stdout;
-    ``source``: a checkout of another postlab version whose ``src`` runs the command."""
+    ``source``: a checkout of another postlab version whose ``src`` runs the command;
+    ``cache``: a cache folder of its own (nothing remembered by the other readers)."""
     start = time.perf_counter()
-    env = None if source is None else {**os.environ,
-                                       "PYTHONPATH": str(source.resolve() / "src")}
+    env = {**os.environ,
+           **({} if source is None else {"PYTHONPATH": str(source.resolve() / "src")}),
+           **({} if cache is None else {"POSTLAB_CACHE_DIR": str(cache)})}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         child = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
         _, status, usage = os.wait4(child.pid, 0)
@@ -115,13 +121,21 @@ def _twin(run: Path) -> Path:
     return twin
 
 
+#: The readers that run first, two at a time, and prove every seed: ``verify --quick``
+#: (which remembers its proof for the readers after it) and a JSON report with a cache of
+#: its own (a reader that finds no proof remembered: what any reader costs the first time).
+FIRST = ("verify --quick", "report json (first read)")
+
+
 def readers(run: Path, scratch: Path, *, assembled: bool = False) -> dict[str, list[str]]:
     """Each reader's command. An assembled record (``assemble_records.py``) is verified
     ``--quick``: its copies' checkpoints would not give their rows again, by design."""
+    report = [*POSTLAB, "report", str(run), "--format", "json"]
     return {
         "verify --quick": [*POSTLAB, "verify", str(run), "--quick"],
+        "report json (first read)": report,
         **({} if assembled else {"verify": [*POSTLAB, "verify", str(run)]}),
-        "report json": [*POSTLAB, "report", str(run), "--format", "json"],
+        "report json": report,
         **({} if assembled else {"report html": [
             *POSTLAB, "report", str(run), "--format", "json", "--html",
             str(scratch / "page.html")]}),
@@ -138,23 +152,31 @@ def lanes_of(names: list[str], lanes: int) -> list[list[str]]:
     checks that verify made."""
     if lanes == 1:
         return [names]
-    second = [name for name in names if name in ("export", "compare", "verify --quick")]
+    second = [name for name in names if name in ("export", "compare", "report json")]
     return [[name for name in names if name not in second], second]
 
 
 def measure(commands: dict[str, list[str]], lanes: int,
-            figures: dict[str, dict[str, float]]) -> None:
+            figures: dict[str, dict[str, float]], scratch: Path) -> None:
     """Time each reader (its seconds and peak memory into ``figures``), ``lanes`` at a
-    time."""
+    time: first :data:`FIRST`, which prove every seed, then the others, which find the proof
+    ``verify --quick`` remembered."""
     def lane(names: list[str]) -> None:
         for name in names:
-            seconds, mib, _ = timed(commands[name])
+            own = scratch / "first-read-cache" if name == FIRST[1] else None
+            if own is not None:
+                shutil.rmtree(own, ignore_errors=True)
+            seconds, mib, _ = timed(commands[name], cache=own)
             figures[name] = {"s": seconds, "mib": mib}
-            print(f"  {name:<14} {seconds:8.1f} s  {mib:8.0f} MiB peak", flush=True)
+            print(f"  {name:<24} {seconds:8.1f} s  {mib:8.0f} MiB peak", flush=True)
 
+    first = [name for name in FIRST if name in commands]
+    rest = [name for name in commands if name not in FIRST]
     with ThreadPoolExecutor(lanes) as pool:
-        for done in [pool.submit(lane, names) for names in lanes_of(list(commands), lanes)]:
-            done.result()
+        for group in ([[name] for name in first] if lanes > 1 else [first],
+                      lanes_of(rest, lanes)):
+            for done in [pool.submit(lane, names) for names in group]:
+                done.result()
 
 
 def edited_chunk_caught(run: Path) -> str:
@@ -253,7 +275,7 @@ def main() -> None:
                                  "folder_per_seed": whole / size}}
             commands = readers(run, folder)
 
-            measure(commands, args.lanes, figures)
+            measure(commands, args.lanes, figures, folder)
             if args.lanes > 1:
                 print(f"  (readers measured {args.lanes} at a time)")
             if size <= args.baseline_up_to and args.baseline_source is not None:
@@ -307,7 +329,7 @@ def main() -> None:
             figures = {}
             commands = readers(run, folder, assembled=True)
 
-            measure(commands, args.lanes, figures)
+            measure(commands, args.lanes, figures, folder)
             results[args.assemble] = figures
             print(f"  growth per 1,000 seed-runs from {largest} to {args.assemble}:")
             for name, found in figures.items():

@@ -540,3 +540,134 @@ def test_a_one_document_record_with_integer_numbers_reads_as_its_values():
     record["runs"][1]["training"]["strict"][0]["updates"][0]["kl"] = 0
     columnar, oracle = _both(record, plan)
     _same(columnar, oracle)
+
+
+def _threads_reading_ahead() -> int:
+    import threading
+
+    return sum(thread.name == "postlab-read-ahead" for thread in threading.enumerate())
+
+
+def test_reading_ahead_keeps_order_raises_in_place_and_leaves_no_thread():
+    from postlab.records.columns import read_ahead
+
+    made = []
+
+    def items(fail_at=None):
+        for item in range(6):
+            if item == fail_at:
+                raise ValueError(f"item {item}")
+            made.append(item)
+            yield item
+
+    assert list(read_ahead(items())) == list(range(6))
+    got = []
+    with pytest.raises(ValueError, match="item 3"):
+        for item in read_ahead(items(fail_at=3)):
+            got.append(item)
+    assert got == [0, 1, 2]  # the error comes where that item would have
+    made.clear()
+    ahead = read_ahead(items())
+    assert next(ahead) == 0
+    ahead.close()  # a reader that stops early (a refusal, an interrupt) joins the thread
+    assert _threads_reading_ahead() == 0
+    assert made[:2] == [0, 1] and len(made) <= 3  # at most one item ahead, then it stops
+    with pytest.raises(KeyError):
+        for _ in read_ahead(items()):
+            raise KeyError("the caller's own error")
+    assert _threads_reading_ahead() == 0
+
+
+def _cache(tmp_path, monkeypatch):
+    from postlab.machine.cache import CACHE_VARIABLE
+
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(CACHE_VARIABLE, str(folder))
+    return folder
+
+
+def _fail_if_proving(monkeypatch):
+    from postlab.records import columns
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("proved again")
+
+    monkeypatch.setattr(columns, "not_proven", refuse)
+
+
+def test_a_second_reader_takes_the_remembered_proof(tmp_path, monkeypatch, capsys):
+    from postlab.cli import main
+
+    cache = _cache(tmp_path, monkeypatch)
+    run = _chunked_bundled(tmp_path)
+    assert main(["report", str(run), "--format", "json"]) == 0
+    first = capsys.readouterr().out
+    assert len(list((cache / "proven").glob("*.json"))) == 1
+    with monkeypatch.context() as patched:
+        _fail_if_proving(patched)
+        assert main(["report", str(run), "--format", "json"]) == 0
+        assert capsys.readouterr().out == first
+        assert main(["export", str(run), "--out-dir", str(tmp_path / "t")]) == 0
+
+
+def test_verify_remembers_what_it_proved(tmp_path, monkeypatch, capsys):
+    from postlab.cli import main
+
+    cache = _cache(tmp_path, monkeypatch)
+    run = _chunked_bundled(tmp_path)
+    main(["verify", str(run), "--quick"])  # its fingerprint file is the unchunked record's
+    out = capsys.readouterr().out
+    assert "PASS  raw rows:" in out and "PASS  counts:" in out, out
+    assert len(list((cache / "proven").glob("*.json"))) == 1
+    capsys.readouterr()
+    _fail_if_proving(monkeypatch)
+    assert main(["report", str(run), "--format", "json"]) == 0
+
+
+@pytest.mark.parametrize("change", ["chunk rewritten", "checkpoint gone", "source", "plan",
+                                    "memo unreadable", "cache unwritable"])
+def test_a_proof_is_taken_only_for_the_state_it_proved(tmp_path, monkeypatch, capsys,
+                                                       change):
+    from postlab import version
+    from postlab.cli import main
+    from postlab.records import proofs
+    from postlab.records.opened import checked_tables, open_run
+
+    cache = _cache(tmp_path, monkeypatch)
+    run = _chunked_bundled(tmp_path)
+    if change == "cache unwritable":
+        cache.write_text("a file where the folder would be")
+    assert main(["report", str(run), "--format", "json"]) == 0
+    capsys.readouterr()
+    opened = open_run(run)
+    key = proofs.proof_key(opened.record, opened.plan.data, run)
+    if change == "chunk rewritten":
+        # rows and digests changed together, the manifest naming the new chunk: the old
+        # proof covers other bytes, so the seed is proven afresh, and refused
+        _edit_chunk(run, 1, _relayout(LAYOUTS["step without updates"]))
+        assert main(["report", str(run), "--format", "json"]) == 2
+        assert "seed 22" in capsys.readouterr().err
+        return
+    if change == "checkpoint gone":
+        next(run.glob("seed-22-*.pt")).unlink()
+    elif change == "source":
+        hashes = version.source_hashes()
+        monkeypatch.setattr(version, "source_hashes",
+                            lambda: hashes | {"postlab/new.py": "0" * 64})
+    elif change == "plan":
+        opened.plan.data["kl_beta"] = 0.5
+    elif change == "memo unreadable":
+        next((cache / "proven").glob("*.json")).write_text("{")
+    assert (proofs.proof_key(opened.record, opened.plan.data, run) != key) == (
+        change in ("checkpoint gone", "source", "plan"))
+    assert not proofs.remembered(proofs.proof_key(opened.record, opened.plan.data, run))
+    if change == "checkpoint gone":
+        return
+    proved = []
+    from postlab.records import columns
+
+    original = columns.not_proven
+    monkeypatch.setattr(columns, "not_proven",
+                        lambda *args: proved.append(1) or original(*args))
+    list(checked_tables(opened))
+    assert proved  # proven afresh

@@ -18,6 +18,7 @@ import functools
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -334,20 +335,29 @@ class ChunkedRuns(Sequence[dict[str, Any]]):
         self._kept: dict[int, dict[str, Any]] = {}
         #: seeds a columnar pass proved pass every per-seed check (``records.opened``)
         self.proven: set[int] = set()
+        # a reader's next batch is proven in a thread (``columns.read_ahead``), which may
+        # read an unproven seed's entry while the reader reads another
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
         return len(self.seeds)
 
     def __getstate__(self) -> dict[str, Any]:
         # a copy (or pickle) reads the same files afresh; the open chunk is not state
-        return {**self.__dict__, "_open": None, "_kept": {}, "proven": set(self.proven),
-                "_checks": [(check, set(seen)) for check, seen in self._checks]}
+        state = {**self.__dict__, "_open": None, "_kept": {}, "proven": set(self.proven),
+                 "_checks": [(check, set(seen)) for check, seen in self._checks]}
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ChunkedRuns:
         # the entries are read from files their digests fix, so a deep copy shares nothing
         # mutable: each access builds new objects
         copied = ChunkedRuns.__new__(ChunkedRuns)
-        copied.__dict__.update(self.__getstate__())
+        copied.__setstate__(self.__getstate__())
         return copied
 
     @overload
@@ -371,6 +381,10 @@ class ChunkedRuns(Sequence[dict[str, Any]]):
         self._checks.append((check, set()))
 
     def entry(self, seed: int) -> dict[str, Any]:
+        with self._lock:
+            return self._entry(seed)
+
+    def _entry(self, seed: int) -> dict[str, Any]:
         entry = self._kept.get(seed)
         if entry is None:
             entry = self._read(seed)

@@ -14,10 +14,12 @@ read_chunk`), so a table holds only bytes the record names.
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +36,7 @@ BATCH_SEEDS = 8
 #: run had workers (64 seeds of 2 workers: every next seed in the other chunk, each read and
 #: hashed 32 times when one chunk was held). A chunk holds at most 256 seeds, 25 MB.
 OPEN_CHUNKS = 8
+T = TypeVar("T")
 #: The columns of a row, in every table that holds rows.
 ROW_COLUMNS = ("a", "b", "text", "terminated")
 
@@ -309,8 +312,64 @@ def seed_evaluations(tables: RowTables, seed: int, stage: str) -> dict[str, Any]
     return found
 
 
+def read_ahead(items: Iterator[T]) -> Iterator[T]:
+    """``items`` in order, the next one made in a thread while the caller works on this one.
+
+    A reader's batch is made (chunks read and hashed, rows flattened, seeds proven) mostly in
+    Arrow's kernels and hashlib, which release the GIL, while the caller's work on the
+    previous batch is mostly Python: on two cores the two overlap. An exception from the
+    thread is raised to the caller where it asks for that item, as it would have been
+    without the thread. The thread is joined before this generator ends, however it ends,
+    so none outlives the reader (a thread still running at exit can abort the process)."""
+    results: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def offer(kind: str, value: Any) -> bool:
+        while not stop.is_set():
+            try:
+                results.put((kind, value), timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not offer("item", item):
+                    return
+        except BaseException as exc:  # handed to the caller, who raises it
+            offer("error", exc)
+            return
+        offer("end", None)
+
+    thread = threading.Thread(target=produce, name="postlab-read-ahead")
+    thread.start()
+    try:
+        while True:
+            kind, value = results.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join()
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+
+
 def proven_tables(record: dict[str, Any], plan: dict[str, Any], folder: Path | None = None,
                   batch: int = BATCH_SEEDS) -> Iterator[RowTables]:
+    """:func:`checked_batches`, each made while the caller works on the one before
+    (:func:`read_ahead`)."""
+    return read_ahead(checked_batches(record, plan, folder, batch))
+
+
+def checked_batches(record: dict[str, Any], plan: dict[str, Any], folder: Path | None = None,
+                    batch: int = BATCH_SEEDS) -> Iterator[RowTables]:
     """:func:`row_tables`, each seed checked first. A batch's seeds that the columnar checks
     prove fit their plan (:func:`~postlab.records.fits.unproven_seeds`; ``folder``: the run
     folder, whose checkpoint files must be there, None for a record read alone) and carry
@@ -319,10 +378,20 @@ def proven_tables(record: dict[str, Any], plan: dict[str, Any], folder: Path | N
     read through the per-seed checks the record's readers registered, which refuse it in one
     line naming what is wrong. A seed is proven once per opening: a reader's second pass (the
     page's answer tables after its analysis) reads the rows without checking them again. A
-    record held in memory was checked whole when its checks were registered."""
+    record held in memory was checked whole when its checks were registered. A pass that
+    proves every seed is remembered, and a later reader of the same record, plan, folder and
+    postlab takes its seeds as proven (:mod:`~postlab.records.proofs`)."""
+    from postlab.records import proofs
+
     runs = record["runs"]
+    chunked = isinstance(runs, ChunkedRuns)
+    key = proofs.proof_key(record, plan, folder) if chunked else None
+    known = chunked and runs.proven.issuperset(runs.seeds)
+    if chunked and not known and proofs.remembered(key):
+        runs.proven.update(runs.seeds)
+        known = True
     for tables in row_tables(record, batch):
-        if isinstance(runs, ChunkedRuns) and not runs.proven.issuperset(tables.seeds):
+        if chunked and not runs.proven.issuperset(tables.seeds):
             unproven, _ = not_proven(tables, plan, folder)
             for seed in tables.seeds:
                 if seed in unproven:
@@ -330,6 +399,8 @@ def proven_tables(record: dict[str, Any], plan: dict[str, Any], folder: Path | N
             # a chunk is hashed on every read, so a proven seed's rows stay what was proven
             runs.proven.update(seed for seed in tables.seeds if seed not in unproven)
         yield tables
+    if chunked and not known and runs.proven.issuperset(runs.seeds):
+        proofs.remember(key, len(runs.seeds))
 
 
 def not_proven(tables: RowTables, plan: dict[str, Any], folder: Path | None

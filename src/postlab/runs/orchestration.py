@@ -87,7 +87,7 @@ from postlab.records.record import (
 )
 from postlab.runs.executors import TaskExecutor, configure_torch, default_kind, make_executor
 from postlab.runs.progress import Quiet
-from postlab.version import __version__
+from postlab.version import __version__, source_hashes
 
 PLAN_FILE = "plan.json"
 RECORD_FILE = "record.json"
@@ -122,13 +122,6 @@ class RunOptions:
     #: when the run is opened. Checking reads every chunk and loads every checkpoint, so it is
     #: done once
     checked: tuple[LoadedPlan, dict[str, Any] | None] | None = None
-
-
-def source_hashes() -> dict[str, str]:
-    """sha256 of each of postlab's source files, so a record names the code that made it."""
-    root = Path(__file__).resolve().parents[1]  # the postlab package
-    return {str(p.relative_to(root.parent)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*.py"))}
 
 
 # --- the run -------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from postlab.policies.checkpoint import (
 )
 from postlab.policies.restore import policy_from_checkpoint
 from postlab.records.chunks import ChunkedRuns, chunk_problems
-from postlab.records.columns import not_proven, row_tables, seed_evaluations
+from postlab.records.columns import not_proven, read_ahead, row_tables, seed_evaluations
 from postlab.records.fingerprint import (
     named_checkpoints,
     read_fingerprints,
@@ -635,8 +635,12 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
     # per-seed check, so only its checkpoints and summary remain; any other seed is read
     # and checked part by part, which names what is wrong.
     answer, contracts = answer_function(plan), plan_contracts(plan)
-    for tables in row_tables(record):
-        unproven, digests = not_proven(tables, plan, folder)
+    # the next batch is read and proven while this one's checkpoints are re-evaluated
+    proofs = read_ahead((tables, *not_proven(tables, plan, folder))
+                        for tables in row_tables(record))
+    proven_all = True
+    for tables, unproven, digests in proofs:
+        proven_all = proven_all and not unproven
         summary: dict[int, list[dict[str, Any]]] = {}
         if len(unproven) < len(tables.seeds):
             for entry in table_summary(tables, plan["eval_samples"], answer, contracts):
@@ -662,6 +666,11 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
             seen.seed_results.append((seed, seed_results_sha256({"seed": seed},
                                                                 digests[index])))
     reevaluate()
+    if proven_all:  # the record's readers need not prove its seeds again
+        from postlab.records import proofs as remembered_proofs
+
+        remembered_proofs.remember(remembered_proofs.proof_key(record, plan, folder),
+                                   len(runs.seeds))
     return seen
 
 
