@@ -2,7 +2,8 @@
 computation (SFT, both RL arms, every evaluation) for 1,000 and 10,000 seeds.
 
     python bench/bench_ensemble_scale.py --device cuda [--members 1000,10000] [--rl-steps N]
-                                         [--policy gru|gpt2|llama]
+                                         [--policy gru|gpt2|llama] [--chunk N]
+                                         [--baseline-source CHECKOUT --baseline-chunk N]
 
 For each size, members are chunked to fit the device's memory (as ``postlab run --engine
 ensemble`` does) and the phases are timed: SFT of every seed, its evaluation, RL of every
@@ -11,6 +12,11 @@ building the record's rows as Python objects and writing run folders are left ou
 so (``postlab run`` adds them; for 10,000 seeds the records alone are gigabytes). Prints
 seconds per phase, seed-runs per second, the chunk size and the device's peak memory.
 ``--policy`` swaps the GRU for the small transformers of ``bench_ensemble.py``.
+
+``--baseline-source CHECKOUT``: each size is timed again, right after, with the engine of an
+earlier postlab (this script run with that checkout's ``src`` first on the path), in chunks
+of ``--baseline-chunk`` seeds (what that version's tasks trained at once: 128 on a CPU before
+chunks followed the cache), and the ratio of the two times is printed.
 
 The arithmetic: the floating-point operations of one seed-run, per phase, are counted by
 torch's own counter (``torch.utils.flop_counter``: every matrix product the engine runs,
@@ -23,8 +29,13 @@ dozen wide, so the share says how far the engine is from what the hardware could
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import platform
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 from bench_ensemble import TRANSFORMERS  # this folder is on the path of its scripts
@@ -130,6 +141,10 @@ def main() -> None:
     parser.add_argument("--rl-steps", type=int)
     parser.add_argument("--chunk", type=int, help="seeds at a time (default: what memory holds)")
     parser.add_argument("--policy", choices=["gru", *TRANSFORMERS], default="gru")
+    parser.add_argument("--baseline-source", type=Path,
+                        help="a checkout of an earlier postlab, timed after each size")
+    parser.add_argument("--baseline-chunk", type=int, help="its seeds at a time")
+    parser.add_argument("--timing-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     from postlab.machine.device import prepare
 
@@ -146,6 +161,11 @@ def main() -> None:
     print(f"device: {args.device} ({name}); torch {torch.__version__}; teaching plan"
           + ("" if args.rl_steps is None else f" with rl_steps={args.rl_steps}")
           + ("" if args.policy == "gru" else f", policy {plan['policy']}"))
+    if args.timing_only:  # a baseline's timing, for the invocation that started it
+        for members in (int(m) for m in args.members.split(",")):
+            times = run_size(members, plan, args.device, args.chunk)
+            print(json.dumps(times))
+        return
     counted = arithmetic(plan, args.device)
     limit = matmul_limit(args.device)
     total_flops = sum(counted.values())
@@ -165,6 +185,28 @@ def main() -> None:
         print(f"{members:6d} seeds: {total:8.1f} s, {members / total:8.2f} seed-runs/s "
               f"(chunk {int(times['chunk'])} seeds; peak {peak}; {phases}); "
               f"{reached:.2%} of the matrix-product limit", flush=True)
+        if args.baseline_source is not None:
+            before = baseline(args, members)
+            spent = sum(v for k, v in before.items() if k != "chunk")
+            phases = " ".join(f"{k} {v:.1f}s" for k, v in before.items() if k != "chunk")
+            print(f"{'':6} baseline {spent:8.1f} s, {members / spent:8.2f} seed-runs/s "
+                  f"(chunk {int(before['chunk'])} seeds; {phases}); "
+                  f"{total_flops * members / spent / limit:.2%} of the limit; this version "
+                  f"x{spent / total:.2f}", flush=True)
+
+
+def baseline(args: argparse.Namespace, members: int) -> dict[str, float]:
+    """Seconds per phase of ``members`` seed-runs with the engine of ``--baseline-source``
+    (this script, run in a process whose path starts at that checkout's ``src``)."""
+    command = [sys.executable, __file__, "--timing-only", "--device", args.device,
+               "--members", str(members), "--policy", args.policy]
+    if args.rl_steps is not None:
+        command += ["--rl-steps", str(args.rl_steps)]
+    if args.baseline_chunk is not None:
+        command += ["--chunk", str(args.baseline_chunk)]
+    env = {**os.environ, "PYTHONPATH": str(args.baseline_source.resolve() / "src")}
+    done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

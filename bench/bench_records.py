@@ -248,7 +248,7 @@ def main() -> None:
                 # again, its training is not
                 train, train_mib = float("nan"), float("nan")
                 for stale in ("one-document", "one-document-twin", "old", "tables",
-                              "page.html", "run-twin"):
+                              "page.html", "run-twin", "baseline", "first-read-cache"):
                     path = folder / stale
                     if path.is_symlink() or path.is_file():
                         path.unlink()
