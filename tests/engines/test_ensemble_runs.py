@@ -224,8 +224,13 @@ def test_a_cpu_chunk_keeps_an_rl_pass_in_the_cache(monkeypatch):
     monkeypatch.setattr(task, "free_bytes", lambda device: 64 << 20)
     assert task.chunk_seeds(plan, "cpu", 3) < 28  # and memory still bounds a CPU chunk
     monkeypatch.setattr(resources, "l2_cache_bytes", lambda: 1024)
-    assert task.cache_seeds(plan) == 1
-    assert task.cache_seeds(dict(plan, arms=["strict"])) == 1
+    assert task.cache_seeds(plan) == task.MIN_CACHE_SEEDS  # never fewer than that
+    monkeypatch.setattr(resources, "l2_cache_bytes", lambda: 2 << 20)
+    assert task.cache_seeds(dict(plan, arms=["strict"])) == 56  # one RL member a seed
+    monkeypatch.setattr(task, "arm_specs", lambda plan: [])  # no RL: not measured, no cap
+    assert task.cache_seeds(plan) is None
+    monkeypatch.setattr(task, "free_bytes", lambda device: 64 << 30)
+    assert task.chunk_seeds(plan, "cpu", 1) > 28
 
 
 def test_live_logs_are_refused_with_the_ensemble(tmp_path, capsys):

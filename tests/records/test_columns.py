@@ -610,6 +610,52 @@ def test_a_second_reader_takes_the_remembered_proof(tmp_path, monkeypatch, capsy
         assert main(["export", str(run), "--out-dir", str(tmp_path / "t")]) == 0
 
 
+def test_a_reader_abandoned_but_held_at_exit_lets_the_process_end():
+    import subprocess
+    import sys
+
+    script = ("from postlab.records.columns import read_ahead\n"
+              "held = read_ahead(iter(range(10)))\n"
+              "print(next(held))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout) == (0, "0\n"), done.stderr
+
+
+def test_a_checkpoint_removed_while_verify_walks_leaves_no_proof(tmp_path, monkeypatch,
+                                                                 capsys):
+    from postlab.cli import main
+    from postlab.runs import verify
+
+    cache = _cache(tmp_path, monkeypatch)
+    run = _chunked_bundled(tmp_path)
+    victim = sorted(run.glob("seed-22-*.pt"))[-1]
+    checked = verify._seed_checkpoints
+
+    def then_removed(entry, *args, **kwargs):
+        found = checked(entry, *args, **kwargs)
+        if entry["seed"] == 22 and victim.exists():
+            victim.unlink()  # after its seed's checks, before the walk ends
+        return found
+
+    monkeypatch.setattr(verify, "_seed_checkpoints", then_removed)
+    main(["verify", str(run), "--quick"])
+    capsys.readouterr()
+    assert not list(cache.glob("proven/*.json"))
+    assert main(["report", str(run), "--format", "json"]) == 2  # proven afresh: refused
+    assert victim.name in capsys.readouterr().err
+
+
+def test_a_cache_folder_that_cannot_be_used_means_proving(tmp_path, monkeypatch, capsys):
+    from postlab.cli import main
+    from postlab.machine.cache import CACHE_VARIABLE
+
+    run = _chunked_bundled(tmp_path)
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / ("x" * 300)))  # a name too long
+    assert main(["report", str(run), "--format", "json"]) == 0
+    assert main(["report", str(run), "--format", "json"]) == 0
+
+
 def test_verify_remembers_what_it_proved(tmp_path, monkeypatch, capsys):
     from postlab.cli import main
 

@@ -317,15 +317,25 @@ def read_ahead(items: Iterator[T]) -> Iterator[T]:
 
     A reader's batch is made (chunks read and hashed, rows flattened, seeds proven) mostly in
     Arrow's kernels and hashlib, which release the GIL, while the caller's work on the
-    previous batch is mostly Python: on two cores the two overlap. An exception from the
-    thread is raised to the caller where it asks for that item, as it would have been
-    without the thread. The thread is joined before this generator ends, however it ends,
-    so none outlives the reader (a thread still running at exit can abort the process)."""
+    previous batch is mostly Python: on two cores the two overlap. At most two items wait
+    beside the caller's (one queued, one made), so a reader holds up to three batches. An
+    exception from the thread is raised to the caller where it asks for that item, as it
+    would have been without the thread.
+
+    The thread stops when this generator ends, however it ends (joined, so none outlives the
+    reader), and when the main thread has finished, for a caller that stopped asking but
+    still holds the generator at exit. It is not a daemon: a daemon thread killed at exit
+    inside Arrow's C++ code can abort the process."""
     results: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
     stop = threading.Event()
+    main = threading.main_thread()
+
+    def wanted() -> bool:
+        # the interpreter marks the main thread finished before it joins the others
+        return not stop.is_set() and main.is_alive()
 
     def offer(kind: str, value: Any) -> bool:
-        while not stop.is_set():
+        while wanted():
             try:
                 results.put((kind, value), timeout=0.05)
                 return True
@@ -344,8 +354,8 @@ def read_ahead(items: Iterator[T]) -> Iterator[T]:
         offer("end", None)
 
     thread = threading.Thread(target=produce, name="postlab-read-ahead")
-    thread.start()
     try:
+        thread.start()
         while True:
             kind, value = results.get()
             if kind == "end":
@@ -355,10 +365,12 @@ def read_ahead(items: Iterator[T]) -> Iterator[T]:
             yield value
     finally:
         stop.set()
-        thread.join()
-        close = getattr(items, "close", None)
-        if close is not None:
-            close()
+        # the garbage collector may close an abandoned generator in the thread itself
+        if thread.ident is not None and thread is not threading.current_thread():
+            thread.join()
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
 
 
 def proven_tables(record: dict[str, Any], plan: dict[str, Any], folder: Path | None = None,
@@ -386,10 +398,11 @@ def checked_batches(record: dict[str, Any], plan: dict[str, Any], folder: Path |
     runs = record["runs"]
     chunked = isinstance(runs, ChunkedRuns)
     key = proofs.proof_key(record, plan, folder) if chunked else None
-    known = chunked and runs.proven.issuperset(runs.seeds)
-    if chunked and not known and proofs.remembered(key):
+    # only a pass that proves every seed itself, under this plan, is remembered
+    fresh = chunked and not runs.proven
+    if fresh and proofs.remembered(key):
         runs.proven.update(runs.seeds)
-        known = True
+        fresh = False
     for tables in row_tables(record, batch):
         if chunked and not runs.proven.issuperset(tables.seeds):
             unproven, _ = not_proven(tables, plan, folder)
@@ -399,8 +412,10 @@ def checked_batches(record: dict[str, Any], plan: dict[str, Any], folder: Path |
             # a chunk is hashed on every read, so a proven seed's rows stay what was proven
             runs.proven.update(seed for seed in tables.seeds if seed not in unproven)
         yield tables
-    if chunked and not known and runs.proven.issuperset(runs.seeds):
-        proofs.remember(key, len(runs.seeds))
+    if fresh and runs.proven.issuperset(runs.seeds):
+        # the state proven is the one the key names only if nothing changed during the pass
+        # (a checkpoint file removed after its seed was checked)
+        proofs.remember_if_unchanged(key, record, plan, folder, len(runs.seeds))
 
 
 def not_proven(tables: RowTables, plan: dict[str, Any], folder: Path | None

@@ -12,9 +12,11 @@ proof is about half of what a report costs (10 of 20 ms a seed-run, Intel Xeon, 
 - the plan, byte for byte as JSON;
 - for a run folder, its path and the checkpoint files present in it (the fit checks that each
   checkpoint a seed names is there);
-- postlab's source, file by file (the checks are code).
+- postlab's source, file by file, and the versions of Python, pyarrow and numpy (the checks
+  are code).
 
-A pass that proves every seed of the record remembers that under one sha256 of all of these,
+A pass that proves every seed of the record itself, with all of these the same at its end as
+at its start, remembers that under one sha256 of them,
 in the user's cache folder (``POSTLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/postlab``, else
 ``~/.cache/postlab``); a later reader of the same state takes the seeds as proven. ``postlab
 verify`` always proves afresh, and remembers what it proved. Like the digests, this guards
@@ -57,6 +59,15 @@ def proof_key(record: dict[str, Any], plan: dict[str, Any], folder: Path | None)
                                  if entry.suffix == ".pt" and entry.is_file())
         except OSError:
             return None
+    import platform
+
+    import numpy
+    import pyarrow
+
+    try:
+        source = _sha256(dump_json(version.source_hashes()))
+    except OSError:
+        return None
     parts = {
         "memo": MEMO_VERSION,
         "chunks": record["chunks"],
@@ -65,7 +76,9 @@ def proof_key(record: dict[str, Any], plan: dict[str, Any], folder: Path | None)
         "plan": _sha256(dump_json(plan)),
         "folder": None if folder is None else str(folder.absolute()),
         "checkpoints": checkpoints,
-        "source": _sha256(dump_json(version.source_hashes())),
+        "source": source,
+        # the checks' JSON and Arrow kernels are these libraries' code too
+        "libraries": [platform.python_version(), pyarrow.__version__, numpy.__version__],
     }
     try:
         return _sha256(dump_json(parts))
@@ -81,13 +94,21 @@ def _memo_path(key: str) -> Path | None:
 def remembered(key: str | None) -> bool:
     """Whether a pass proved every seed of the state ``key`` names."""
     path = None if key is None else _memo_path(key)
-    if path is None or not path.is_file():
-        return False
     try:
+        if path is None or not path.is_file():
+            return False
         memo = parse_json(read_bytes(path, "proof memo"), str(path))
         return memo["memo"] == MEMO_VERSION and memo["key"] == key
-    except (UserError, KeyError, TypeError):
+    except (UserError, KeyError, TypeError, OSError):
         return False  # unreadable or not a memo: the proofs simply run
+
+
+def remember_if_unchanged(key: str | None, record: dict[str, Any], plan: dict[str, Any],
+                          folder: Path | None, seeds: int) -> None:
+    """:func:`remember` the state ``key`` named before a pass, if it names it still: a
+    checkpoint file removed (or added) while the pass ran leaves the proof unremembered."""
+    if key is not None and proof_key(record, plan, folder) == key:
+        remember(key, seeds)
 
 
 def remember(key: str | None, seeds: int) -> None:

@@ -634,7 +634,11 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
     # the columnar checks prove (fits its plan, digests recomputed equal) passes every
     # per-seed check, so only its checkpoints and summary remain; any other seed is read
     # and checked part by part, which names what is wrong.
+    from postlab.records import proofs as remembered_proofs
+
     answer, contracts = answer_function(plan), plan_contracts(plan)
+    # the state proven, named before the walk: remembered only if it is the same after
+    proof_key = remembered_proofs.proof_key(record, plan, folder)
     # the next batch is read and proven while this one's checkpoints are re-evaluated
     proofs = read_ahead((tables, *not_proven(tables, plan, folder))
                         for tables in row_tables(record))
@@ -667,10 +671,8 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
                                                                 digests[index])))
     reevaluate()
     if proven_all:  # the record's readers need not prove its seeds again
-        from postlab.records import proofs as remembered_proofs
-
-        remembered_proofs.remember(remembered_proofs.proof_key(record, plan, folder),
-                                   len(runs.seeds))
+        remembered_proofs.remember_if_unchanged(proof_key, record, plan, folder,
+                                                len(runs.seeds))
     return seen
 
 
