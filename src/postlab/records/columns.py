@@ -397,9 +397,10 @@ def checked_batches(record: dict[str, Any], plan: dict[str, Any], folder: Path |
 
     runs = record["runs"]
     chunked = isinstance(runs, ChunkedRuns)
-    key = proofs.proof_key(record, plan, folder) if chunked else None
-    # only a pass that proves every seed itself, under this plan, is remembered
+    # only a pass that proves every seed itself, under this plan, is remembered (a second
+    # pass of one opening, the page's answer tables, needs no key: its seeds are proven)
     fresh = chunked and not runs.proven
+    key = proofs.proof_key(record, plan, folder) if fresh else None
     if fresh and proofs.remembered(key):
         runs.proven.update(runs.seeds)
         fresh = False

@@ -112,8 +112,8 @@ def table_summary(tables: Any, samples: int, answer: Answer = sum,
                   contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> list[dict[str, Any]]:
     """:func:`summarize` of a batch of seeds' flat tables (:mod:`postlab.records.columns`),
     computed columnar: each distinct answer scored once, counts summed per block and
-    question by Arrow. The same entries, bit for bit (a partial-credit contract's sums may
-    differ in their last bits: Arrow adds in another order)."""
+    question by Arrow. The same entries, bit for bit (a partial-credit contract's sums are
+    added in row order, as :func:`summarize` adds them)."""
     import numpy as np
     import pyarrow.compute as pc
 

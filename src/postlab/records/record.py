@@ -423,9 +423,23 @@ FILE_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,251}\.py")
 
 
 def summary_bytes(summary: list[dict[str, Any]]) -> bytes:
-    """A summary file's exact bytes (the reference's layout); ``verify`` compares bytes, so a
-    value changed only in type (63 to 63.0, 0.0 to -0.0) is a difference too."""
-    return (json.dumps(summary, indent=2) + "\n").encode()
+    """A summary file's exact bytes (the reference's layout: ``json.dumps(summary,
+    indent=2)`` and a newline); ``verify`` compares bytes, so a value changed only in type
+    (63 to 63.0, 0.0 to -0.0) is a difference too."""
+    return b"".join(summary_piece(entry, index) for index, entry in enumerate(summary)
+                    ) + summary_closing(len(summary))
+
+
+def summary_piece(entry: dict[str, Any], index: int) -> bytes:
+    """The bytes entry ``index`` of a summary adds to its file (its separator first), so a
+    summary can be written, or compared, an entry at a time."""
+    text = json.dumps(entry, indent=2).replace("\n", "\n  ")
+    return (("[\n  " if index == 0 else ",\n  ") + text).encode()
+
+
+def summary_closing(count: int) -> bytes:
+    """The bytes that end a summary file of ``count`` entries."""
+    return b"\n]\n" if count else b"[]\n"
 
 
 def decode_record_bytes(raw: bytes, source: str, folder: Path | None = None) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import platform
 import time
 from collections.abc import Callable
@@ -56,6 +55,8 @@ from postlab.records.record import (
     run_plan_problems,
     run_reading_problems,
     seed_list_problems,
+    summary_closing,
+    summary_piece,
 )
 from postlab.tasks.registry import answer_function
 
@@ -240,14 +241,10 @@ class _SummaryStream:
         self.kept: list[dict[str, Any]] | None = None  # entries from the first mismatch on
         self.first = 0  # the index of that entry
 
-    def _piece(self, entry: dict[str, Any], index: int) -> bytes:
-        text = json.dumps(entry, indent=2).replace("\n", "\n  ")
-        return (("[\n  " if index == 0 else ",\n  ") + text).encode()
-
     def add(self, entries: list[dict[str, Any]]) -> None:
         for entry in entries:
             if self.kept is None:
-                piece = self._piece(entry, self.count)
+                piece = summary_piece(entry, self.count)
                 if self.stored is not None and self.stored[
                         self.offset:self.offset + len(piece)] == piece:
                     self.offset += len(piece)
@@ -257,20 +254,17 @@ class _SummaryStream:
                 self.kept.append(entry)
             self.count += 1
 
-    def closing(self) -> bytes:
-        return b"\n]\n" if self.count else b"[]\n"
-
     def matches(self) -> bool:
         """summary.json is, byte for byte, the summary of the rows added."""
         return (self.kept is None and self.stored is not None
-                and self.stored[self.offset:] == self.closing())
+                and self.stored[self.offset:] == summary_closing(self.count))
 
     def expected(self) -> bytes:
         """The summary file the rows make (the stored bytes where they matched)."""
         stored = self.stored or b""
-        rest = b"".join(self._piece(entry, self.first + index)
+        rest = b"".join(summary_piece(entry, self.first + index)
                         for index, entry in enumerate(self.kept or []))
-        return stored[:self.offset] + rest + self.closing()
+        return stored[:self.offset] + rest + summary_closing(self.count)
 
 
 def _check_summary(seen: _Walk, plan: dict[str, Any] | None, folder: Path) -> Check:
