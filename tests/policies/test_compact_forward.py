@@ -236,3 +236,69 @@ def test_gpt2_positions_past_the_table_are_refused():
         forward.run(model, torch.zeros(1, 1, dtype=torch.long), cache)  # position 24: the last
         with pytest.raises(ValueError, match="exceed the model's n_positions"):
             forward.run(model, torch.zeros(1, 2, dtype=torch.long), cache)
+
+
+# --- hidden left padding (chat models) ------------------------------------------------------
+
+PAD = 0
+
+
+def _left_padded(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of tokens (never PAD) with 0, 2 and 5 PADs in front, and their lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    width = 10
+    lengths = torch.tensor([10, 8, 5])
+    rows = torch.randint(1, VOCAB, (3, width), generator=generator)
+    for row, length in enumerate(lengths.tolist()):
+        rows[row, :width - length] = PAD
+    return rows, lengths
+
+
+def _library_padded(model: Any, ids: torch.Tensor) -> torch.Tensor:
+    """The library's own forward with the attention mask and position ids it generates
+    left-padded batches with."""
+    mask = (ids != PAD).long()
+    mask = torch.where(mask.cumsum(1) > 0, 1, 0)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    return model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                 use_cache=False).logits
+
+
+def test_hidden_padding_matches_the_librarys_mask_and_each_prompt_alone(model):
+    ids, lengths = _left_padded(5)
+    forward = _forward(model)
+    with torch.no_grad():
+        from postlab.policies.compact import leading_padding
+
+        starts = leading_padding(ids, PAD)
+        assert starts.tolist() == [0, 2, 5]
+        ours, _ = forward.run(model, ids, None, starts=starts)
+        theirs = _library_padded(model, ids)
+        for row, length in enumerate(lengths.tolist()):
+            real = slice(ids.shape[1] - length, None)
+            assert (ours[row, real] - theirs[row, real]).abs().max().item() < TOLERANCE
+            alone, _ = forward.run(model, ids[row:row + 1, real], None)
+            assert (ours[row, real] - alone[0]).abs().max().item() < TOLERANCE
+        assert torch.isfinite(ours).all()  # padding rows see themselves: no NaN anywhere
+
+
+def test_hidden_padding_through_the_cache_and_shared_prompts(model):
+    prompts, _ = _left_padded(6)
+    prompts = prompts.repeat_interleave(2, dim=0)  # groups of two completions a prompt
+    answers = torch.randint(1, VOCAB, (6, 4), generator=torch.Generator().manual_seed(7))
+    forward = _forward(model)
+    with torch.no_grad():
+        whole = _library_padded(model, torch.cat([prompts, answers], dim=1))
+        expected = whole[:, prompts.shape[1] - 1:-1]
+        shared = continuation_logits(forward, model, prompts, answers, PAD)
+        assert (shared - expected).abs().max().item() < TOLERANCE
+        logits, cache = start_logits(forward, model, prompts, PAD)
+        from postlab.policies.compact import leading_padding
+
+        starts = leading_padding(prompts, PAD)
+        steps = [logits]
+        for position in range(3):
+            logits, cache = forward.run(model, answers[:, position:position + 1], cache,
+                                        starts=starts)
+            steps.append(logits[:, -1])
+        assert (torch.stack(steps, 1) - expected).abs().max().item() < TOLERANCE

@@ -82,7 +82,7 @@ def test_the_cache_grows_linearly_with_the_completion() -> None:
     for step in range(1, LONG):
         logits, cache = policy.advance(logits.argmax(-1)[:, None], cache)
         if step in (63, 127, 255):
-            sizes[step] = sum(k.numel() + v.numel() for k, v in cache)
+            sizes[step] = sum(k.numel() + v.numel() for k, v in cache[0])
     per_position = sizes[63] / (4 + 63)
     assert sizes[127] == per_position * (4 + 127) and sizes[255] == per_position * (4 + 255)
 

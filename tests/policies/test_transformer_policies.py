@@ -167,8 +167,8 @@ def test_a_pretrained_folder_trains_and_a_changed_one_is_refused(tmp_path, capsy
 def test_a_pretrained_section_is_validated():
     assert [path for path, _ in validate_plan(
         _plan({"kind": "pretrained", "path": "m", "sha256": "xyz"}))] == ["policy.sha256"]
-    assert [path for path, _ in validate_plan(
-        _plan({"kind": "pretrained", "sha256": "0" * 64}))] == ["policy.path"]
+    [(path, message)] = validate_plan(_plan({"kind": "pretrained", "sha256": "0" * 64}))
+    assert path == "policy" and "name a folder (path) or a GGUF file (gguf)" in message
 
 
 def test_the_folder_hash_covers_names_and_bytes(tmp_path):

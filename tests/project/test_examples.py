@@ -62,3 +62,30 @@ def _learns(outcomes):
     after_sft = next(o for o in outcomes if (o["stage"], o["split"], o["decoding"], o["metric"])
                      == ("initial", "test", "greedy", "strict_rate"))
     assert min(after_sft["value"]["per_seed"]) > 0.5
+
+
+REAL = sorted(p for p in (ROOT / "examples" / "real").glob("*.json")
+              if not p.name.endswith(".draft.json"))
+
+
+def test_the_real_model_examples_are_valid_and_pin_the_shipped_file():
+    """The SmolLM2 examples: valid plans whose GGUF is the file the package ships, the
+    baseline asking the LoRA example's questions in its words (so the run's starting stage
+    and the baseline are the same model on the same questions)."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("reasoning_gym")
+    from postlab.policies.transformer import gguf_file
+
+    assert sorted(p.stem for p in REAL) == ["smollm2-baseline", "smollm2-lora",
+                                            "smollm2-lora-gpu"]
+    plans = {p.stem: load_plan(p).data for p in REAL}
+    for plan in plans.values():
+        assert gguf_file(plan).name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+        assert plan["sft_steps"] == 0 and plan["lora"] is not None
+    baseline, lora = plans["smollm2-baseline"], plans["smollm2-lora"]
+    for key in ("reasoning_gym", "split", "policy", "seeds", "temperature", "max_new_tokens",
+                "threads"):
+        assert baseline[key] == lora[key], key
+    assert [arm["contract"] for arm in lora["arms"]] == ["rg-final", "rg-substring"]
+    readme = (ROOT / "examples" / "README.md").read_text()
+    assert all(f"real/{p.name}" in readme for p in REAL)

@@ -128,6 +128,31 @@ def seed_spread(values: Sequence[float]) -> Spread:
                   draws=n)
 
 
+def question_spread(values: Sequence[float], trials: int = 1) -> Spread:
+    """The mean of per-question values of one fixed model (a pretrained model's baseline,
+    evaluated without training), over questions alone: the questions' spread over their
+    number, at least the pooled binomial ``p~(1 - p~) / N`` as in :func:`crossed_spread`,
+    questions - 1 degrees of freedom. Its ``per_seed`` holds the per-question values, so an
+    interval needs two questions, not two seeds: no training seed varies."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("an estimate needs at least one question")
+    array = np.asarray(values, dtype=np.float64)
+    mean = float(array.mean())
+    cells = n * trials
+    share = (float(np.abs(array).sum()) * trials + 0.5) / (cells + 1)
+    floor = share * (1 - share) / cells
+    if n < 2:
+        return Spread(per_seed=tuple(array.tolist()), mean=mean, se=math.nan, df=math.nan,
+                      draws=cells)
+    variance = float(array.var(ddof=1)) / n
+    if variance <= floor:
+        return Spread(per_seed=tuple(array.tolist()), mean=mean, se=math.sqrt(floor),
+                      df=math.inf, draws=cells)
+    return Spread(per_seed=tuple(array.tolist()), mean=mean, se=math.sqrt(variance),
+                  df=float(n - 1), draws=cells)
+
+
 def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """:func:`seed_spread`'s t interval of the mean of ``values`` (one value per seed)."""
     return seed_spread(values).interval(confidence)

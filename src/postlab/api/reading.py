@@ -240,16 +240,20 @@ def report(run: str | Path | None = None, *, plan: str | Path | None = None,
     if page_path is not None:
         pin_for_page(target)
     opened = open_run(target, None if plan is None else Path(plan), check_rows=False)
-    require_readable(opened.record, opened.plan.data, opened.source)
-    check_whole(opened)
-    exploratory = exploratory_hypotheses(opened, None if hypotheses is None else Path(hypotheses))
-    analysis = analyse(opened, split, exploratory)
-    if page_path is not None:
-        from postlab.jsonio import publish_bytes
+    from postlab.render.labels import starting_words
 
-        publish_bytes(page_path, report_page(opened, analysis, lang, split).encode())
-    return Report(run=opened, analysis=analysis,
-                  findings=finding_lines(opened, analysis, lang, split), html=page_path)
+    with starting_words(opened.plan.data):
+        require_readable(opened.record, opened.plan.data, opened.source)
+        check_whole(opened)
+        exploratory = exploratory_hypotheses(opened,
+                                             None if hypotheses is None else Path(hypotheses))
+        analysis = analyse(opened, split, exploratory)
+        if page_path is not None:
+            from postlab.jsonio import publish_bytes
+
+            publish_bytes(page_path, report_page(opened, analysis, lang, split).encode())
+        return Report(run=opened, analysis=analysis,
+                      findings=finding_lines(opened, analysis, lang, split), html=page_path)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -357,23 +361,27 @@ def plot(run: str | Path | None = None, out_dir: str | Path | None = None, *,
     if run is None and out_dir is None:
         raise UserError("--out-dir is required when plotting the bundled run")
     opened = open_run(None if run is None else Path(run), check_rows=False)
-    check_whole(opened)
-    out = Path(out_dir) if out_dir is not None else opened.source.parent / "figures"
-    replace = out.exists() or out.is_symlink()
-    if replace:
-        if not overwrite:
-            raise UserError(f"{out}: already exists; postlab never overwrites an output "
-                            "(--overwrite replaces figures an earlier plot wrote)")
-        check_only_figures(out, FIGURE_NAMES)
-    analysis = analyse(opened, split)
-    figures = draw_figures(analysis, lang, split, pair_grids(
-        opened.record, opened.plan.data, tables=checked_tables(opened)))
-    contents = {f"{f.name}.{ext}": getattr(f, ext) for f in figures for ext in ("png", "svg")}
-    if replace:
-        replace_folder(out, contents, FIGURE_NAMES)
-    else:
-        publish_folder(out, contents)
-    return PlotResult(out_dir=out, files=len(contents), notices=figure_notices(lang))
+    from postlab.render.labels import starting_words
+
+    with starting_words(opened.plan.data):
+        check_whole(opened)
+        out = Path(out_dir) if out_dir is not None else opened.source.parent / "figures"
+        replace = out.exists() or out.is_symlink()
+        if replace:
+            if not overwrite:
+                raise UserError(f"{out}: already exists; postlab never overwrites an output "
+                                "(--overwrite replaces figures an earlier plot wrote)")
+            check_only_figures(out, FIGURE_NAMES)
+        analysis = analyse(opened, split)
+        figures = draw_figures(analysis, lang, split, pair_grids(
+            opened.record, opened.plan.data, tables=checked_tables(opened)))
+        contents = {f"{f.name}.{ext}": getattr(f, ext)
+                    for f in figures for ext in ("png", "svg")}
+        if replace:
+            replace_folder(out, contents, FIGURE_NAMES)
+        else:
+            publish_folder(out, contents)
+        return PlotResult(out_dir=out, files=len(contents), notices=figure_notices(lang))
 
 
 def export(run: str | Path | None, out_dir: str | Path, *, format_: str = "parquet",

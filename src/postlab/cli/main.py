@@ -20,6 +20,7 @@ from postlab.cli.parser import UsageError, build_parser
 from postlab.errors import UserError
 
 COMMANDS = {"freeze": plans.freeze, "plan": plans.plan, "report": reports.report,
+            "eval": reports.evaluate,
             "run": training.run, "verify": checks.verify, "reproduce": training.reproduce,
             "plot": reports.plot, "samples": reports.samples, "sweep": training.sweep,
             "compare": reports.compare, "exercises": checks.exercises,

@@ -168,6 +168,21 @@ def build_parser() -> argparse.ArgumentParser:
                            help="device to train on (default: the record's; refused before "
                                 "training if this machine lacks it)")
 
+    evaluate = sub.add_parser("eval", help="measure the model a plan starts from (a "
+                                           "pretrained model's baseline): held-out success, "
+                                           "coverage and pass@k with intervals; trains nothing")
+    evaluate.add_argument("--plan", type=Path, required=True, help="plan file")
+    evaluate.add_argument("--out-dir", type=Path,
+                          help="also keep the plan and every answer with the figures in this "
+                               "new folder (evaluation.json)")
+    evaluate.add_argument("--format", dest="format_", default="table",
+                          choices=("table", "json"),
+                          help="table (default), or json: the figures")
+    evaluate.add_argument("--cpu-path", metavar="PATH",
+                          help="CPU code path, as for run (default: portable)")
+    evaluate.add_argument("--device", choices=DEVICE_CHOICES, help="cpu (default), cuda or auto")
+    evaluate.add_argument("--quiet", action="store_true", help="print only the figures")
+
     report = sub.add_parser("report", help="read a record and print the held-out report; "
                                            "trains nothing")
     report.add_argument("run", type=Path, nargs="?", metavar="RUN",

@@ -51,33 +51,36 @@ def report(args: argparse.Namespace) -> int:
     if args.html is not None:
         api.reading.pin_for_page(args.run or args.record)
     opened = open_run(args.run or args.record, args.plan, check_rows=False)
-    if args.split != "all":
-        check_split(opened, args.split)
-    require_readable(opened.record, opened.plan.data, opened.source)
-    check_whole(opened)
-    _check_contract_kinds(args.contracts, opened.plan.data)
-    exploratory = api.reading.exploratory_hypotheses(opened, args.hypotheses)
-    lang = args.lang or default_lang()
-    if args.format_ == "text":
-        if lang == "en":
-            sys.stdout.write(_findings_first(opened))
-        sys.stdout.write(render_text(build_report(
-            opened.record, opened.plan.data, tables=checked_tables(opened)), lang))
-        if opened.plan.data.get("hypotheses") or opened.registration or exploratory:
-            sys.stdout.write(_verdict_lines(opened, lang, exploratory))
-    if args.format_ != "text" or args.html is not None:
-        _rich_report(args, opened, lang, exploratory)
-    if args.contracts:
-        from postlab.plan.arms import rl_contracts
-        from postlab.records.rescore import render_rescore, rescore
-        from postlab.tasks.registry import answer_function
+    from postlab.render.labels import starting_words
 
-        contracts = list(dict.fromkeys(args.contracts))
-        split = None if args.split == "all" else args.split
-        result = rescore(opened.record, rl_contracts(opened.plan.data), contracts, split,
-                         answer_function(opened.plan.data), checked_tables(opened))
-        sys.stdout.write("\n" + render_rescore(result, lang))
-    return 0
+    with starting_words(opened.plan.data):
+        if args.split != "all":
+            check_split(opened, args.split)
+        require_readable(opened.record, opened.plan.data, opened.source)
+        check_whole(opened)
+        _check_contract_kinds(args.contracts, opened.plan.data)
+        exploratory = api.reading.exploratory_hypotheses(opened, args.hypotheses)
+        lang = args.lang or default_lang()
+        if args.format_ == "text":
+            if lang == "en":
+                sys.stdout.write(_findings_first(opened))
+            sys.stdout.write(render_text(build_report(
+                opened.record, opened.plan.data, tables=checked_tables(opened)), lang))
+            if opened.plan.data.get("hypotheses") or opened.registration or exploratory:
+                sys.stdout.write(_verdict_lines(opened, lang, exploratory))
+        if args.format_ != "text" or args.html is not None:
+            _rich_report(args, opened, lang, exploratory)
+        if args.contracts:
+            from postlab.plan.arms import rl_contracts
+            from postlab.records.rescore import render_rescore, rescore
+            from postlab.tasks.registry import answer_function
+
+            contracts = list(dict.fromkeys(args.contracts))
+            split = None if args.split == "all" else args.split
+            result = rescore(opened.record, rl_contracts(opened.plan.data), contracts, split,
+                             answer_function(opened.plan.data), checked_tables(opened))
+            sys.stdout.write("\n" + render_rescore(result, lang))
+        return 0
 
 
 def _check_contract_kinds(contracts: list[str], plan: dict) -> None:
@@ -206,43 +209,73 @@ def samples(args: argparse.Namespace) -> int:
     if args.decoding is not None and args.split == "rollouts":
         raise UserError("--decoding is for evaluation splits; training rollouts are sampled")
     opened = open_run(args.run, check_rows=False)
-    check_whole(opened)
-    record, plan = opened.record, opened.plan
-    rollouts = args.split == "rollouts"
-    split = None if rollouts else (args.split or "test")
-    if split is not None:
-        check_split(opened, split)
-    # every seed of a record that fits its plan has the same stages and arms: the first's
-    first = record["runs"][0] if record["runs"] else {"evaluations": {}}
-    stages = list(first["evaluations"])
-    arms = [s for s in stages if s in first.get("training", {})]
-    known = arms if rollouts else stages
-    for stage in args.stage:
-        if stage not in known:
-            what = "RL arms with rollouts" if rollouts else "stages"
-            raise UserError(f"--stage {stage}: the run's {what} are {', '.join(known) or 'none'}")
-    seeds = seeds_of(record)
-    for seed in args.seed:
-        if seed not in seeds:
-            raise UserError(f"--seed {seed}: the run's seeds are {', '.join(map(str, seeds))}")
-    contracts = plan_contracts(plan.data)
-    if args.kind == "gamed" and len(contracts) < 2:
-        raise UserError(f"--filter gamed: this plan's task is judged by one contract "
-                        f"({contracts[0]}), so no answer can be paid and wrong")
-    filters = {"stages": args.stage or None, "split": split,
-               "decoding": None if rollouts else args.decoding or "sampled",
-               "kinds": None if args.kind is None else [args.kind],
-               "seeds": args.seed or None, "rollouts": rollouts}
-    if args.format_ == "jsonl":
-        chosen = iter_samples(record, plan.data, **filters)
-        # lines are printed as they are found, so the chosen seeds' checks run first
-        settle(record, args.seed or None)
-        for sample in chosen:
-            sys.stdout.write(json.dumps(dataclasses.asdict(sample)) + "\n")
+    from postlab.render.labels import starting_words
+
+    with starting_words(opened.plan.data):
+        check_whole(opened)
+        record, plan = opened.record, opened.plan
+        rollouts = args.split == "rollouts"
+        split = None if rollouts else (args.split or "test")
+        if split is not None:
+            check_split(opened, split)
+        # every seed of a record that fits its plan has the same stages and arms: the first's
+        first = record["runs"][0] if record["runs"] else {"evaluations": {}}
+        stages = list(first["evaluations"])
+        arms = [s for s in stages if s in first.get("training", {})]
+        known = arms if rollouts else stages
+        for stage in args.stage:
+            if stage not in known:
+                what = "RL arms with rollouts" if rollouts else "stages"
+                raise UserError(f"--stage {stage}: the run's {what} are "
+                                f"{', '.join(known) or 'none'}")
+        seeds = seeds_of(record)
+        for seed in args.seed:
+            if seed not in seeds:
+                raise UserError(f"--seed {seed}: the run's seeds are {', '.join(map(str, seeds))}")
+        contracts = plan_contracts(plan.data)
+        if args.kind == "gamed" and len(contracts) < 2:
+            raise UserError(f"--filter gamed: this plan's task is judged by one contract "
+                            f"({contracts[0]}), so no answer can be paid and wrong")
+        filters = {"stages": args.stage or None, "split": split,
+                   "decoding": None if rollouts else args.decoding or "sampled",
+                   "kinds": None if args.kind is None else [args.kind],
+                   "seeds": args.seed or None, "rollouts": rollouts}
+        if args.format_ == "jsonl":
+            chosen = iter_samples(record, plan.data, **filters)
+            # lines are printed as they are found, so the chosen seeds' checks run first
+            settle(record, args.seed or None)
+            for sample in chosen:
+                sys.stdout.write(json.dumps(dataclasses.asdict(sample)) + "\n")
+            return 0
+        where = ("training rollouts" if rollouts
+                 else f"{split} split, {args.decoding or 'sampled'}")
+        limit = 10 if args.limit is None else (None if args.limit == 0 else args.limit)
+        tallied = answer_tallies(record, plan.data, checked_tables(opened), **filters)
+        sys.stdout.write(samples_text(tallied, known, where, limit))
         return 0
-    where = ("training rollouts" if rollouts
-             else f"{split} split, {args.decoding or 'sampled'}")
-    limit = 10 if args.limit is None else (None if args.limit == 0 else args.limit)
-    tallied = answer_tallies(record, plan.data, checked_tables(opened), **filters)
-    sys.stdout.write(samples_text(tallied, known, where, limit))
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """``postlab eval``: the starting model's held-out figures; nothing trains."""
+    import json
+
+    from postlab.api.evaluating import evaluate as run_evaluation
+    from postlab.render.baseline import render_baseline
+
+    say = (lambda line: None) if args.quiet or args.format_ == "json" else print
+    result = run_evaluation(args.plan, args.out_dir, cpu_path=args.cpu_path,
+                            device=args.device, say=say)
+    if args.format_ == "json":
+        print(json.dumps({"plan_sha256": result.plan_sha256,
+                          "figures": [figure.as_json() for figure in result.figures]},
+                         indent=1))
+        return 0
+    plan = result.plan
+    questions = {split: len(keys) for split, keys in plan["split"].items()}
+    sys.stdout.write(render_baseline(result.figures, plan_name=str(args.plan),
+                                     plan_sha256=result.plan_sha256,
+                                     seeds=len(plan["seeds"]), questions=questions,
+                                     samples=plan["eval_samples"]))
+    if result.out_dir is not None and not args.quiet:
+        print(f"kept: {result.out_dir} (plan.json, evaluation.json) in {result.seconds:.1f} s")
     return 0

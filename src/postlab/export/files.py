@@ -41,6 +41,20 @@ METADATA_KEY = "postlab.export"
 BATCH_ROWS = 65_536
 
 
+def export_contracts(plans: Sequence[dict[str, Any]], kind: str) -> list[str]:
+    """The contract columns of an export: every contract that reads the runs' kind of answer;
+    for generated items, those the runs' plans report under (a tagged run's exports keep the
+    three columns they always had, a final-number run's have rg-final instead of rg-strict)."""
+    from postlab.plan.arms import plan_contracts
+    from postlab.tasks.contracts import contracts_for
+
+    names = contracts_for(kind)
+    if kind != "item":
+        return names
+    reported = {name for plan in plans for name in plan_contracts(plan)}
+    return [name for name in names if name in reported]
+
+
 def _provenance(runs: Sequence[tuple[str | None, LoadedRun]]) -> list[dict[str, Any]]:
     return [{"version": version, "record": run.record_path.name,
              "plan_sha256": run.plan_sha256, "record_sha256": run.record_sha256,
@@ -60,7 +74,6 @@ def write_export(folder: Path, runs: Sequence[tuple[str | None, LoadedRun]], fmt
     import pyarrow.csv as csv
     import pyarrow.parquet as parquet
 
-    from postlab.tasks.contracts import contracts_for
     from postlab.tasks.registry import task_for
 
     if fmt not in FORMATS:
@@ -68,8 +81,9 @@ def write_export(folder: Path, runs: Sequence[tuple[str | None, LoadedRun]], fmt
     kinds = {task_for(run.plan.data).answer_kind for _, run in runs}
     if len(kinds) > 1:
         raise UserError("these runs' tasks have different kinds of answer; export them apart")
-    names = list(contracts_for(kinds.pop() if kinds else "integer") if contracts is None
-                 else contracts)
+    names = (export_contracts([run.plan.data for _, run in runs],
+                              kinds.pop() if kinds else "integer")
+             if contracts is None else list(contracts))
     provenance = _provenance(runs)
     sources = [run.source(version) for version, run in runs]
     columns = {name: table_columns(name, sources, names) for name in TABLES}

@@ -76,12 +76,12 @@ class LoadedRun:
         """Every table, built columnar as ``postlab export`` builds them."""
         import pyarrow as pa
 
+        from postlab.export.files import export_contracts
         from postlab.export.tables import TABLES, arrow_schema, columnar_batches, table_columns
-        from postlab.tasks.contracts import contracts_for
         from postlab.tasks.registry import task_for
 
         sources = [self.source()]
-        contracts = contracts_for(task_for(self.plan.data).answer_kind)
+        contracts = export_contracts([self.plan.data], task_for(self.plan.data).answer_kind)
         schemas = {name: arrow_schema(table_columns(name, sources, contracts))
                    for name in TABLES}
         batches: dict[str, list[pa.RecordBatch]] = {name: [] for name in TABLES}

@@ -175,6 +175,11 @@ class GymSection(BaseModel):
     seed: int = Field(ge=0, le=2**31 - 1, description="the generator seed")
     sizes: dict[Name, Annotated[int, Field(ge=1, le=100_000)]] = Field(
         min_length=1, description="distinct questions per split, in split order")
+    answer_format: Literal["tagged", "final-number"] | None = Field(None, description=(
+        "how answers are written and judged: `tagged` (absent means this) demonstrates "
+        "<answer>ANSWER</answer> and judges it with rg-strict; `final-number` demonstrates the "
+        "bare answer and judges the output's last number with rg-final (a chat model that "
+        "answers in a sentence; plain-number answers only)"))
     version: str | None = Field(None, pattern=r"^[0-9][0-9A-Za-z.+-]{0,40}$", description=(
         "the reasoning-gym version that generated the items (written by freeze)"))
     items_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description=(
@@ -244,7 +249,9 @@ class PlanModel(BaseModel):
         "what forward passes compute in: `float32` (absent means this, as in the teaching "
         "plan) or `bf16`, bfloat16 autocast on the run's device with float32 weights and "
         "optimizer; recorded as the record's `numerics.dtype`"))
-    sft_steps: int = Field(ge=1, le=1_000_000, description="supervised steps")
+    sft_steps: int = Field(ge=0, le=1_000_000, description=(
+        "supervised steps (0: the seed's initial stage is its starting model, a pretrained "
+        "model's baseline)"))
     sft_batch: int = Field(ge=1, le=100_000, description="pairs per supervised step")
     sft_lr: float = Field(gt=0, le=10, description="Adam learning rate for SFT")
     rl_steps: int = Field(ge=1, le=1_000_000, description="RL steps per arm")

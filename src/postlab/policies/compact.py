@@ -39,10 +39,12 @@ KeyValues = list[tuple[torch.Tensor, torch.Tensor]]
 class CompactForward:
     """A forward pass for one architecture family.
 
-    ``run(model, ids, past, ops=LIBRARY_OPS)`` reads ``ids`` (batch, time) after the cached
-    ``past`` (or from position 0) and returns logits (batch, time, vocab) and the keys/values
-    of past and ids. ``supports(config)`` says whether it computes exactly what the library
-    would.
+    ``run(model, ids, past, ops=LIBRARY_OPS, starts=None)`` reads ``ids`` (batch, time) after
+    the cached ``past`` (or from position 0) and returns logits (batch, time, vocab) and the
+    keys/values of past and ids. ``starts`` (batch,), when given, is where each sequence's
+    real tokens begin: the left padding before it is hidden from every later token and
+    positions count from it (:func:`padded_view`). ``supports(config)`` says whether it
+    computes exactly what the library would.
     """
 
     supports: Callable[[Any], bool]
@@ -101,6 +103,33 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Te
     return out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
 
 
+def leading_padding(ids: torch.Tensor, pad: int) -> torch.Tensor:
+    """(batch,) the number of ``pad`` tokens each row starts with: where its text begins."""
+    real = ids != pad
+    return torch.where(real.any(1), real.int().argmax(1), ids.shape[1])
+
+
+def padded_view(queries: int, past: int, starts: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """What left padding changes: (positions (batch, queries), visible (batch, 1, queries,
+    past + queries)).
+
+    A real token sees the real tokens up to itself and sits at its distance from the first
+    one, so a padded prompt computes what it would alone, as a library's attention mask and
+    position ids make it. A padding token sees only itself (a row with nothing visible would
+    give NaN, and a NaN value times a zero weight is still NaN); its outputs are never read.
+    """
+    device = starts.device
+    absolute = torch.arange(past, past + queries, device=device)
+    keys = torch.arange(past + queries, device=device)
+    positions = (absolute[None, :] - starts[:, None]).clamp(min=0)
+    causal = keys[None, :] <= absolute[:, None]
+    real_key = keys[None, None, :] >= starts[:, None, None]
+    itself = keys[None, :] == absolute[:, None]
+    visible = (causal[None] & real_key) | itself[None]
+    return positions, visible[:, None]
+
+
 def _extend(past: KeyValues | None, layer: int, k: torch.Tensor,
             v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if past is None:
@@ -150,7 +179,8 @@ def _conv1d(layer: Any, x: torch.Tensor) -> torch.Tensor:
 
 
 def _gpt2_run(model: Any, ids: torch.Tensor, past: KeyValues | None,
-              ops: Ops = LIBRARY_OPS) -> tuple[torch.Tensor, KeyValues]:
+              ops: Ops = LIBRARY_OPS, starts: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, KeyValues]:
     body, config = model.transformer, model.config
     batch, time = ids.shape
     start = _past_length(past)
@@ -161,8 +191,13 @@ def _gpt2_run(model: Any, ids: torch.Tensor, past: KeyValues | None,
         raise ValueError(f"positions up to {start + time} exceed the model's "
                          f"n_positions ({config.n_positions})")
     activation = GPT2_ACTIVATIONS[config.activation_function]
-    visible = _visible(time, start, ids.device)
-    x = ops.embedding(ids, body.wte.weight, None) + body.wpe.weight[start:start + time]
+    if starts is None:
+        visible = _visible(time, start, ids.device)
+        placed = body.wpe.weight[start:start + time]
+    else:
+        positions, visible = padded_view(time, start, starts)
+        placed = body.wpe.weight[positions]
+    x = ops.embedding(ids, body.wte.weight, None) + placed
     cache: KeyValues = []
     for index, block in enumerate(body.h):
         h = F.layer_norm(x, x.shape[-1:], block.ln_1.weight, block.ln_1.bias, block.ln_1.eps)
@@ -208,16 +243,20 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def _llama_run(model: Any, ids: torch.Tensor, past: KeyValues | None,
-               ops: Ops = LIBRARY_OPS) -> tuple[torch.Tensor, KeyValues]:
+               ops: Ops = LIBRARY_OPS, starts: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, KeyValues]:
     body, config = model.model, model.config
     batch, time = ids.shape
     start = _past_length(past)
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    visible = _visible(time, start, ids.device)
+    if starts is None:
+        visible = _visible(time, start, ids.device)
+        positions = torch.arange(start, start + time, device=ids.device)[None]
+    else:
+        positions, visible = padded_view(time, start, starts)
     # The padding row gets no gradient, as in the library's embedding module.
     x = ops.embedding(ids, body.embed_tokens.weight, body.embed_tokens.padding_idx)
-    positions = torch.arange(start, start + time, device=ids.device)[None]
     # The model's own rotary module, so every RoPE variant it supports comes out the same.
     cos, sin = body.rotary_emb(x, positions)
     cos, sin = cos[:, None], sin[:, None]
@@ -251,29 +290,37 @@ def _expand(cache: KeyValues, index: torch.Tensor) -> KeyValues:
     return [(k[index], v[index]) for k, v in cache]
 
 
-def start_logits(forward: CompactForward, model: Any,
-                 prompts: torch.Tensor) -> tuple[torch.Tensor, KeyValues]:
-    """Next-token logits after each prompt and the cache, reading each distinct prompt once."""
+def _starts(ids: torch.Tensor, pad: int | None) -> dict[str, torch.Tensor]:
+    """``run``'s keyword for hidden left padding (none when ``pad`` is None)."""
+    return {} if pad is None else {"starts": leading_padding(ids, pad)}
+
+
+def start_logits(forward: CompactForward, model: Any, prompts: torch.Tensor,
+                 pad: int | None = None) -> tuple[torch.Tensor, KeyValues]:
+    """Next-token logits after each prompt and the cache, reading each distinct prompt once;
+    with ``pad``, each prompt's leading ``pad`` tokens are hidden (:func:`padded_view`)."""
     unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
     if unique.shape[0] == prompts.shape[0]:
-        logits, cache = forward.run(model, prompts, None)
+        logits, cache = forward.run(model, prompts, None, **_starts(prompts, pad))
         return logits[:, -1], cache
-    logits, cache = forward.run(model, unique, None)
+    logits, cache = forward.run(model, unique, None, **_starts(unique, pad))
     return logits[inverse, -1], _expand(cache, inverse)
 
 
 def continuation_logits(forward: CompactForward, model: Any, prompts: torch.Tensor,
-                        tokens: torch.Tensor) -> torch.Tensor:
+                        tokens: torch.Tensor, pad: int | None = None) -> torch.Tensor:
     """Logits (batch, len(tokens), vocab) for each of ``tokens`` given its prompt and the
     tokens before it. Completions that share a prompt share its keys and values, and
-    gradients flow back into that one reading."""
+    gradients flow back into that one reading. ``pad`` as for :func:`start_logits`."""
     unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
     if unique.shape[0] == prompts.shape[0]:
-        logits, _ = forward.run(model, torch.cat([prompts, tokens[:, :-1]], dim=1), None)
+        logits, _ = forward.run(model, torch.cat([prompts, tokens[:, :-1]], dim=1), None,
+                                **_starts(prompts, pad))
         return logits[:, prompts.shape[1] - 1:]
-    prompt_logits, cache = forward.run(model, unique, None)
+    prompt_logits, cache = forward.run(model, unique, None, **_starts(unique, pad))
     first = prompt_logits[inverse, -1:]
     if tokens.shape[1] == 1:
         return first
-    rest, _ = forward.run(model, tokens[:, :-1], _expand(cache, inverse))
+    rest, _ = forward.run(model, tokens[:, :-1], _expand(cache, inverse),
+                          **_starts(prompts, pad))
     return torch.cat([first, rest], dim=1)

@@ -38,7 +38,16 @@ from postlab.policies.compact import (
     COMPACT_FORWARDS,
     compact_forward_for,
     continuation_logits,
+    leading_padding,
     start_logits,
+)
+from postlab.policies.gguf import (
+    ChatTokenizer,
+    GGUFSource,
+    checked_file,
+    gguf_config,
+    loaded_copy,
+    require_gguf,
 )
 from postlab.policies.gru import ANSWER_CHARACTERS, MASKED_LOGIT
 from postlab.policies.lora import LoraSection, adapter_targets, attach, set_dropout
@@ -110,20 +119,43 @@ class CausalLMPolicy(Policy):
     def logits(self, raw: torch.Tensor) -> torch.Tensor:
         return raw.masked_fill(~self.allowed, MASKED_LOGIT)
 
-    @staticmethod
-    def _visible(tokens: torch.Tensor, cache: Any) -> torch.Tensor:
-        """An attention mask that hides nothing: sequences are right-padded, and causal
+    #: Whether left padding is hidden: a chat model's prompt must compute what it would
+    #: alone, as it was trained (see ``compact.padded_view``). Off for models postlab trains
+    #: from the start, which learn to ignore padding they attend to (and keep their bits).
+    hide_padding: bool = False
+
+    def _pad(self) -> int | None:
+        return self.tokenizer.pad_id if self.hide_padding else None
+
+    def _library_inputs(self, tokens: torch.Tensor, starts: torch.Tensor | None,
+                        past: int) -> dict[str, torch.Tensor]:
+        """The library's attention mask (and, hiding padding, position ids) for ``tokens``
+        after ``past`` cached positions.
+
+        Without hidden padding the mask hides nothing: sequences are right-padded, and causal
         attention already keeps every real position from seeing the padding after it (stated
         so the library does not warn that the padding might be unmasked)."""
-        past = 0 if cache is None else cache.get_seq_length()
-        return torch.ones(tokens.shape[0], past + tokens.shape[1], dtype=torch.long,
-                          device=tokens.device)
+        total = past + tokens.shape[1]
+        if starts is None:
+            return {"attention_mask": torch.ones(tokens.shape[0], total, dtype=torch.long,
+                                                 device=tokens.device)}
+        keys = torch.arange(total, device=tokens.device)
+        mask = (keys[None, :] >= starts[:, None]).long()
+        positions = (keys[None, past:] - starts[:, None]).clamp(min=0)
+        return {"attention_mask": mask, "position_ids": positions}
+
+    def _starts(self, prompts: torch.Tensor) -> torch.Tensor | None:
+        pad = self._pad()
+        return None if pad is None else leading_padding(prompts, pad)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits at every position of ``tokens`` (batch, time) -> (batch, time, vocab)."""
+        starts = self._starts(tokens)
         if self.compact is not None:
-            return self.logits(COMPACT_FORWARDS[self.compact].run(self.model, tokens, None)[0])
-        out = self.model(input_ids=tokens, attention_mask=self._visible(tokens, None),
+            extra = {} if starts is None else {"starts": starts}
+            return self.logits(COMPACT_FORWARDS[self.compact].run(self.model, tokens, None,
+                                                                  **extra)[0])
+        out = self.model(input_ids=tokens, **self._library_inputs(tokens, starts, 0),
                          use_cache=False)
         return self.logits(out.logits)
 
@@ -132,21 +164,34 @@ class CausalLMPolicy(Policy):
         if self.compact is None:
             return super().continuation(prompts, tokens)
         return self.logits(continuation_logits(COMPACT_FORWARDS[self.compact], self.model,
-                                               prompts, tokens))
+                                               prompts, tokens, self._pad()))
 
     def start(self, prompt_tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """The cache also carries where each prompt's text starts when padding is hidden."""
+        starts = self._starts(prompt_tokens)
         if self.compact is None:
-            return self.advance(prompt_tokens, None)
-        logits, cache = start_logits(COMPACT_FORWARDS[self.compact], self.model, prompt_tokens)
-        return self.logits(logits), cache
+            logits, cache = self._library_step(prompt_tokens, None, starts)
+        else:
+            logits, cache = start_logits(COMPACT_FORWARDS[self.compact], self.model,
+                                         prompt_tokens, self._pad())
+            logits = self.logits(logits)
+        return logits, (cache, starts)
 
     def advance(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
         """The cache is the compact forward's keys/values, or the library's past key/values
-        (extended in place and returned)."""
-        if self.compact is not None:
-            logits, cache = COMPACT_FORWARDS[self.compact].run(self.model, tokens, cache)
-            return self.logits(logits[:, -1]), cache
-        out = self.model(input_ids=tokens, attention_mask=self._visible(tokens, cache),
+        (extended in place and returned), with the prompts' starts."""
+        inner, starts = cache
+        if self.compact is None:
+            logits, inner = self._library_step(tokens, inner, starts)
+            return logits, (inner, starts)
+        extra = {} if starts is None else {"starts": starts}
+        logits, inner = COMPACT_FORWARDS[self.compact].run(self.model, tokens, inner, **extra)
+        return self.logits(logits[:, -1]), (inner, starts)
+
+    def _library_step(self, tokens: torch.Tensor, cache: Any,
+                      starts: torch.Tensor | None) -> tuple[torch.Tensor, Any]:
+        past = 0 if cache is None else cache.get_seq_length()
+        out = self.model(input_ids=tokens, **self._library_inputs(tokens, starts, past),
                          past_key_values=cache, use_cache=True)
         return self.logits(out.logits[:, -1]), out.past_key_values
 
@@ -303,14 +348,40 @@ def folder_sha256(folder: Path) -> str:
 
 
 class PretrainedFields(BaseModel):
-    """A local folder written by ``save_pretrained`` (model and tokenizer) and its hash."""
+    """A local folder written by ``save_pretrained`` (model and tokenizer), or a GGUF file
+    (model, tokenizer and chat template), and its digest."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    path: str = Field(min_length=1, description=(
+    path: str | None = Field(None, min_length=1, description=(
         "folder of the model and its tokenizer (absolute, or relative to the working folder)"))
+    gguf: GGUFSource | None = Field(None, description=(
+        "or a GGUF file: {package, file} of an installed package that ships it, or {path}"))
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description=(
-        "hash over every file's relative path and bytes, sorted; a run refuses a folder "
-        "that differs"))
+        "a folder: the hash over every file's relative path and bytes, sorted; a GGUF: the "
+        "file's sha256. A run refuses a model that differs"))
+    system: str | None = Field(None, max_length=4000, description=(
+        "GGUF only: the system message of every prompt (absent: the chat template's own)"))
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PretrainedFields:
+        if (self.path is None) == (self.gguf is None):
+            raise ValueError("name a folder (path) or a GGUF file (gguf), not both")
+        if self.system is not None and self.gguf is None:
+            raise ValueError("system is for a GGUF chat model")
+        return self
+
+
+def _pretrained(plan: dict[str, Any]) -> PretrainedFields:
+    return PretrainedFields.model_validate(
+        {k: v for k, v in plan["policy"].items() if k != "kind"})
+
+
+def gguf_file(plan: dict[str, Any]) -> Path | None:
+    """The plan's GGUF file, checked by digest; None for a folder plan."""
+    fields = _pretrained(plan)
+    if fields.gguf is None:
+        return None
+    return checked_file(fields.gguf.locate(), fields.sha256)
 
 
 class HFTokenizer:
@@ -343,8 +414,8 @@ class HFTokenizer:
 
 def checked_folder(plan: dict[str, Any]) -> Path:
     """The plan's folder, refused in one line unless its hash is the plan's."""
-    fields = PretrainedFields.model_validate(
-        {k: v for k, v in plan["policy"].items() if k != "kind"})
+    fields = _pretrained(plan)
+    assert fields.path is not None
     folder = Path(fields.path)
     if not folder.is_dir():
         raise UserError(f"policy.path {fields.path}: not a folder")
@@ -355,8 +426,43 @@ def checked_folder(plan: dict[str, Any]) -> Path:
     return folder
 
 
+def build_chat(plan: dict[str, Any]) -> PretrainedPolicy:
+    """A GGUF chat model: its weights dequantised to float32, its own tokenizer, prompts
+    rendered through its chat template, any token but the special ones emitted, and the
+    prompts' left padding hidden from attention."""
+    from postlab.tasks.registry import task_for
+
+    fields = _pretrained(plan)
+    assert fields.gguf is not None
+    require_gguf()
+    loaded = loaded_copy(fields.gguf.locate(), fields.sha256)
+    eos = loaded.model.config.eos_token_id
+    if not isinstance(eos, int):
+        raise UserError("policy.gguf: the model names no single end-of-turn token")
+    tokenizer = ChatTokenizer(loaded.tokenizer, eos)
+    task = task_for(plan)
+    system = fields.system
+
+    def prompt(key: Sequence[int]) -> str:
+        return tokenizer.render(task.prompt(key).strip(), system)
+
+    policy = PretrainedPolicy(loaded.model, tokenizer, plan["vocab"], plan["eos"], prompt,
+                              allowed_ids=tokenizer.allowed())
+    policy.hide_padding = True
+    policy.prompt_width = chat_prompt_width(plan, policy)
+    return policy
+
+
+def chat_prompt_width(plan: dict[str, Any], policy: CausalLMPolicy) -> int:
+    """The longest rendered prompt of the plan's questions, in the model's tokens."""
+    return max(len(policy.tokenizer.encode(policy.prompt_text(key)))
+               for keys in plan["split"].values() for key in keys)
+
+
 def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
-    """Refuses a folder whose hash differs from the plan's before loading anything."""
+    """Refuses a folder or file whose hash differs from the plan's before loading anything."""
+    if _pretrained(plan).gguf is not None:
+        return build_chat(plan)
     require_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -378,7 +484,15 @@ def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
                                        task.prompt, task.answer_characters), plan)
 
 
+def pretrained_config(plan: dict[str, Any]) -> Any:
+    """The configuration of a pretrained plan's model (folder or GGUF), its weights unread."""
+    return _folder_config(plan)
+
+
 def _folder_config(plan: dict[str, Any]) -> Any:
+    path = gguf_file(plan)
+    if path is not None:
+        return gguf_config(path, _pretrained(plan).sha256)
     require_transformers()
     from transformers import AutoConfig
 
@@ -403,7 +517,7 @@ def pretrained_size(plan: dict[str, Any]) -> tuple[int, int]:
 
 POLICIES.register("pretrained")(PolicyKind(
     build=build_pretrained, fields=PretrainedFields, size=pretrained_size,
-    summary="a causal LM and its tokenizer loaded from a local folder (never a hub) whose "
-            "content hash the plan records (needs the transformers extra); fields path, "
-            "sha256",
+    summary="a causal LM and its tokenizer loaded from a local folder or a GGUF file (never "
+            "a hub) whose digest the plan records (needs the transformers extra, or the model "
+            "extra for GGUF); fields path or gguf, sha256, system",
     adapter_targets=lambda plan: _meta_targets(_folder_config(plan))))

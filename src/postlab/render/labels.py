@@ -6,7 +6,69 @@ Words about a particular contract are not here: each contract registers its own
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any
+
 from postlab.tasks.contracts import CONTRACTS, describe
+
+#: Whether the report being written is of a plan with no SFT (``sft_steps`` 0), whose first
+#: stage is the model it starts from (a pretrained model's baseline): its words then say "the
+#: starting model" where they say "the SFT model" (:func:`starting_words`).
+_STARTING: ContextVar[bool] = ContextVar("postlab_starting_words", default=False)
+
+#: What changes in each language when the first stage is the starting model.
+_START_WORDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "en": (("After SFT,", "Before training,"), ("the SFT model", "the starting model"),
+           ("change from SFT", "change from the start"), ("KL to SFT", "KL to the start"),
+           ("the SFT curve", "the starting model's curve"),
+           ("the SFT it starts from", "the model it starts from")),
+    "zh": (("SFT 之后，", "训练之前，"), ("SFT 模型", "起点模型"),
+           ("相对 SFT 的变化", "相对起点的变化"), ("对 SFT 的 KL", "对起点的 KL"),
+           ("含其起点 SFT", "含其起点"),
+           ("SFT 曲线", "起点模型的曲线")),
+}
+_START_STAGE = {"en": "start", "zh": "起点"}
+
+
+@contextlib.contextmanager
+def starting_words(plan: Mapping[str, Any]) -> Iterator[None]:
+    """Within it, reports of ``plan`` name its first stage as the plan trains it: "SFT", or,
+    with no SFT steps, the starting model."""
+    token = _STARTING.set(plan.get("sft_steps") == 0)
+    try:
+        yield
+    finally:
+        _STARTING.reset(token)
+
+
+class _Worded(dict[str, dict[str, str]]):
+    """Words per language, read through :func:`starting_words`' setting."""
+
+    def __getitem__(self, lang: str) -> dict[str, str]:
+        words = super().__getitem__(lang)
+        return _started(self._name, lang) if _STARTING.get() else words
+
+    def __init__(self, name: str, words: dict[str, dict[str, str]]) -> None:
+        super().__init__(words)
+        self._name = name
+
+
+@functools.cache
+def _started(name: str, lang: str) -> dict[str, str]:
+    table = dict.__getitem__(_TABLES[name], lang)
+    changed = {}
+    for key, value in table.items():
+        if isinstance(value, str):
+            for old, new in _START_WORDS.get(lang, ()):
+                value = value.replace(old, new)
+        changed[key] = value
+    if name == "labels":
+        changed["initial"] = _START_STAGE.get(lang, changed["initial"])
+    return changed
+
 
 LABELS: dict[str, dict[str, str]] = {
     "en": {
@@ -121,6 +183,9 @@ LABELS: dict[str, dict[str, str]] = {
                    "说明该组钻了奖励的空子；大 k 的 pass@k 低于 SFT 曲线，说明 RL 收窄了覆盖。",
     },
 }
+
+
+LABELS = _Worded("labels", LABELS)
 
 
 def stage_label(stage: str, lang: str) -> str:
@@ -411,6 +476,9 @@ FIGURE_WORDS: dict[str, dict[str, str]] = {
                        "figures are labelled in English.)",
     },
 }
+
+FINDING_TEMPLATES = _Worded("findings", FINDING_TEMPLATES)
+_TABLES = {"labels": LABELS, "findings": FINDING_TEMPLATES}
 
 
 def shown(text: str) -> str:

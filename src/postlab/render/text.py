@@ -100,6 +100,10 @@ def render_text(report: Report, lang: str) -> str:
                                        k=report.eval_samples))
     # The Chinese layout keeps the record's key ``initial``, as the reference report prints it.
     stages = words.get("stages", {})
+    if "initial" in stages:  # a plan without SFT names its first stage as the labels do
+        from postlab.render.labels import stage_label
+
+        stages = {**stages, "initial": stage_label("initial", lang)}
     for row in report.held_out:
         stage = stages.get(row.stage, row.stage)
         sampled = " ".join(f"{count_text(count)}/{row.sampled_n}"

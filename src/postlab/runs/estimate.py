@@ -97,6 +97,11 @@ SFT_STEP_BYTES = 32
 RL_UPDATE_BYTES = 600
 #: float32 copies of the parameters a worker holds (see MAX_PARAMETERS).
 MODEL_COPIES = 8
+#: ... where no step trains the base weights (adapters only, no SFT steps): the weights, the
+#: untrained copy kept for RL-only arms, the checkpoint being written. The adapters' own
+#: copies are a fraction of a percent of SmolLM2-135M's, and the dequantised copy a process
+#: keeps of a GGUF model is in the calibration's measured base (it builds the model first).
+FROZEN_BASE_COPIES = 3
 #: Per position of a training forward/backward: hidden-sized tensors the GRU keeps for the
 #: backward pass (output, gates, their gradients), and vocabulary-sized ones (logits, masked
 #: logits, log-probabilities; RL adds the reference's, probabilities for the KL and entropy).
@@ -172,9 +177,22 @@ class ComputeEstimate:
     base_bytes: int | None = None
     #: when the calibration priced here was measured, where an earlier run's was reused
     calibration_reused_from: str | None = None
+    #: the model's size is a pinned file's (a pretrained model), not a width the plan
+    #: states: the parameter limit, a guard against a mistyped width, does not apply
+    size_from_file: bool = False
 
 
 # --- counts --------------------------------------------------------------------------------
+
+def _vocab(plan: dict[str, Any]) -> int:
+    """The width of the policy's output: the plan's tokens, or a pretrained model's own
+    vocabulary (SmolLM2's 49,152, where its plan's characters are about 30)."""
+    if policy_kind(plan) == "pretrained":
+        from postlab.policies.transformer import pretrained_config
+
+        return int(pretrained_config(plan).vocab_size)
+    return vocab_size(plan)
+
 
 def _shape(plan: dict[str, Any]) -> dict[str, int]:
     """Sizes the counts and the calibration share."""
@@ -183,7 +201,7 @@ def _shape(plan: dict[str, Any]) -> dict[str, int]:
     parameters, work = POLICIES[policy_kind(plan)].size(plan)
     return {
         "prompt": prompt,
-        "vocab": vocab_size(plan),
+        "vocab": _vocab(plan),
         # inputs of one SFT step: the prompt and the target (answer and EOS) less its last
         "sft_positions": prompt + task.longest_answer,
         # positions a full decode reads, and an RL forward over prompt and response
@@ -196,14 +214,14 @@ def _shape(plan: dict[str, Any]) -> dict[str, int]:
 
 def _train_bytes(plan: dict[str, Any], rows: int, positions: int, vocab_tensors: int) -> int:
     per_position = (plan["embedding"] + HIDDEN_TENSORS * plan["hidden"]
-                    + vocab_tensors * vocab_size(plan))
+                    + vocab_tensors * _vocab(plan))
     return rows * positions * per_position * FLOAT_BYTES * 2  # activations and their gradients
 
 
 def _decode_bytes(plan: dict[str, Any], rows: int, prompt: int) -> int:
     """A decode keeps the prompt pass, a few per-step tensors, the emitted tokens and masks
     (as tensors and as Python lists) and one row per sequence."""
-    emb, hid, vocab = plan["embedding"], plan["hidden"], vocab_size(plan)
+    emb, hid, vocab = plan["embedding"], plan["hidden"], _vocab(plan)
     floats = prompt * (emb + 4 * hid) + 4 * vocab + 4 * hid
     return rows * (floats * FLOAT_BYTES + 40 * plan["max_new_tokens"] + ROW_BYTES)
 
@@ -249,13 +267,17 @@ def estimate_counts(plan: dict[str, Any]) -> ComputeEstimate:
             batches.append(("dynamic sampling", extra, positions,
                             _decode_bytes(plan, extra, shape["prompt"])))
     kind, sequences, batch_positions, batch_bytes = max(batches, key=lambda b: b[3])
-    model_bytes = shape["parameters"] * FLOAT_BYTES * MODEL_COPIES
+    frozen = plan.get("lora") is not None and plan["sft_steps"] == 0 and not any(
+        arm.own_sft_steps(plan) for arm in arms)
+    model_bytes = shape["parameters"] * FLOAT_BYTES * (FROZEN_BASE_COPIES if frozen
+                                                       else MODEL_COPIES)
     return ComputeEstimate(
         seeds=seeds, arms=len(arms), completions=completions, rl_completions=rl_completions,
         tokens=completions * plan["max_new_tokens"], gradient_steps=sft_steps + rl_updates,
         parameters=shape["parameters"], batch_kind=kind, batch_sequences=sequences,
         batch_positions=batch_positions, batch_bytes=batch_bytes, record_rows=record_rows,
-        memory_bytes=batch_bytes + model_bytes + seed_bytes)
+        memory_bytes=batch_bytes + model_bytes + seed_bytes,
+        size_from_file=policy_kind(plan) == "pretrained")
 
 
 # --- calibration ---------------------------------------------------------------------------
@@ -797,7 +819,7 @@ def size_problems(est: ComputeEstimate) -> list[str]:
     if est.gradient_steps > MAX_GRADIENT_STEPS:
         problems.append(f"{format_count(est.gradient_steps)} gradient steps exceeds "
                         f"{format_count(MAX_GRADIENT_STEPS)}")
-    if est.parameters > MAX_PARAMETERS:
+    if est.parameters > MAX_PARAMETERS and not est.size_from_file:
         problems.append(f"{format_count(est.parameters)} model parameters exceeds "
                         f"{format_count(MAX_PARAMETERS)}")
     if est.seconds is not None and est.seconds > MAX_SECONDS:

@@ -512,6 +512,21 @@ def _check_registration(record: dict[str, Any], plan: LoadedPlan | None,
         f"{REGISTRATION_FILE} has the recorded sha256 {named['sha256'][:16]}…"))
 
 
+def _check_model_file(plan_data: dict[str, Any] | None) -> Check | None:
+    """A pretrained plan's GGUF file has the sha256 the plan pins (a file that differs is
+    refused in one line, as a run refuses it); None (no line) for other policies."""
+    if plan_data is None or policy_kind(plan_data) != "pretrained" \
+            or plan_data["policy"].get("gguf") is None:
+        return None
+    from postlab.policies.transformer import gguf_file
+
+    path = gguf_file(plan_data)
+    assert path is not None
+    return Check(name="model file", status="pass", detail=(
+        f"{path.name} has the plan's sha256 {plan_data['policy']['sha256'][:16]}…; its "
+        "dequantised weights are the base every adapter checkpoint names"))
+
+
 def _check_tokenizer(record: dict[str, Any], plan_data: dict[str, Any] | None,
                      folder: Path) -> Check | None:
     """A trained tokenizer's file is the one the record names and the plan trains; None (no
@@ -721,8 +736,11 @@ def verify_walked(files: RunFiles, record: dict[str, Any], *,
     plan_data = plan.data if plan is not None else None
     device = device_here(record)
     configure_torch(plan_data["threads"] if plan_data is not None else 1, device)
+    model = _check_model_file(plan_data)  # before the walk rebuilds the model from it
     seen = _walk(record, plan_data, folder, device, quick=quick)
     checks = [_check_completeness(record, seen), plan_check]
+    if model is not None:
+        checks.append(model)
     if "chunks" in record:
         checks.append(row_files)
     tokenizer = _check_tokenizer(record, plan_data, folder)

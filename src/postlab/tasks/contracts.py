@@ -141,7 +141,7 @@ CONTRACT_WORDS.register("exact")({
 # The reasoning-gym contracts read generated items; their module imports reasoning-gym and
 # math-verify only when a contract is first called.
 for _name, _where in (("rg-strict", "strict_format"), ("rg-substring", "answer_anywhere"),
-                      ("rg-score", "dataset_score")):
+                      ("rg-score", "dataset_score"), ("rg-final", "final_number")):
     CONTRACTS.register_lazy(_name, f"postlab.tasks.gym:{_where}")
     CONTRACT_ANSWERS.register(_name)("item")
 PARTIAL_CREDIT.register("rg-score")(True)
@@ -149,6 +149,11 @@ CONTRACT_WORDS.register("rg-strict")({
     "en": ContractWords("rg-strict", "strict-format success", "strict-format reward rate",
                         "correct"),
     "zh": ContractWords("严格格式", "严格格式正确率", "严格格式奖励率", "正确"),
+})
+CONTRACT_WORDS.register("rg-final")({
+    "en": ContractWords("rg-final", "final-number success", "final-number reward rate",
+                        "correct"),
+    "zh": ContractWords("最后数字", "最后数字正确率", "最后数字奖励率", "正确"),
 })
 CONTRACT_WORDS.register("rg-substring")({
     "en": ContractWords("rg-substring", "answer-anywhere acceptance",

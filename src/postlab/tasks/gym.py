@@ -24,6 +24,11 @@ The contracts (registered lazily in :mod:`postlab.tasks.contracts`):
 - ``rg-score``: the dataset's scorer on the last tagged answer (or, with no tags, the whole
   output), its partial credit kept as the reward (countdown pays 0.05 for a well-formed wrong
   expression).
+- ``rg-final``: EOS emitted, and the last number the output writes is the answer (judged as
+  ``rg-strict`` judges a tagged one): how a chat model that answers in a sentence ("58 + 26 =
+  84.") is graded. It is the reference rule of a section whose ``answer_format`` is
+  ``final-number``, which also demonstrates the bare answer; every item's answer must then be
+  a plain number.
 """
 
 from __future__ import annotations
@@ -49,6 +54,11 @@ OPEN, CLOSE = "<answer>", "</answer>"
 EXTRA = "gym"
 #: How far past the requested total the generator may go to find distinct questions.
 MAX_OVERSAMPLING = 64
+#: How a section's answers are written: in tags (the default), or as the output's last number.
+ANSWER_FORMATS = ("tagged", "final-number")
+#: A number as a sentence writes it, for ``rg-final``: sign, digits (thousands may be
+#: separated by commas), a decimal part, a fraction bar.
+_WRITTEN_NUMBER = re.compile(r"[+-]?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 #: Plain numbers (sign, digits, decimal point, a fraction bar), the only strings compared by
 #: value with math-verify: short, so parsing them cannot run away.
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)(/\d+)?")
@@ -184,8 +194,9 @@ def prompt_of(item: GymItem) -> str:
     return TEMPLATE.format(question=item.question)
 
 
-def demonstration_of(item: GymItem) -> str:
-    return f"{OPEN}{item.answer}{CLOSE}"
+def demonstration_of(item: GymItem, answer_format: str = "tagged") -> str:
+    """What SFT demonstrates: the answer in tags, or alone for ``final-number``."""
+    return item.answer if answer_format == "final-number" else f"{OPEN}{item.answer}{CLOSE}"
 
 
 @dataclass(frozen=True)
@@ -195,9 +206,19 @@ class GymTask:
     section: Mapping[str, Any] = field(compare=False)
     items: tuple[GymItem, ...]
     name = "reasoning_gym"
-    contracts: tuple[str, ...] = ("rg-strict", "rg-substring", "rg-score")
     answer_kind = "item"
     operand_limit = None
+
+    @property
+    def answer_format(self) -> str:
+        return str(self.section.get("answer_format") or "tagged")
+
+    @property
+    def contracts(self) -> tuple[str, ...]:
+        """The reference rule first: tags, or the final number."""
+        if self.answer_format == "final-number":
+            return ("rg-final", "rg-substring", "rg-score")
+        return ("rg-strict", "rg-substring", "rg-score")
 
     def item(self, key: Sequence[int]) -> GymItem:
         return self.items[key[1]]
@@ -212,7 +233,7 @@ class GymTask:
         return self.item(key).answer
 
     def demonstration(self, key: Sequence[int]) -> str:
-        return demonstration_of(self.item(key))
+        return demonstration_of(self.item(key), self.answer_format)
 
     def difficulty(self, key: Sequence[int]) -> tuple[float, ...]:
         """The item's own values of its dataset's difficulty settings (reasoning-gym's
@@ -228,16 +249,18 @@ class GymTask:
     @functools.cached_property
     def answer_characters(self) -> str:
         """Every character of every demonstration: what the policy may write."""
-        return "".join(sorted({c for item in self.items for c in demonstration_of(item)}))
+        return "".join(sorted({c for item in self.items
+                               for c in demonstration_of(item, self.answer_format)}))
 
     @functools.cached_property
     def required_characters(self) -> str:
-        text = {c for item in self.items for c in prompt_of(item) + demonstration_of(item)}
+        text = {c for item in self.items
+                for c in prompt_of(item) + demonstration_of(item, self.answer_format)}
         return "".join(sorted(text))
 
     @functools.cached_property
     def longest_answer(self) -> int:
-        return max(len(demonstration_of(item)) for item in self.items)
+        return max(len(demonstration_of(item, self.answer_format)) for item in self.items)
 
     @functools.cached_property
     def longest_prompt(self) -> int:
@@ -265,6 +288,13 @@ class GymTask:
         if plan["split"] != split_keys(section["sizes"]):
             return [("split", "differs from the items' split (train, dev, test as "
                               "`postlab freeze --draft` writes them from the sizes)")]
+        if self.answer_format == "final-number":
+            worded = next((item for item in self.items
+                           if not _plain_number(_without_separators(item.answer))), None)
+            if worded is not None:
+                return [("reasoning_gym.answer_format",
+                         f"final-number needs plain-number answers; item {worded.index}'s is "
+                         f"{worded.answer[:40]!r}")]
         return []
 
 
@@ -352,6 +382,20 @@ def strict_format(pair: Sequence[int], text: str, terminated: bool, expected: Gy
         return 0
     answer = _tagged_answer(text)
     return int(answer is not None and judged_right(answer, expected))
+
+
+def last_number(text: str) -> str | None:
+    """The last number ``text`` writes (a sentence's full stop is not a decimal point)."""
+    found = _WRITTEN_NUMBER.findall(text)
+    return found[-1] if found else None
+
+
+def final_number(pair: Sequence[int], text: str, terminated: bool, expected: GymItem) -> int:
+    """EOS, and the last number the output writes judged right."""
+    if not terminated:
+        return 0
+    number = last_number(text)
+    return int(number is not None and judged_right(number, expected))
 
 
 def answer_anywhere(pair: Sequence[int], text: str, terminated: bool,

@@ -218,6 +218,9 @@ def configuration_problem(plan: Mapping[str, Any]) -> str | None:
     kind = policy_kind(dict(plan))
     if kind not in TRANSFORMER_KINDS:
         return None
+    if kind == "pretrained" and plan["policy"].get("gguf") is not None:
+        return ("a GGUF chat model (its prompts' left padding is hidden from attention, "
+                "which the ensemble's members do not compute; use --engine exact)")
     config = configuration(plan)
     name = getattr(config, "model_type", None)
     if name in COMPACT_FORWARDS and COMPACT_FORWARDS[name].supports(config):
