@@ -63,7 +63,7 @@ def test_the_readme_python_example_runs_as_written(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     text = (root / "README.md").read_text()
-    section = text[text.index("### From Python"):]
+    section = text[text.index("## From Python"):]
     start = section.index("```python\n") + len("```python\n")
     code = section[start:section.index("\n```", start)]
     (tmp_path / "examples").symlink_to(root / "examples")

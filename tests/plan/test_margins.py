@@ -1,5 +1,5 @@
 """Every equivalence margin and default threshold is written once, with its reason, in
-postlab.plan.margins; the code reads it from there and the README cites each one."""
+postlab.plan.margins; the code reads it from there and the documentation cites each one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import pytest
 from postlab.plan import margins
 from postlab.plan.margins import DEFAULTS, SETS, default
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+#: The README and every page of the documentation site.
+ROOT = Path(__file__).resolve().parents[2]
+README = "\n".join(path.read_text() for path in [ROOT / "README.md",
+                                                   *sorted((ROOT / "docs").glob("*.md"))])
 
 
 def test_every_margin_and_default_says_why():

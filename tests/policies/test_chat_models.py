@@ -9,6 +9,7 @@ Most tests use a two-layer model carrying SmolLM2's tokenizer and chat template
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +249,22 @@ def test_an_evaluation_folder_that_cannot_be_made_is_refused_first(chat_plan, tm
         assert _cli("eval", "--plan", str(plan), "--out-dir", str(out)) == 2
         assert words in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "file", "plan.json"]
+
+
+def test_full_weight_sft_trains_every_weight_on_the_bare_answers(chat_plan):
+    """SFT of a chat model: the demonstration is the bare answer then the end of the
+    assistant's turn, after the rendered prompt; every weight moves."""
+    from postlab.engines.train import supervised
+    from postlab.policies import build_policy
+    from postlab.tasks.registry import task_for
+
+    plan = {**chat_plan, "sft_steps": 3, "sft_batch": 2}
+    policy = build_policy(plan)
+    before = {name: value.clone() for name, value in policy.state_dict().items()}
+    losses = supervised(policy, plan, 5)
+    assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
+    moved = [name for name, value in policy.state_dict().items()
+             if value.is_floating_point() and not torch.equal(value, before[name])]
+    assert len(moved) == sum(p.is_floating_point() for p in before.values())
+    key = chat_plan["split"]["train"][0]
+    assert task_for(plan).demonstration(key) == task_for(plan).answer_value(key)
