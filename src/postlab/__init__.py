@@ -1,8 +1,9 @@
 """postlab: post-training small language models with verifiable rewards, reproducibly.
 
-From Python: ``postlab.register`` fixes hypotheses before training; ``run``, ``reproduce``
-and ``sweep`` train; ``verify``, ``report``,
-``compare`` and ``load_run`` read (see :mod:`postlab.api`). They are imported on first use,
+From Python: ``postlab.freeze`` writes plans (``check_plan`` and ``diff_plans`` inspect
+them); ``register`` fixes hypotheses before training; ``run``, ``reproduce`` and ``sweep``
+train; ``evaluate`` measures a plan's starting model; ``verify``, ``report``, ``compare`` and
+``load_run`` read (see :mod:`postlab.api`). They are imported on first use,
 so ``import postlab`` stays light.
 """
 
@@ -12,13 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from postlab.version import __version__
 
-__all__ = ["__version__", "compare", "export", "load_run", "plot", "register", "report",
-           "reproduce", "run", "sweep", "verify"]
+__all__ = ["__version__", "check_plan", "compare", "diff_plans", "evaluate", "export", "freeze",
+           "load_run", "plot", "register", "report", "reproduce", "run", "sweep", "verify"]
 
 if TYPE_CHECKING:
     from postlab.api import (
+        check_plan,
         compare,
+        diff_plans,
+        evaluate,
         export,
+        freeze,
         load_run,
         plot,
         register,

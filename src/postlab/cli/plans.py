@@ -5,45 +5,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from postlab.errors import UserError
-
 
 def freeze(args: argparse.Namespace) -> int:
-    import datetime
+    from postlab.api.planning import freeze as write
 
-    from postlab.plan.frozen import (
-        complete_draft,
-        derive_plan,
-        freeze,
-        load_plan,
-        read_draft,
-        teaching_plan_loaded,
-    )
-
+    frozen = write(args.path, draft=args.draft, parent=args.parent, settings=args.settings)
+    data = frozen.plan
     if args.draft is not None:
-        if args.parent is not None or args.settings:
-            raise UserError("freeze --draft takes no --from or --set: edit the draft instead")
-        if args.path.exists():
-            raise UserError(f"{args.path}: already exists; postlab never overwrites an output")
-        data = complete_draft(read_draft(args.draft))
-        digest = freeze(args.path, data)
         section = data["reasoning_gym"]
         sizes = ", ".join(f"{name} {count}" for name, count in section["sizes"].items())
-        print(f"froze {args.path} (sha256 {digest}): {section['dataset']} items ({sizes}) "
-              f"from reasoning-gym {section['version']}, items sha256 "
+        print(f"froze {args.path} (sha256 {frozen.sha256}): {section['dataset']} items "
+              f"({sizes}) from reasoning-gym {section['version']}, items sha256 "
               f"{section['items_sha256'][:16]}…")
-        return 0
-    if args.parent is None and not args.settings:
-        digest = freeze(args.path)
-        print(f"froze the teaching plan: {args.path} (sha256 {digest})")
-        return 0
-    parent = load_plan(args.parent) if args.parent else teaching_plan_loaded()
-    if args.path.exists():
-        raise UserError(f"{args.path}: already exists; postlab never overwrites an output")
-    data = derive_plan(parent, args.settings, datetime.date.today().isoformat())
-    digest = freeze(args.path, data)
-    print(f"froze plan version {data['version']}: {args.path} (sha256 {digest}); parent "
-          f"{parent.sha256[:16]}…, changed {', '.join(data['parent']['changes'])}")
+    elif frozen.parent is None:
+        print(f"froze the teaching plan: {args.path} (sha256 {frozen.sha256})")
+    else:
+        print(f"froze plan version {data['version']}: {args.path} (sha256 {frozen.sha256}); "
+              f"parent {frozen.parent[:16]}…, changed {', '.join(data['parent']['changes'])}")
     return 0
 
 
@@ -73,32 +51,28 @@ def _print_monitor(data: dict) -> None:
 def plan(args: argparse.Namespace) -> int:
     import json
 
-    from postlab.jsonio import parse_json, read_bytes
-    from postlab.plan.frozen import load_plan, plan_differences, sha256_hex
-    from postlab.plan.schema import json_schema, validate_plan
+    from postlab.api.planning import check_plan, diff_plans
+    from postlab.plan.schema import json_schema
 
     if args.plan_command == "schema":
         print(json.dumps(json_schema(), indent=2, ensure_ascii=False))
         return 0
     if args.plan_command == "check":
-        raw = read_bytes(args.path, "plan")
-        problems = validate_plan(parse_json(raw, str(args.path)))
-        if not problems:
-            print(f"{args.path}: valid plan (sha256 {sha256_hex(raw)})")
-            _print_monitor(parse_json(raw, str(args.path)))
+        checked = check_plan(args.path)
+        if not checked.problems:
+            print(f"{args.path}: valid plan (sha256 {checked.sha256})")
+            _print_monitor(checked.plan)
             return 0
-        for path, message in problems:
+        for path, message in checked.problems:
             print(f"{args.path}: {path}: {message}", file=sys.stderr)
-        print(f"{args.path}: {len(problems)} problems", file=sys.stderr)
+        print(f"{args.path}: {len(checked.problems)} problems", file=sys.stderr)
         return 2
-
-    a, b = load_plan(args.a), load_plan(args.b)
-    if a.sha256 == b.sha256:
-        print(f"identical plans (sha256 {a.sha256})")
+    diff = diff_plans(args.a, args.b)
+    if diff.identical:
+        print(f"identical plans (sha256 {diff.sha256})")
         return 0
-    parent = b.data.get("parent") or {}
-    if parent.get("sha256") == a.sha256:
+    if diff.b_is_version_of_a:
         print(f"{args.b} is a version of {args.a} (its parent sha256 matches)")
-    for line in plan_differences(a.data, b.data):
+    for line in diff.differences:
         print(line)
     return 0

@@ -1,0 +1,111 @@
+"""Writing and inspecting plans from a script: ``freeze``, ``check_plan`` and ``diff_plans``.
+
+What ``postlab freeze`` and ``postlab plan`` do, with typed arguments and results: a plan is
+written once (an existing path is refused before anything is computed), and a plan that does
+not validate is refused with every problem named.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from postlab.errors import UserError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Frozen:
+    """A plan written by :func:`freeze`: where, its sha256 and its content; ``parent`` is the
+    parent's sha256 for a new version, None for the teaching plan and a completed draft."""
+
+    path: Path
+    sha256: str
+    plan: dict[str, Any]
+    parent: str | None = None
+
+
+def freeze(path: str | Path, *, draft: str | Path | None = None,
+           parent: str | Path | None = None, settings: Sequence[str] = (),
+           today: str | None = None) -> Frozen:
+    """Write a plan to the new file ``path``: the teaching plan; a new version of ``parent``
+    (default the teaching plan) with ``settings`` (``KEY=VALUE``), dated ``today`` (default
+    today); or the plan a ``draft`` stands for (a reasoning-gym draft's items generated and
+    pinned)."""
+    from postlab.plan.frozen import (
+        complete_draft,
+        derive_plan,
+        load_plan,
+        read_draft,
+        teaching_plan,
+        teaching_plan_loaded,
+    )
+    from postlab.plan.frozen import freeze as write
+
+    target = Path(path)
+    settings = list(settings or ())
+    if draft is not None:
+        if parent is not None or settings:
+            raise UserError("freeze --draft takes no --from or --set: edit the draft instead")
+        _refuse_existing(target)
+        data = complete_draft(read_draft(Path(draft)))
+        return Frozen(path=target, sha256=write(target, data), plan=data)
+    if parent is None and not settings:
+        data = teaching_plan()
+        return Frozen(path=target, sha256=write(target), plan=data)
+    loaded = load_plan(Path(parent)) if parent is not None else teaching_plan_loaded()
+    _refuse_existing(target)
+    data = derive_plan(loaded, settings, today or datetime.date.today().isoformat())
+    return Frozen(path=target, sha256=write(target, data), plan=data, parent=loaded.sha256)
+
+
+def _refuse_existing(path: Path) -> None:
+    if path.exists():
+        raise UserError(f"{path}: already exists; postlab never overwrites an output")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanCheck:
+    """A plan file checked: its sha256, content, and every problem as (field path, message)."""
+
+    sha256: str
+    plan: Any
+    problems: list[tuple[str, str]]
+
+
+def check_plan(path: str | Path) -> PlanCheck:
+    """Validate a plan file against the schema and the checks across fields; unreadable or
+    malformed JSON is refused (UserError), an invalid plan returns its problems."""
+    from postlab.jsonio import parse_json, read_bytes
+    from postlab.plan.frozen import sha256_hex
+    from postlab.plan.schema import validate_plan
+
+    raw = read_bytes(Path(path), "plan")
+    data = parse_json(raw, str(path))
+    return PlanCheck(sha256=sha256_hex(raw), plan=data, problems=validate_plan(data))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanDiff:
+    """Plan B against plan A: equal, whether B is a version of A, and the differences."""
+
+    identical: bool
+    sha256: str
+    b_is_version_of_a: bool
+    differences: list[str]
+
+
+def diff_plans(a: str | Path, b: str | Path) -> PlanDiff:
+    """What changed from plan ``a`` to plan ``b`` (splits compared by pair)."""
+    from postlab.plan.frozen import load_plan, plan_differences
+
+    first, second = load_plan(Path(a)), load_plan(Path(b))
+    if first.sha256 == second.sha256:
+        return PlanDiff(identical=True, sha256=first.sha256, b_is_version_of_a=False,
+                        differences=[])
+    parent = second.data.get("parent") or {}
+    return PlanDiff(identical=False, sha256=second.sha256,
+                    b_is_version_of_a=parent.get("sha256") == first.sha256,
+                    differences=plan_differences(first.data, second.data))
