@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from postlab.version import __version__
 
 __all__ = ["__version__", "check_plan", "compare", "diff_plans", "evaluate", "export", "freeze",
-           "load_run", "plot", "register", "report", "reproduce", "run", "sweep", "verify"]
+           "load_run", "plot", "register", "report", "reproduce", "run", "samples", "sweep",
+           "verify"]
 
 if TYPE_CHECKING:
     from postlab.api import (
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
         report,
         reproduce,
         run,
+        samples,
         sweep,
         verify,
     )

@@ -9,7 +9,7 @@ existing output is never overwritten.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -411,3 +411,81 @@ def export(run: str | Path | None, out_dir: str | Path, *, format_: str = "parqu
     with staged_folder(out) as staging:
         tables = write_export(staging, chosen, format_)
     return out, tables, left_out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Samples:
+    """A run's answers chosen by :func:`samples`' filters, ready to be walked (every judged
+    answer, in record order) or tallied (per stage and kind)."""
+
+    run: OpenedRun
+    #: the stages (or, for rollouts, the RL arms) the run has, in record order
+    stages: list[str]
+    #: where the answers come from, in words: "test split, sampled" or "training rollouts"
+    where: str
+    filters: dict[str, Any]
+
+    def answers(self) -> Iterator[Any]:
+        """Every chosen answer (``analysis.samples.Sample``), judged by every contract; the
+        chosen seeds' checks run before the first is given."""
+        from postlab.analysis.samples import iter_samples
+        from postlab.records.record import settle
+
+        chosen = iter_samples(self.run.record, self.run.plan.data, **self.filters)
+        settle(self.run.record, self.filters["seeds"])
+        yield from chosen
+
+    def tallies(self) -> dict[tuple[str, str], Any]:
+        """The chosen answers counted per stage and kind (columnar)."""
+        from postlab.analysis.samples import answer_tallies
+        from postlab.records.opened import checked_tables
+
+        return answer_tallies(self.run.record, self.run.plan.data, checked_tables(self.run),
+                              **self.filters)
+
+
+def samples(run: str | Path | None, *, stages: Sequence[str] = (), split: str | None = None,
+            decoding: str | None = None, kind: str | None = None, seeds: Sequence[int] = ()
+            ) -> Samples:
+    """The answers a run recorded, chosen by stage, split (``"rollouts"``: the RL arms'
+    training rollouts; default the test split), decoding (default sampled), kind ("correct",
+    "gamed" or "wrong") and seed; every filter is checked against the run before anything is
+    read."""
+    from postlab.plan.arms import plan_contracts
+    from postlab.records.opened import check_whole, open_run
+    from postlab.records.record import seeds_of
+
+    if decoding is not None and split == "rollouts":
+        raise UserError("--decoding is for evaluation splits; training rollouts are sampled")
+    opened = open_run(None if run is None else Path(run), check_rows=False)
+    check_whole(opened)
+    record = opened.record
+    rollouts = split == "rollouts"
+    chosen_split = None if rollouts else (split or "test")
+    if chosen_split is not None:
+        check_split(opened, chosen_split)
+    # every seed of a record that fits its plan has the same stages and arms: the first's
+    first = record["runs"][0] if record["runs"] else {"evaluations": {}}
+    all_stages = list(first["evaluations"])
+    arms = [s for s in all_stages if s in first.get("training", {})]
+    known = arms if rollouts else all_stages
+    for stage in stages:
+        if stage not in known:
+            what = "RL arms with rollouts" if rollouts else "stages"
+            raise UserError(f"--stage {stage}: the run's {what} are {', '.join(known) or 'none'}")
+    recorded = seeds_of(record)
+    for seed in seeds:
+        if seed not in recorded:
+            raise UserError(f"--seed {seed}: the run's seeds are "
+                            f"{', '.join(map(str, recorded))}")
+    contracts = plan_contracts(opened.plan.data)
+    if kind == "gamed" and len(contracts) < 2:
+        raise UserError(f"--filter gamed: this plan's task is judged by one contract "
+                        f"({contracts[0]}), so no answer can be paid and wrong")
+    filters = {"stages": list(stages) or None, "split": chosen_split,
+               "decoding": None if rollouts else decoding or "sampled",
+               "kinds": None if kind is None else [kind], "seeds": list(seeds) or None,
+               "rollouts": rollouts}
+    where = ("training rollouts" if rollouts
+             else f"{chosen_split} split, {decoding or 'sampled'}")
+    return Samples(run=opened, stages=known, where=where, filters=filters)

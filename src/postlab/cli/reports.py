@@ -196,63 +196,24 @@ def export(args: argparse.Namespace) -> int:
 def samples(args: argparse.Namespace) -> int:
     import json
 
-    from postlab.analysis.samples import answer_tallies, iter_samples
-    from postlab.plan.arms import plan_contracts
-    from postlab.records.opened import check_whole, checked_tables, open_run
-    from postlab.records.record import seeds_of, settle
     from postlab.render.answers import samples_text
+    from postlab.render.labels import starting_words
 
     if args.limit is not None and args.limit < 0:
         raise UserError(f"--limit {args.limit}: must be 0 (all) or more")
     if args.limit is not None and args.format_ == "jsonl":
         raise UserError("--limit is for the text format; jsonl prints every matching answer")
-    if args.decoding is not None and args.split == "rollouts":
-        raise UserError("--decoding is for evaluation splits; training rollouts are sampled")
-    opened = open_run(args.run, check_rows=False)
-    from postlab.render.labels import starting_words
-
-    with starting_words(opened.plan.data):
-        check_whole(opened)
-        record, plan = opened.record, opened.plan
-        rollouts = args.split == "rollouts"
-        split = None if rollouts else (args.split or "test")
-        if split is not None:
-            check_split(opened, split)
-        # every seed of a record that fits its plan has the same stages and arms: the first's
-        first = record["runs"][0] if record["runs"] else {"evaluations": {}}
-        stages = list(first["evaluations"])
-        arms = [s for s in stages if s in first.get("training", {})]
-        known = arms if rollouts else stages
-        for stage in args.stage:
-            if stage not in known:
-                what = "RL arms with rollouts" if rollouts else "stages"
-                raise UserError(f"--stage {stage}: the run's {what} are "
-                                f"{', '.join(known) or 'none'}")
-        seeds = seeds_of(record)
-        for seed in args.seed:
-            if seed not in seeds:
-                raise UserError(f"--seed {seed}: the run's seeds are {', '.join(map(str, seeds))}")
-        contracts = plan_contracts(plan.data)
-        if args.kind == "gamed" and len(contracts) < 2:
-            raise UserError(f"--filter gamed: this plan's task is judged by one contract "
-                            f"({contracts[0]}), so no answer can be paid and wrong")
-        filters = {"stages": args.stage or None, "split": split,
-                   "decoding": None if rollouts else args.decoding or "sampled",
-                   "kinds": None if args.kind is None else [args.kind],
-                   "seeds": args.seed or None, "rollouts": rollouts}
-        if args.format_ == "jsonl":
-            chosen = iter_samples(record, plan.data, **filters)
-            # lines are printed as they are found, so the chosen seeds' checks run first
-            settle(record, args.seed or None)
-            for sample in chosen:
-                sys.stdout.write(json.dumps(dataclasses.asdict(sample)) + "\n")
-            return 0
-        where = ("training rollouts" if rollouts
-                 else f"{split} split, {args.decoding or 'sampled'}")
-        limit = 10 if args.limit is None else (None if args.limit == 0 else args.limit)
-        tallied = answer_tallies(record, plan.data, checked_tables(opened), **filters)
-        sys.stdout.write(samples_text(tallied, known, where, limit))
+    chosen = api.samples(args.run, stages=args.stage, split=args.split,
+                         decoding=args.decoding, kind=args.kind, seeds=args.seed)
+    if args.format_ == "jsonl":
+        # lines are printed as they are found
+        for sample in chosen.answers():
+            sys.stdout.write(json.dumps(dataclasses.asdict(sample)) + "\n")
         return 0
+    limit = 10 if args.limit is None else (None if args.limit == 0 else args.limit)
+    with starting_words(chosen.run.plan.data):
+        sys.stdout.write(samples_text(chosen.tallies(), chosen.stages, chosen.where, limit))
+    return 0
 
 
 def evaluate(args: argparse.Namespace) -> int:
