@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from postlab.version import __version__
 
-__all__ = ["__version__", "check_plan", "compare", "diff_plans", "evaluate", "export", "freeze",
-           "load_run", "plot", "register", "report", "reproduce", "run", "samples", "sweep",
-           "verify"]
+__all__ = ["__version__", "check_plan", "compare", "diff_plans", "evaluate", "exercises", "export",
+           "freeze", "load_run", "plot", "register", "report", "reproduce", "run", "samples",
+           "sweep", "verify"]
 
 if TYPE_CHECKING:
     from postlab.api import (
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         compare,
         diff_plans,
         evaluate,
+        exercises,
         export,
         freeze,
         load_run,

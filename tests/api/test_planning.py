@@ -35,3 +35,17 @@ def test_an_existing_path_and_a_bad_plan_are_refused(tmp_path):
     bad.write_text(base.path.read_text().replace('"clip": 0.2', '"clip": 2.0'))
     problems = postlab.check_plan(bad).problems
     assert [path for path, _ in problems] == ["clip"]
+
+
+def test_the_worked_answers_from_a_script():
+    answers = postlab.exercises()
+    assert [a.number for a in answers] == sorted(a.number for a in answers)
+    assert all(a.lines or "argument" in a.title for a in answers)
+    [four] = postlab.exercises(4)
+    assert four.number == 4 and four.lines
+    with pytest.raises(UserError, match="answer 9 is computed on a run"):
+        postlab.exercises(9)
+    with pytest.raises(UserError, match="RUN is for answers 8 and 9 only"):
+        postlab.exercises(4, "some-run")
+    with pytest.raises(UserError, match="no answer 11"):
+        postlab.exercises(11)

@@ -489,3 +489,39 @@ def samples(run: str | Path | None, *, stages: Sequence[str] = (), split: str | 
     where = ("training rollouts" if rollouts
              else f"{chosen_split} split, {decoding or 'sampled'}")
     return Samples(run=opened, stages=known, where=where, filters=filters)
+
+
+def exercises(number: int | None = None, run: str | Path | None = None) -> list[Any]:
+    """The worked answers arithmetic can show (``analysis.exercises.Exercise``: number,
+    title, values, lines): answer ``number``, or every one that needs no run; answers 8 and 9
+    computed on ``run`` (8's default: the bundled run; 9 needs a run whose arms are
+    pipelines). An answer that is an argument, not arithmetic, comes as an exercise with no
+    lines whose title says so."""
+    from postlab.analysis.exercises import DISCURSIVE, EXERCISES, RUN_EXERCISES, Exercise
+
+    if run is not None and number not in RUN_EXERCISES:
+        raise UserError(f"RUN is for answers {' and '.join(map(str, RUN_EXERCISES))} only")
+    if number == 9 and run is None:
+        raise UserError("answer 9 is computed on a run: postlab exercises 9 RUN, with RUN a "
+                        "run whose arms are pipelines (train one with "
+                        "examples/arms-pipelines.json)")
+    if number in RUN_EXERCISES:
+        from postlab.records.opened import check_whole, checked_tables, open_run
+        from postlab.records.record import bundled_run_dir
+
+        opened = open_run(Path(run) if run is not None else bundled_run_dir(),
+                          check_rows=False)
+        check_whole(opened)
+        require_report_extra()
+        return [RUN_EXERCISES[number](opened.record, opened.plan.data, opened.source.parent,
+                                      tables=lambda: checked_tables(opened))]
+    answers = []
+    for each in sorted(EXERCISES) if number is None else [number]:
+        if each in DISCURSIVE:
+            answers.append(Exercise(number=each, title=f"an argument, not arithmetic "
+                                                       f"({DISCURSIVE[each]})", values={}))
+            continue
+        if each not in EXERCISES:
+            raise UserError(f"no answer {each}; answers are numbered 1 to 10")
+        answers.append(EXERCISES[each]())
+    return answers
