@@ -152,9 +152,8 @@ class CausalLMPolicy(Policy):
         """Logits at every position of ``tokens`` (batch, time) -> (batch, time, vocab)."""
         starts = self._starts(tokens)
         if self.compact is not None:
-            extra = {} if starts is None else {"starts": starts}
             return self.logits(COMPACT_FORWARDS[self.compact].run(self.model, tokens, None,
-                                                                  **extra)[0])
+                                                                  starts=starts)[0])
         out = self.model(input_ids=tokens, **self._library_inputs(tokens, starts, 0),
                          use_cache=False)
         return self.logits(out.logits)
@@ -184,8 +183,8 @@ class CausalLMPolicy(Policy):
         if self.compact is None:
             logits, inner = self._library_step(tokens, inner, starts)
             return logits, (inner, starts)
-        extra = {} if starts is None else {"starts": starts}
-        logits, inner = COMPACT_FORWARDS[self.compact].run(self.model, tokens, inner, **extra)
+        logits, inner = COMPACT_FORWARDS[self.compact].run(self.model, tokens, inner,
+                                                           starts=starts)
         return self.logits(logits[:, -1]), (inner, starts)
 
     def _library_step(self, tokens: torch.Tensor, cache: Any,
@@ -486,10 +485,6 @@ def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
 
 def pretrained_config(plan: dict[str, Any]) -> Any:
     """The configuration of a pretrained plan's model (folder or GGUF), its weights unread."""
-    return _folder_config(plan)
-
-
-def _folder_config(plan: dict[str, Any]) -> Any:
     path = gguf_file(plan)
     if path is not None:
         return gguf_config(path, _pretrained(plan).sha256)
@@ -506,7 +501,7 @@ def _folder_config(plan: dict[str, Any]) -> Any:
 def pretrained_size(plan: dict[str, Any]) -> tuple[int, int]:
     """Parameters of the folder's configuration, counted on the meta device (no weights read,
     no random numbers drawn); about one multiply-add per parameter and token."""
-    config = _folder_config(plan)
+    config = pretrained_config(plan)
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
@@ -520,4 +515,4 @@ POLICIES.register("pretrained")(PolicyKind(
     summary="a causal LM and its tokenizer loaded from a local folder or a GGUF file (never "
             "a hub) whose digest the plan records (needs the transformers extra, or the model "
             "extra for GGUF); fields path or gguf, sha256, system",
-    adapter_targets=lambda plan: _meta_targets(_folder_config(plan))))
+    adapter_targets=lambda plan: _meta_targets(pretrained_config(plan))))
