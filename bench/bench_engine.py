@@ -85,21 +85,22 @@ def whole_process(reference: Path, plan: Path | None, repeats: int) -> None:
 def critical_path() -> None:
     from postlab.engines import exact as engine
     from postlab.plan.frozen import teaching_plan
+    from postlab.plan.schema import Plan
     from postlab.runs.executors import configure_torch
 
-    plan = teaching_plan()
-    configure_torch(plan["threads"])
-    seed = plan["seeds"][0]
+    plan = Plan.of(teaching_plan())
+    configure_torch(plan.threads)
+    seed = plan.seeds[0]
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         sft = engine.sft_task(plan, seed, Path(tmp), 0, lambda event: None)
         sft_time = time.perf_counter() - start
         arm_times = []
-        for arm in plan["arms"]:
+        for arm in plan.arms:
             start = time.perf_counter()
             engine.arm_task(plan, seed, arm, sft, Path(tmp), 0, lambda event: None)
             arm_times.append(time.perf_counter() - start)
-    tasks = len(plan["seeds"]) * (sft_time + sum(arm_times))
+    tasks = len(plan.seeds) * (sft_time + sum(arm_times))
     path = sft_time + max(arm_times)
     print(f"tasks of one seed: SFT+evaluation {sft_time:.2f} s, arms "
           + ", ".join(f"{t:.2f} s" for t in arm_times))
@@ -114,6 +115,7 @@ def decoding(reference: Path, repeats: int) -> None:
     import post_training_gru as ref
 
     from postlab.engines.rollout import generate
+    from postlab.plan.schema import Plan
     from postlab.policies import build_policy
 
     plan = lab.make_plan()
@@ -121,7 +123,7 @@ def decoding(reference: Path, repeats: int) -> None:
     torch.manual_seed(11)
     theirs = ref.Adder(plan)
     ref.supervised(theirs, plan, 11)
-    ours = build_policy(plan)
+    ours = build_policy(Plan.of(plan))
     ours.load_state_dict(theirs.state_dict())
     print("rollout decoding alone (trained SFT model, same generator seed, same tokens):")
     for label, batch in (("RL step, 8 prompts x 8", 64), ("evaluation, 63 x 16", 1008)):

@@ -27,7 +27,6 @@ if a metric is not shown equivalent. ``--margins`` names a set of
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -125,7 +124,7 @@ def main() -> None:
                   f"({where}): {rates[engine]:8.3f} seed-runs/s")
         print(f"ensemble / exact: x{rates['ensemble'] / rates['exact']:.2f} seed-runs per "
               "second")
-        plan = json.loads(plans["exact"].read_text())
+        plan = load_plan(plans["exact"]).model
         results = compare_engines(load_record(work / "exact" / "record.json"),
                                   load_record(work / "ensemble" / "record.json"), plan,
                                   chosen, paired=args.paired)

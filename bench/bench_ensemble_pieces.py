@@ -30,10 +30,13 @@ import math
 import statistics
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from bench_ensemble import TRANSFORMERS  # this folder is on the path of its scripts
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 
 def _accepted(rows: list, contract: str) -> float:
@@ -58,15 +61,15 @@ def _paired(name: str, first: list[float], second: list[float], labels: tuple[st
 class Setup:
     """The plan, the ensemble's net and tables, and the exact engine's pieces."""
 
-    def __init__(self, plan: dict[str, Any]) -> None:
+    def __init__(self, plan: Plan) -> None:
         from postlab.engines.ensemble import engine
         from postlab.engines.ensemble.nets import net_for
 
         self.plan = plan
         self.net = net_for(plan, "cpu")
         self.tables = engine.Tables(plan, torch.device("cpu"), self.net.tokenizer)
-        self.width = plan["max_new_tokens"]
-        self.arm = "substring" if "substring" in plan["arms"] else plan["arms"][0]
+        self.width = plan.max_new_tokens
+        self.arm = "substring" if "substring" in plan.arms else plan.arms[0]
 
     def tokens_of(self, rows: list) -> tuple[torch.Tensor, torch.Tensor]:
         """Recorded rows back to the token and mask tensors decoding gave ([1, batch, T])."""
@@ -96,9 +99,9 @@ def sft_with_exact_batches(setup: Setup, seed: int) -> None:
     params = setup.net.stack([model.state_dict()])
     train = setup.tables.train
     rng = random.Random(seed + 1000)  # the exact engine's SFT stream
-    batches = [[train.index(tuple(p)) for p in rng.choices(plan["split"]["train"],
-                                                           k=plan["sft_batch"])]
-               for _ in range(plan["sft_steps"])]
+    batches = [[train.index(tuple(p)) for p in rng.choices(plan.split["train"],
+                                                        k=plan.sft_batch)]
+               for _ in range(plan.sft_steps)]
     draws = counter.integers
 
     def exact_batches(seeds, stream, step, positions, high):
@@ -111,7 +114,7 @@ def sft_with_exact_batches(setup: Setup, seed: int) -> None:
         ours = engine.supervised(params, setup.net, setup.tables, plan, torch.tensor([seed]),
                                  engine.shared([plan], "sft_lr"),
                                  engine.per_member([plan], "gradient_clip", "cpu"),
-                                 plan["sft_steps"])[0]
+                                 plan.sft_steps)[0]
     finally:
         counter.integers = draws
     theirs = supervised(model, plan, seed)
@@ -131,7 +134,7 @@ def rl_replay(setup: Setup, seed: int):
     supervised(model, plan, seed)
     reference = copy.deepcopy(model)
     trained, history, _ = reinforce(model, reference, plan, seed, setup.arm)
-    group, train = plan["group_size"], setup.tables.train
+    group, train = plan.group_size, setup.tables.train
     draws, decode = counter.integers, engine.decode
 
     def exact_prompts(seeds, stream, step, positions, high):
@@ -173,14 +176,14 @@ def sampling(setup: Setup, model, samples: int = 4000) -> None:
     pairs = setup.tables.splits["test"][:6]
     repeated = [p for p in pairs for _ in range(samples)]
     with torch.no_grad():
-        tokens, mask = generate(model, repeated, plan["max_new_tokens"], plan["temperature"],
+        tokens, mask = generate(model, repeated, plan.max_new_tokens, plan.temperature,
                                 torch.Generator().manual_seed(0))
         theirs = Counter(tuple(r) for r in to_rows(model, repeated, tokens, mask))
         params = setup.net.stack([model.state_dict()])
         tok = setup.tables.tokenizer
         tokens, mask = engine.decode(params, setup.net, setup.tables.prompts["test"][None, :6],
-                                     plan["max_new_tokens"],
-                                     torch.tensor([float(plan["temperature"])]),
+                                     plan.max_new_tokens,
+                                     torch.tensor([float(plan.temperature)]),
                                      torch.tensor([12345]), counter.ROLLOUT, 1, tok.eos_id,
                                      tok.pad_id, repeat=samples)
         ours = Counter(tuple(r) for r in engine.all_rows(setup.tables, tokens, mask,
@@ -198,7 +201,7 @@ def rl_from_same_starts(setup: Setup, seeds: list[int]) -> None:
     from postlab.engines.train import reinforce, supervised
 
     plan = setup.plan
-    tail = max(1, plan["rl_steps"] // 10)
+    tail = max(1, plan.rl_steps // 10)
 
     def final_kl(history: list) -> float:
         return math.log(statistics.mean(u["kl"] for h in history[-tail:] for u in h["updates"]))
@@ -244,7 +247,7 @@ def sft_then_same_rl(setup: Setup, seeds: list[int]) -> None:
     ours = net.stack(initial)
     engine.supervised(ours, net, tables, plan, seed_tensor,
                       engine.shared(plans, "sft_lr"),
-                      engine.per_member(plans, "gradient_clip", "cpu"), plan["sft_steps"])
+                      engine.per_member(plans, "gradient_clip", "cpu"), plan.sft_steps)
     started["ensemble"] = {k: v.detach().clone() for k, v in ours.items()}
     success, gaps = {}, {}
     rl_seeds = seed_tensor + 100_000  # the same RL draws whichever engine did the SFT
@@ -281,16 +284,16 @@ def main() -> None:
     if not checks or not checks <= {"1", "2", "3", "4", "5"}:
         parser.error("--checks takes numbers from 1 to 5, comma-separated")
     from postlab.plan.frozen import load_plan, teaching_plan
+    from postlab.plan.schema import Plan
     from postlab.runs.orchestration import configure_torch
 
     if args.plan is not None:
-        plan, name = load_plan(args.plan).data, str(args.plan)
+        plan, name = load_plan(args.plan).model, str(args.plan)
     else:
-        plan, name = teaching_plan(), "teaching plan"
-        if args.policy != "gru":
-            plan["policy"] = TRANSFORMERS[args.policy]
-    configure_torch(plan["threads"])
-    print(f"{name}, policy {plan.get('policy', 'gru')}; torch {torch.__version__}")
+        changes = {} if args.policy == "gru" else {"policy": TRANSFORMERS[args.policy]}
+        plan, name = Plan.of(teaching_plan() | changes), "teaching plan"
+    configure_torch(plan.threads)
+    print(f"{name}, policy {plan.data().get('policy', 'gru')}; torch {torch.__version__}")
     setup = Setup(plan)
     print(f"RL arm: {setup.arm}")
     if "1" in checks:

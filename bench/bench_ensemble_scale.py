@@ -36,12 +36,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from bench_ensemble import TRANSFORMERS  # this folder is on the path of its scripts
 
 
-def run_size(members: int, plan: dict, device: str, chunk: int | None,
+def engine_plan(data: dict) -> Any:
+    """The plan as the engine being timed takes it: typed (``postlab.plan.schema.Plan``), or
+    the dict itself for an earlier postlab (``--baseline-source``) that read plans as dicts."""
+    try:
+        from postlab.plan.schema import Plan
+    except ImportError:
+        return data
+    return Plan.of(data)
+
+
+def run_size(members: int, plan: Any, device: str, chunk: int | None,
              flops: dict[str, float] | None = None) -> dict[str, float]:
     """Seconds per phase for ``members`` seed-runs; ``flops``, if given, gets each phase's
     floating-point operations as torch counts them (slower: for a few members)."""
@@ -91,7 +102,8 @@ def run_size(members: int, plan: dict, device: str, chunk: int | None,
               plans=plans: engine.supervised(
                   params, net, tables, plan, seed_tensor,
                   engine.shared(plans, "sft_lr"),
-                  engine.per_member(plans, "gradient_clip", where), plan["sft_steps"]))
+                  engine.per_member(plans, "gradient_clip", where),
+                  plan["sft_steps"] if isinstance(plan, dict) else plan.sft_steps))
         timed("sft_eval", lambda params=params, seed_tensor=seed_tensor,
               plans=plans: engine.evaluate(params, net, tables, plans, seed_tensor,
                                            keep_rows=False))
@@ -110,7 +122,7 @@ def run_size(members: int, plan: dict, device: str, chunk: int | None,
     return times
 
 
-def arithmetic(plan: dict, device: str, members: int = 8) -> dict[str, float]:
+def arithmetic(plan: Any, device: str, members: int = 8) -> dict[str, float]:
     """Floating-point operations of one seed-run per phase, counted by torch over
     ``members`` seed-runs (every phase's work grows with members, one seed-run each)."""
     flops: dict[str, float] = {}
@@ -152,15 +164,16 @@ def main() -> None:
     from postlab.plan.frozen import teaching_plan
     from postlab.runs.orchestration import configure_torch
 
-    plan = teaching_plan() | ({} if args.rl_steps is None else {"rl_steps": args.rl_steps})
+    data = teaching_plan() | ({} if args.rl_steps is None else {"rl_steps": args.rl_steps})
     if args.policy != "gru":
-        plan["policy"] = TRANSFORMERS[args.policy]
-    configure_torch(plan["threads"], args.device)
+        data["policy"] = TRANSFORMERS[args.policy]
+    plan = engine_plan(data)
+    configure_torch(data["threads"], args.device)
     name = (torch.cuda.get_device_name(0) if args.device.startswith("cuda")
             else platform.processor() or platform.machine())
     print(f"device: {args.device} ({name}); torch {torch.__version__}; teaching plan"
           + ("" if args.rl_steps is None else f" with rl_steps={args.rl_steps}")
-          + ("" if args.policy == "gru" else f", policy {plan['policy']}"))
+          + ("" if args.policy == "gru" else f", policy {data['policy']}"))
     if args.timing_only:  # a baseline's timing, for the invocation that started it
         for members in (int(m) for m in args.members.split(",")):
             times = run_size(members, plan, args.device, args.chunk)

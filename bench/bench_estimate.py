@@ -57,7 +57,7 @@ from postlab.machine import numerics
 numerics.pin(numerics.resolve_choice(numerics.PORTABLE))  # as postlab run does, before torch
 from postlab.plan.frozen import load_plan
 from postlab.runs.estimate import estimate
-est = estimate(load_plan(sys.argv[1]).data)
+est = estimate(load_plan(sys.argv[1]).model)
 print(json.dumps({"seconds": est.seconds, "memory_bytes": est.memory_bytes,
                   "calibration_seconds": est.calibration_seconds,
                   "code_path": numerics.current_pin()}))

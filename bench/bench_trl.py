@@ -71,7 +71,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PLAN = ROOT / "examples" / "transformer-gpt2.json"
@@ -143,24 +146,22 @@ PRESETS: dict[str, tuple[str, Any, int | None, int, tuple[str, ...], bool]] = {
 }
 
 
-def _bench_plan(args: argparse.Namespace) -> dict[str, Any]:
+def _bench_plan(args: argparse.Namespace) -> Plan:
     """The plan both sides train: the preset's (or ``--plan``), with the timed steps and the
     estimators both trainers share (k3 KL, group-normalised advantages, token mean)."""
     from postlab.plan.frozen import load_plan
+    from postlab.plan.schema import Plan
 
     _, build, _, warmup, _, _ = PRESETS[args.preset]
     if build is None or args.plan is not None:
-        plan = dict(load_plan(args.plan or DEFAULT_PLAN).data)
+        plan = load_plan(args.plan or DEFAULT_PLAN).data
     else:
-        plan = dict(build())
-    plan["rl_steps"] = warmup + args.steps
-    plan["kl"] = "k3"
-    plan["advantage"] = "group-std"
-    plan["loss_reduction"] = "token-mean"
-    return plan
+        plan = build()
+    return Plan.of(plan | {"rl_steps": warmup + args.steps, "kl": "k3",
+                           "advantage": "group-std", "loss_reduction": "token-mean"})
 
 
-def _initial_policy(plan: dict[str, Any], weights: Path, device: str) -> Any:
+def _initial_policy(plan: Plan, weights: Path, device: str) -> Any:
     """The plan's policy holding the weights both sides start from."""
     import torch
 
@@ -171,7 +172,7 @@ def _initial_policy(plan: dict[str, Any], weights: Path, device: str) -> Any:
     return policy.to(device)
 
 
-def _sft_weights(plan: dict[str, Any], steps: int | None, path: Path) -> None:
+def _sft_weights(plan: Plan, steps: int | None, path: Path) -> None:
     """The plan's SFT model for its first seed (``steps`` of SFT, default the plan's; 0: the
     untrained weights): RL starts where it would in a run, with groups that hold different
     rewards and completions that end."""
@@ -180,10 +181,10 @@ def _sft_weights(plan: dict[str, Any], steps: int | None, path: Path) -> None:
     from postlab.engines.train import supervised
     from postlab.policies import build_policy
 
-    torch.manual_seed(plan["seeds"][0])
+    torch.manual_seed(plan.seeds[0])
     policy = build_policy(plan)
     if steps != 0:
-        supervised(policy, plan, plan["seeds"][0], steps=steps)
+        supervised(policy, plan, plan.seeds[0], steps=steps)
     torch.save(policy.state_dict(), path)
 
 
@@ -194,12 +195,12 @@ def _digest(model: Any) -> str:
     return digest.hexdigest()
 
 
-def _prompt_sequence(plan: dict[str, Any]) -> list[list[int]]:
+def _prompt_sequence(plan: Plan) -> list[list[int]]:
     """The questions postlab's RL loop draws, step after step (its stream is seed + 2000)."""
-    rng = random.Random(plan["seeds"][0] + 2000)
+    rng = random.Random(plan.seeds[0] + 2000)
     keys = []
-    for _ in range(plan["rl_steps"]):
-        keys += rng.choices(plan["split"]["train"], k=plan["prompts_per_step"])
+    for _ in range(plan.rl_steps):
+        keys += rng.choices(plan.split["train"], k=plan.prompts_per_step)
     return keys
 
 
@@ -216,7 +217,7 @@ def _peak_memory(device: str) -> int:
 
 # --- one side per process -----------------------------------------------------------------
 
-def run_postlab(plan: dict[str, Any], weights: Path, device: str, profile: bool,
+def run_postlab(plan: Plan, weights: Path, device: str, profile: bool,
                 compact: bool = True) -> dict[str, Any]:
     import torch
 
@@ -238,7 +239,7 @@ def run_postlab(plan: dict[str, Any], weights: Path, device: str, profile: bool,
     profiler = cProfile.Profile() if profile else None
     if profiler is not None:
         profiler.enable()
-    _, _, compute = reinforce(policy, reference, plan, plan["seeds"][0], plan["arms"][0],
+    _, _, compute = reinforce(policy, reference, plan, plan.seeds[0], plan.arms[0],
                               hook)
     if profiler is not None:
         profiler.disable()
@@ -274,7 +275,7 @@ def _profile_shares(profiler: cProfile.Profile, total: float) -> dict[str, float
     return shares
 
 
-def _hf_tokenizer(plan: dict[str, Any], policy: Any = None) -> Any:
+def _hf_tokenizer(plan: Plan, policy: Any = None) -> Any:
     """The plan's tokenizer as TRL reads it: a chat model's own (ending the assistant's turn
     with its EOS, padding with postlab's pad), the BPE's own file, or one token per
     character."""
@@ -296,13 +297,13 @@ def _hf_tokenizer(plan: dict[str, Any], policy: Any = None) -> Any:
     if uses_bpe(plan):
         inner = Tokenizer.from_str(trained_bytes(plan).decode("utf-8"))
     else:
-        inner = Tokenizer(WordLevel({c: i for i, c in enumerate(plan["vocab"])}))
+        inner = Tokenizer(WordLevel({c: i for i, c in enumerate(plan.vocab)}))
         inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    return PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=plan["eos"],
-                                   pad_token=plan["pad"])
+    return PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=plan.eos,
+                                   pad_token=plan.pad)
 
 
-def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
+def run_trl(plan: Plan, weights: Path, device: str) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -316,7 +317,7 @@ def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
     policy = _initial_policy(plan, weights, "cpu")
     tokenizer = _hf_tokenizer(plan, policy)
     ours = policy.tokenizer
-    contract = plan["arms"][0]
+    contract = plan.arms[0]
     keys = _prompt_sequence(plan)
     # the prompts as postlab writes them (a chat model's rendered through its template)
     dataset = Dataset.from_dict({"prompt": [policy.prompt_text(k) for k in keys],
@@ -336,7 +337,7 @@ def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
         return rewards
 
     marks: list[float] = []
-    updates = plan["updates_per_rollout"]
+    updates = plan.updates_per_rollout
 
     class Clock(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
@@ -350,14 +351,14 @@ def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
         policy.model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         config = GRPOConfig(
-            output_dir=str(Path(tmp) / "out"), use_cpu=device == "cpu", seed=plan["seeds"][0],
-            per_device_train_batch_size=plan["prompts_per_step"] * plan["group_size"],
-            gradient_accumulation_steps=1, num_generations=plan["group_size"],
-            max_completion_length=plan["max_new_tokens"], num_iterations=updates,
-            max_steps=plan["rl_steps"] * updates, beta=plan["kl_beta"], epsilon=plan["clip"],
-            learning_rate=plan["rl_lr"], lr_scheduler_type="constant", warmup_steps=0,
-            weight_decay=0.0, optim="adamw_torch", max_grad_norm=plan["gradient_clip"],
-            temperature=plan["temperature"], top_k=0, top_p=1.0, loss_type="dapo",
+            output_dir=str(Path(tmp) / "out"), use_cpu=device == "cpu", seed=plan.seeds[0],
+            per_device_train_batch_size=plan.prompts_per_step * plan.group_size,
+            gradient_accumulation_steps=1, num_generations=plan.group_size,
+            max_completion_length=plan.max_new_tokens, num_iterations=updates,
+            max_steps=plan.rl_steps * updates, beta=plan.kl_beta, epsilon=plan.clip,
+            learning_rate=plan.rl_lr, lr_scheduler_type="constant", warmup_steps=0,
+            weight_decay=0.0, optim="adamw_torch", max_grad_norm=plan.gradient_clip,
+            temperature=plan.temperature, top_k=0, top_p=1.0, loss_type="dapo",
             scale_rewards="group", shuffle_dataset=False, report_to="none",
             logging_steps=10**9, save_strategy="no", disable_tqdm=True, bf16=False,
             fp16=False, dataloader_num_workers=0, log_completions=False,
@@ -377,8 +378,10 @@ def run_trl(plan: dict[str, Any], weights: Path, device: str) -> dict[str, Any]:
 def child(args: argparse.Namespace) -> None:
     import torch
 
+    from postlab.plan.schema import Plan
+
     torch.set_num_threads(args.threads)
-    plan = json.loads(args.plan_json.read_text())
+    plan = Plan.of(json.loads(args.plan_json.read_text()))
     if args.side == "trl":
         result = run_trl(plan, args.weights, args.device)
     else:
@@ -425,26 +428,26 @@ def parent(args: argparse.Namespace) -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, torch {torch.__version__}, device "
           f"{args.device}, {args.threads} thread(s)")
-    policy = plan["policy"]
-    shape = (f"{policy['architecture']} {policy['layers']} layers, {policy['heads']} heads, "
-             f"width {policy['width']}" if policy["kind"] == "transformer" else
+    policy = plan.policy
+    shape = (f"{policy.architecture} {policy.layers} layers, {policy.heads} heads, "
+             f"width {policy.width}" if policy.kind == "transformer" else
              f"pretrained {model.model.config.model_type} {model.model.config.num_hidden_layers}"
              f" layers, width {model.model.config.hidden_size}")
     sft_steps = args.sft_steps if args.sft_steps is not None else sft_default
-    start = ("untrained weights" if sft_steps == 0 and policy["kind"] != "pretrained" else
+    start = ("untrained weights" if sft_steps == 0 and policy.kind != "pretrained" else
              "the pretrained weights" if sft_steps == 0 else
-             f"the plan's SFT model ({sft_steps or plan['sft_steps']} steps)")
+             f"the plan's SFT model ({sft_steps or plan.sft_steps} steps)")
     print(f"preset {args.preset}: {description}")
     print(f"policy: {shape}, vocabulary {model.tokenizer.vocab_size}, "
-          f"{parameters:,} parameters; {plan['prompts_per_step']} prompts x group "
-          f"{plan['group_size']}, {plan['max_new_tokens']} new tokens, "
-          f"{plan['updates_per_rollout']} updates per rollout, KL k3 x {plan['kl_beta']}; "
+          f"{parameters:,} parameters; {plan.prompts_per_step} prompts x group "
+          f"{plan.group_size}, {plan.max_new_tokens} new tokens, "
+          f"{plan.updates_per_rollout} updates per rollout, KL k3 x {plan.kl_beta}; "
           f"{args.steps} timed RL steps after {warmup} warm-up steps, from {start}")
     del model
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         plan_json = Path(tmp) / "plan.json"
-        plan_json.write_text(json.dumps(plan))
+        plan_json.write_text(json.dumps(plan.data()))
         weights = Path(tmp) / "initial.pt"
         _sft_weights(plan, sft_steps, weights)
         results = {side: _side(args, side, plan_json, weights) for side in sides}
@@ -460,7 +463,7 @@ def parent(args: argparse.Namespace) -> None:
         if len(timed) != args.steps:
             raise SystemExit(f"{side} reported {len(timed)} timed steps, not {args.steps}")
         medians[side] = statistics.median(timed)
-        per_step = result["tokens"] / plan["rl_steps"]
+        per_step = result["tokens"] / plan.rl_steps
         spread = f"(min {min(timed) * 1e3:.0f}, max {max(timed) * 1e3:.0f})"
         print(f"  {side:24s} {medians[side] * 1e3:9.1f} {spread:>18s} "
               f"{per_step / medians[side]:9.0f} {result['peak_memory'] / 2**20:8.0f} MiB "

@@ -50,7 +50,7 @@ def main() -> None:
     from postlab.tasks.registry import task_for
 
     opened = open_run(args.run)
-    record, plan = opened.record, opened.plan.data
+    record, plan = opened.record, opened.plan.model
     seeds = len(record["seeds"])
     print(f"{args.run}: {seeds} seed-runs; {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}")

@@ -14,7 +14,14 @@ import json
 from pathlib import Path
 
 from postlab.jsonio import dump_json, publish_bytes
-from postlab.plan.frozen import derive_plan, freeze, split_by_unordered_pair, teaching_plan_loaded
+from postlab.plan.frozen import (
+    derive_plan,
+    freeze,
+    split_by_unordered_pair,
+    teaching_plan,
+    teaching_plan_loaded,
+)
+from postlab.plan.schema import Plan
 from postlab.tasks.registry import TASKS
 
 HERE = Path(__file__).resolve().parent
@@ -27,7 +34,8 @@ def settings(changes: dict) -> list[str]:
 
 
 def multi_digit_split() -> dict:
-    pairs = TASKS["multi_digit_addition"]({"operand_digits": 2}).unordered_pairs()
+    plan = Plan.of(teaching_plan() | {"task": "multi_digit_addition", "operand_digits": 2})
+    pairs = TASKS["multi_digit_addition"](plan).unordered_pairs()
     return split_by_unordered_pair(seed=7, sizes=(600, 60, 60), pairs=pairs)
 
 

@@ -4,12 +4,12 @@ token (registered by the tests that use it, not here)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
+from postlab.plan.schema import Plan
 from postlab.policies import CharTokenizer, Policy
 from postlab.policies.gru import ANSWER_CHARACTERS, MASKED_LOGIT
 from postlab.tasks.registry import task_for
@@ -21,10 +21,10 @@ class Bigram(Policy):
 
     kind = "bigram"
 
-    def __init__(self, plan: dict[str, Any]) -> None:
+    def __init__(self, plan: Plan) -> None:
         super().__init__()
-        vocab, eos = plan["vocab"], plan["eos"]
-        self.tokenizer = CharTokenizer(vocab, eos, plan["pad"])
+        vocab, eos = plan.vocab, plan.eos
+        self.tokenizer = CharTokenizer(vocab, eos, plan.pad)
         self.prompt_text = task_for(plan).prompt
         self.table = nn.Parameter(torch.randn(len(vocab), len(vocab)) * 0.1)
         allowed = [c in ANSWER_CHARACTERS or c == eos for c in vocab]

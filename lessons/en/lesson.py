@@ -82,7 +82,7 @@ def show(exercise):
 def rollout_rewards(step, contract):
     """A recorded RL step's rewards under a contract, one list per group of answers."""
     rewards = [score(Row.of(raw), contract) for raw in step["rows"]]
-    size = plan["group_size"]
+    size = plan.group_size
     return [rewards[i:i + size] for i in range(0, len(rewards), size)]
 
 
@@ -91,12 +91,12 @@ assert RUN is not None, "this build of postlab has no bundled run"
 record = load_record(record_in(RUN))
 plan_file = load_plan(RUN / "plan.json")
 check_plan_link(record, plan_file, str(RUN))  # refuses a record made under another plan
-plan = plan_file.data
+plan = plan_file.model
 # the plan's thread count: one torch thread, the fastest on a small shared machine
-torch.set_num_threads(plan["threads"])
+torch.set_num_threads(plan.threads)
 CONTRACT_OF = rl_contracts(plan)  # RL arm -> the contract it was trained on
-print("seeds:", plan["seeds"], "| RL arms and their contracts:", CONTRACT_OF)
-print("RL steps per arm:", plan["rl_steps"], "| group size:", plan["group_size"])
+print("seeds:", plan.seeds, "| RL arms and their contracts:", CONTRACT_OF)
+print("RL steps per arm:", plan.rl_steps, "| group size:", plan.group_size)
 
 # %% [markdown]
 # ## Answer 1: the strict and the substring contract
@@ -201,7 +201,7 @@ for run in record["runs"]:
         constant = sum(len(set(g)) == 1 for step in steps
                        for g in rollout_rewards(step, CONTRACT_OF[arm]))
         recorded = sum(step["zero_variance_groups"] for step in steps)
-        total = len(steps) * plan["prompts_per_step"]
+        total = len(steps) * plan.prompts_per_step
         print(f"seed {run['seed']} {arm:9} groups without signal: {constant} of {total} "
               f"({constant / total:.3f})")
         assert constant == recorded
@@ -256,7 +256,7 @@ for run in record["runs"]:
         for step in steps:
             groups = rollout_rewards(step, contract)
             rate = statistics.fmean(r for g in groups for r in g)
-            predicted += len(groups) * (1 - contrast_probability(rate, plan["group_size"]))
+            predicted += len(groups) * (1 - contrast_probability(rate, plan.group_size))
             observed += sum(len(set(g)) == 1 for g in groups)
 
         def success(window, contract=contract):
@@ -309,8 +309,8 @@ for reduction in ("seq-mean-token-mean", "token-mean", "constant-normaliser"):
 # more weight, in the loss than a right one.
 
 # %%
-print("teaching plan's reduction:", plan["loss_reduction"])
-assert resolve("loss_reduction", plan["loss_reduction"]) == "token-mean"
+print("teaching plan's reduction:", plan.loss_reduction)
+assert resolve("loss_reduction", plan.loss_reduction) == "token-mean"
 for run in record["runs"]:
     tokens = {"gamed": [], "right": []}
     for step in run["training"]["substring"]:
@@ -417,9 +417,9 @@ assert 2 * after["covered"] == before["covered"]
 
 # %%
 sampled = {(e["seed"], e["stage"]): e["test"]["sampled"] for e in summary_for(record, plan)}
-print("samples per test question:", plan["eval_samples"])
+print("samples per test question:", plan.eval_samples)
 narrowed = []
-for seed in plan["seeds"]:
+for seed in plan.seeds:
     base = sampled[seed, "initial"]
     print(f"seed {seed} after SFT: right {base['strict']} of {base['n']}, "
           f"covered {base['covered']} of {base['questions']}")
@@ -460,7 +460,7 @@ for values in answer_8.values.values():
 # within the budget could pass through.
 
 # %%
-budget = plan["max_new_tokens"]
+budget = plan.max_new_tokens
 per_question = sum(len(DIGITS) ** k for k in range(budget))  # prefixes before EOS
 visited = set()
 for step in first_run["training"]["strict"]:
@@ -491,7 +491,7 @@ assert fraction < 0.01
 
 # %%
 rl_steps = 40
-extra_sft = rl_steps * plan["updates_per_rollout"]  # as many gradient steps as RL's updates
+extra_sft = rl_steps * plan.updates_per_rollout  # as many gradient steps as RL's updates
 arms = [{"name": "sft-then-rl", "pipeline": "sft-then-rl", "contract": "strict"},
         {"name": "rl-only", "pipeline": "rl-only", "contract": "strict"},
         {"name": "sft-more", "pipeline": "sft-only", "sft_steps": extra_sft}]
@@ -505,7 +505,7 @@ with tempfile.TemporaryDirectory() as folder:
                               "--out-dir", str(out), "--workers", "1", "--quiet"],
                              capture_output=True, text=True)
     assert trained.returncode == 0, trained.stderr
-    answer_9 = RUN_EXERCISES[9](load_record(record_in(out)), ablation, out)
+    answer_9 = RUN_EXERCISES[9](load_record(record_in(out)), load_plan(plan_path).model, out)
 show(answer_9)
 table = answer_9.values
 sft = ablation["sft_steps"]

@@ -80,7 +80,7 @@ def show(exercise):
 def rollout_rewards(step, contract):
     """记录中某一步 RL 采样在给定契约下的奖励，每组回答一个列表。"""
     rewards = [score(Row.of(raw), contract) for raw in step["rows"]]
-    size = plan["group_size"]
+    size = plan.group_size
     return [rewards[i:i + size] for i in range(0, len(rewards), size)]
 
 
@@ -89,12 +89,12 @@ assert RUN is not None, "这个 postlab 构建没有附带训练结果"
 record = load_record(record_in(RUN))
 plan_file = load_plan(RUN / "plan.json")
 check_plan_link(record, plan_file, str(RUN))  # 记录若出自别的计划，这里会拒绝
-plan = plan_file.data
+plan = plan_file.model
 # 按计划的线程数（一个 torch 线程）计算：在核数少、有人共用的机器上最快
-torch.set_num_threads(plan["threads"])
+torch.set_num_threads(plan.threads)
 CONTRACT_OF = rl_contracts(plan)  # RL 分支 -> 它训练时用的契约
-print("种子：", plan["seeds"], "| RL 分支及其契约：", CONTRACT_OF)
-print("每个分支的 RL 步数：", plan["rl_steps"], "| 每组回答数：", plan["group_size"])
+print("种子：", plan.seeds, "| RL 分支及其契约：", CONTRACT_OF)
+print("每个分支的 RL 步数：", plan.rl_steps, "| 每组回答数：", plan.group_size)
 
 # %% [markdown]
 # ## 第 1 题：严格契约与子串契约
@@ -194,7 +194,7 @@ for run in record["runs"]:
         constant = sum(len(set(g)) == 1 for step in steps
                        for g in rollout_rewards(step, CONTRACT_OF[arm]))
         recorded = sum(step["zero_variance_groups"] for step in steps)
-        total = len(steps) * plan["prompts_per_step"]
+        total = len(steps) * plan.prompts_per_step
         print(f"种子 {run['seed']} {arm:9} 没有信号的组：{constant} / {total}"
               f"（比例 {constant / total:.3f}）")
         assert constant == recorded
@@ -246,7 +246,7 @@ for run in record["runs"]:
         for step in steps:
             groups = rollout_rewards(step, contract)
             rate = statistics.fmean(r for g in groups for r in g)
-            predicted += len(groups) * (1 - contrast_probability(rate, plan["group_size"]))
+            predicted += len(groups) * (1 - contrast_probability(rate, plan.group_size))
             observed += sum(len(set(g)) == 1 for g in groups)
 
         def success(window, contract=contract):
@@ -295,8 +295,8 @@ for reduction in ("seq-mean-token-mean", "token-mean", "constant-normaliser"):
 # 在这种归约下，每个投机回答占的词元更多，在损失里的分量也就比一个正确回答大。
 
 # %%
-print("教学计划的归约方式：", plan["loss_reduction"])
-assert resolve("loss_reduction", plan["loss_reduction"]) == "token-mean"
+print("教学计划的归约方式：", plan.loss_reduction)
+assert resolve("loss_reduction", plan.loss_reduction) == "token-mean"
 for run in record["runs"]:
     tokens = {"gamed": [], "right": []}
     for step in run["training"]["substring"]:
@@ -397,9 +397,9 @@ assert 2 * after["covered"] == before["covered"]
 
 # %%
 sampled = {(e["seed"], e["stage"]): e["test"]["sampled"] for e in summary_for(record, plan)}
-print("每道测试题的采样次数：", plan["eval_samples"])
+print("每道测试题的采样次数：", plan.eval_samples)
 narrowed = []
-for seed in plan["seeds"]:
+for seed in plan.seeds:
     base = sampled[seed, "initial"]
     print(f"种子 {seed} SFT 之后：答对 {base['strict']} / {base['n']}，"
           f"覆盖 {base['covered']} / {base['questions']}")
@@ -437,7 +437,7 @@ for values in answer_8.values.values():
 # 经过的不同前缀，与预算内一个回答可能经过的全部前缀相比。
 
 # %%
-budget = plan["max_new_tokens"]
+budget = plan.max_new_tokens
 per_question = sum(len(DIGITS) ** k for k in range(budget))  # 结束符之前的前缀
 visited = set()
 for step in first_run["training"]["strict"]:
@@ -466,7 +466,7 @@ assert fraction < 0.01
 
 # %%
 rl_steps = 40
-extra_sft = rl_steps * plan["updates_per_rollout"]  # 与 RL 的更新次数相同的梯度步
+extra_sft = rl_steps * plan.updates_per_rollout  # 与 RL 的更新次数相同的梯度步
 arms = [{"name": "sft-then-rl", "pipeline": "sft-then-rl", "contract": "strict"},
         {"name": "rl-only", "pipeline": "rl-only", "contract": "strict"},
         {"name": "sft-more", "pipeline": "sft-only", "sft_steps": extra_sft}]
@@ -480,7 +480,7 @@ with tempfile.TemporaryDirectory() as folder:
                               "--out-dir", str(out), "--workers", "1", "--quiet"],
                              capture_output=True, text=True)
     assert trained.returncode == 0, trained.stderr
-    answer_9 = RUN_EXERCISES[9](load_record(record_in(out)), ablation, out)
+    answer_9 = RUN_EXERCISES[9](load_record(record_in(out)), load_plan(plan_path).model, out)
 show(answer_9)
 table = answer_9.values
 sft = ablation["sft_steps"]

@@ -3,8 +3,8 @@
 From Python: ``postlab.freeze`` writes plans (``check_plan`` and ``diff_plans`` inspect
 them); ``register`` fixes hypotheses before training; ``run``, ``reproduce`` and ``sweep``
 train; ``evaluate`` measures a plan's starting model; ``verify``, ``report``, ``compare`` and
-``load_run`` read (see :mod:`postlab.api`). They are imported on first use,
-so ``import postlab`` stays light.
+``load_run`` read (see :mod:`postlab.api`); ``Plan`` is the typed plan they all read.
+They are imported on first use, so ``import postlab`` stays light.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from postlab.version import __version__
 
-__all__ = ["__version__", "check_plan", "compare", "diff_plans", "evaluate", "exercises", "export",
-           "freeze", "load_run", "plot", "register", "report", "reproduce", "run", "samples",
-           "sweep", "verify"]
+__all__ = ["Plan", "__version__", "check_plan", "compare", "diff_plans", "evaluate", "exercises",
+           "export", "freeze", "load_run", "plot", "register", "report", "reproduce", "run",
+           "samples", "sweep", "verify"]
 
 if TYPE_CHECKING:
     from postlab.api import (
+        Plan,
         check_plan,
         compare,
         diff_plans,

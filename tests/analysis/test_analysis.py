@@ -2,9 +2,9 @@ import math
 
 import pytest
 from conftest import tiny_record
+from plans import typed
 
 from postlab.analysis.aggregate import analyse, interval, mean_pass_at_k, pass_at_k
-from postlab.plan.frozen import teaching_plan
 from postlab.records.metrics import evaluate
 
 T_975_DF2 = 4.302652729911275  # Student t, 97.5th percentile, 2 degrees of freedom
@@ -56,8 +56,7 @@ def _record_with_training(plan_sha="x"):
     return record
 
 
-PLAN = teaching_plan() | {"eval_samples": 2, "arms": ["strict"],
-                          "split": {"test": [[1, 2], [4, 5]]}}
+PLAN = typed(eval_samples=2, arms=["strict"], split={"test": [[1, 2], [4, 5]]})
 
 
 def test_outcomes_changes_and_gap_by_hand():

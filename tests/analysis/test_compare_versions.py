@@ -12,7 +12,7 @@ import pytest
 from browser import check_page_renders, chromium
 from hypothesis import given
 from hypothesis import strategies as st
-from plans import SMALL, write_plan
+from plans import SMALL, typed, write_plan
 
 from postlab.analysis.aggregate import Analysis, Band, Interval, Outcome
 from postlab.analysis.intervals import interval
@@ -22,7 +22,6 @@ from postlab.analysis.versions import (
     rate_interval,
 )
 from postlab.cli import main
-from postlab.plan.frozen import teaching_plan
 
 pytest.importorskip("scipy")
 
@@ -116,7 +115,7 @@ def _difference_by_loop(a: dict[int, float], b: dict[int, float]) -> tuple[float
 
 
 def test_differences_are_paired_by_seed_over_the_seeds_both_trained():
-    plan = teaching_plan()
+    plan = typed()
     base = _analysis((1, 2, 3, 4), {"strict_rate": (0.50, 0.60, 0.70, 0.80)})
     # seed order differs and seed 4 is missing: pairing is by seed, not by position
     other = _analysis((3, 1, 2), {"strict_rate": (0.75, 0.58, 0.61)})
@@ -135,11 +134,11 @@ def test_differences_are_paired_by_seed_over_the_seeds_both_trained():
     # of either version's seeds
     assert value.difference.high - value.difference.low < 0.2
     assert metric.values[0].difference is None
-    assert result.swept == ("kl_beta", {"base": plan["kl_beta"], "b": 0.1})
+    assert result.swept == ("kl_beta", {"base": plan.kl_beta, "b": 0.1})
 
 
 def test_a_comparison_needs_two_versions():
-    plan = teaching_plan()
+    plan = typed()
     base = _analysis((1, 2), {"strict_rate": (0.5, 0.6)})
     with pytest.raises(ValueError):
         compare([VersionInput(name="base", changes={}, analysis=base, plan=plan)])

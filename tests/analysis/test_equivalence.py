@@ -69,7 +69,7 @@ def test_paired_interval_by_hand_and_against_scipy():
 
 def test_a_paired_comparison_matches_runs_by_seed():
     record = load_record(bundled_record_path())
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     shuffled = record | {"runs": record["runs"][::-1]}
     for result in compare_engines(record, shuffled, plan, paired=True):
         # the same runs, matched by seed however the record orders them: no difference at all
@@ -102,7 +102,7 @@ def test_tost_needs_the_whole_interval_inside_the_margin():
 
 def test_seed_metrics_recount_the_record():
     record = load_record(bundled_record_path())
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     values = seed_metrics(record, plan)
     assert set(values) == {(m, arm) for m in MARGINS for arm in ("strict", "substring")}
     for index, run in enumerate(record["runs"]):

@@ -88,14 +88,14 @@ def test_answer_9_is_the_ablation_table_of_a_run(tmp_path, capsys):
     for stage in ("initial", "sft-then-rl", "rl-only", "sft-more"):
         assert f"  {stage} " in printed
 
-    data = load_plan(plan).data
-    analysis = analyse(load_record(out / "record.json"), data)
-    values = exercise_9(analysis, data).values
+    typed = load_plan(plan).model
+    analysis = analyse(load_record(out / "record.json"), typed)
+    values = exercise_9(analysis, typed).values
     assert values["sft-more"]["pipeline"] == "sft-only"
     # matched compute is visible: SFT + the extra SFT steps, SFT + RL's updates
-    sft = data["sft_steps"]
+    sft = typed.sft_steps
     assert values["sft-more"]["gradient_steps"] == sft + 12
-    rl_updates = data["rl_steps"] * data["updates_per_rollout"]
+    rl_updates = typed.rl_steps * typed.updates_per_rollout
     assert values["sft-then-rl"]["gradient_steps"] == sft + rl_updates
     assert values["rl-only"]["gradient_steps"] == rl_updates
     outcome = analysis.outcome("sft-then-rl", "test", "sampled", "strict_rate")
@@ -119,11 +119,11 @@ def test_answer_9_needs_a_run_with_pipeline_arms(capsys):
 
 def _two_tiny_policies():
     import torch
+    from plans import typed
 
-    from postlab.plan.frozen import teaching_plan
     from postlab.policies import build_policy
 
-    plan = teaching_plan() | {"embedding": 6, "hidden": 8}
+    plan = typed(embedding=6, hidden=8)
     torch.manual_seed(1)
     policy = build_policy(plan)
     torch.manual_seed(2)
@@ -182,13 +182,14 @@ def test_sampled_prefix_sums_equal_the_exact_kl_in_expectation_only():
 @pytest.mark.slow
 def test_answer_8_on_the_bundled_run(capsys):
     pytest.importorskip("scipy")
+    from plans import typed
+
     from postlab.analysis.exercises import exercise_8
-    from postlab.plan.frozen import teaching_plan
     from postlab.records.record import bundled_run_dir, load_record
 
     folder = bundled_run_dir()
     record = load_record(folder / "record.json.gz")
-    exercise = exercise_8(record, teaching_plan(), folder, prompts=1, samples=2000)
+    exercise = exercise_8(record, typed(), folder, prompts=1, samples=2000)
     assert set(exercise.values) == {"strict", "substring"}
     for values in exercise.values.values():
         assert values["exact"] > 0

@@ -16,7 +16,7 @@ from postlab.analysis.hypotheses import decide
 from postlab.cli import main
 from postlab.plan.frozen import teaching_plan
 from postlab.plan.hypotheses import METRICS, can_decide
-from postlab.plan.schema import validate_plan
+from postlab.plan.schema import Hypothesis, validate_plan
 
 pytest.importorskip("scipy")
 
@@ -28,6 +28,11 @@ def _hypothesis(**changes: Any) -> dict[str, Any]:
             "metric": "success",
             "compare": {"stage": "strict", "split": "test", "versus_stage": "initial"},
             "direction": "increase", "margin": 0.02} | changes
+
+
+def _typed(**changes: Any) -> Hypothesis:
+    """The hypothesis ``_hypothesis(**changes)`` as the typed model ``decide`` takes."""
+    return Hypothesis.model_validate(_hypothesis(**changes))
 
 
 def _plan(*tests: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -101,7 +106,7 @@ def test_one_hypothesis_by_hand():
     d = [0.10, 0.12, 0.08, 0.14]
     mean = sum(d) / 4
     sd = math.sqrt(sum((x - mean) ** 2 for x in d) / 3)
-    (verdict,) = decide([_hypothesis()], [d])
+    (verdict,) = decide([_typed()], [d])
     assert verdict.level == pytest.approx(0.05)
     assert verdict.mean == pytest.approx(0.11)
     assert verdict.bound == pytest.approx(mean - T_95_DF3 * sd / 2)
@@ -111,13 +116,13 @@ def test_one_hypothesis_by_hand():
 
 def test_refuted_inconclusive_and_decrease():
     # tightly around zero: the upper bound is below the margin, so the effect is ruled out
-    (refuted,) = decide([_hypothesis(margin=0.05)], [[0.001, -0.002, 0.0, 0.002]])
+    (refuted,) = decide([_typed(margin=0.05)], [[0.001, -0.002, 0.0, 0.002]])
     assert refuted.outcome == "refuted"
     # wide: neither bound decides
-    (unsure,) = decide([_hypothesis()], [[0.3, -0.2, 0.25, -0.1]])
+    (unsure,) = decide([_typed()], [[0.3, -0.2, 0.25, -0.1]])
     assert unsure.outcome == "inconclusive"
     # a decrease is confirmed by differences well below -margin; bounds keep their sign
-    (down,) = decide([_hypothesis(direction="decrease")], [[-0.2, -0.25, -0.18, -0.22]])
+    (down,) = decide([_typed(direction="decrease")], [[-0.2, -0.25, -0.18, -0.22]])
     assert down.outcome == "confirmed" and down.mean < 0 and down.bound < -0.02
 
 
@@ -137,7 +142,7 @@ def _holm_by_loop(p_values: list[float], alpha: float) -> list[float]:
 
 
 def test_holm_levels_match_a_separate_loop():
-    hypotheses = [_hypothesis(id=f"h{i}") for i in range(4)]
+    hypotheses = [_typed(id=f"h{i}") for i in range(4)]
     differences = [[0.30, 0.32, 0.28, 0.31],   # very clear
                    [0.05, 0.30, -0.10, 0.20],  # unclear
                    [0.10, 0.12, 0.09, 0.11],   # clear
@@ -151,7 +156,7 @@ def test_holm_levels_match_a_separate_loop():
 
 def test_a_rule_over_one_seed_is_a_bug_not_a_verdict():
     with pytest.raises(ValueError, match="at least two"):
-        decide([_hypothesis()], [[0.1]])
+        decide([_typed()], [[0.1]])
 
 
 # --- the example plan, run, in every report form ---------------------------------------------

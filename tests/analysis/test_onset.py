@@ -11,6 +11,7 @@ import random
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from plans import typed
 
 from postlab.analysis.onset import cusum, slope
 from postlab.cli import main
@@ -157,7 +158,7 @@ def test_the_teaching_plans_rule_has_the_stated_false_alarm_rate_by_simulation()
 
     from postlab.analysis.aggregate import monitor_rule
 
-    rule = monitor_rule(teaching_plan())
+    rule = monitor_rule(typed())
     assert (rule.steps, rule.batch, rule.stated_false_alarm) == (240, 64, 0.05)
     assert 0.045 <= rule.false_alarm <= 0.05
     runs = 6000
@@ -172,7 +173,7 @@ def test_the_old_default_alarms_at_a_gap_that_is_no_gaming():
     from postlab.analysis.aggregate import monitor_rule
 
     old = teaching_plan() | {"hacking_monitor": {"drift": 0.02, "threshold": 0.5}}
-    rule = monitor_rule(old)
+    rule = monitor_rule(typed(old))
     assert rule.stated_false_alarm is None and (rule.drift, rule.threshold) == (0.02, 0.5)
     assert rule.false_alarm == pytest.approx(0.9966, abs=5e-4)
     alarms = sum(r.alarm is not None for r in _simulated(rule, 1000, seed=2))
@@ -189,7 +190,7 @@ def test_an_injected_onset_is_found_with_the_delay_the_chain_gives():
     from postlab.analysis.aggregate import monitor_rule
     from postlab.analysis.onset import detection
 
-    rule = monitor_rule(teaching_plan())
+    rule = monitor_rule(typed())
     found, delay = detection(rule.drift, rule.threshold, rule.steps, rule.batch,
                              rule.tolerated_gap, rule.detect_gap, onset=100)
     # the rest raise a false alarm before step 100 (about 5% x 99/240)
@@ -209,14 +210,15 @@ def test_a_plan_states_its_rate_or_its_own_rule_never_both():
 
     strict = teaching_plan() | {"hacking_monitor": {"false_alarm": 0.01}}
     assert validate_plan(strict) == []
-    rule = monitor_rule(strict)
-    assert rule.false_alarm <= 0.01 and rule.threshold > monitor_rule(teaching_plan()).threshold
+    rule = monitor_rule(typed(strict))
+    assert rule.false_alarm <= 0.01 and rule.threshold > monitor_rule(typed()).threshold
     both = teaching_plan() | {"hacking_monitor": {"false_alarm": 0.01, "drift": 0.05}}
     assert [path for path, _ in validate_plan(both)] == ["hacking_monitor"]
     upside_down = teaching_plan() | {"hacking_monitor": {"tolerated_gap": 0.2}}
     assert [path for path, _ in validate_plan(upside_down)] == ["hacking_monitor.tolerated_gap"]
     only_threshold = teaching_plan() | {"hacking_monitor": {"threshold": 1.0}}
-    assert (monitor_rule(only_threshold).drift, monitor_rule(only_threshold).threshold) == (
+    assert (monitor_rule(typed(only_threshold)).drift,
+            monitor_rule(typed(only_threshold)).threshold) == (
         0.02, 1.0)
 
 

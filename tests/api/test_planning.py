@@ -11,12 +11,14 @@ from postlab.errors import UserError
 
 def test_freeze_a_version_check_it_and_diff_it(tmp_path):
     base = postlab.freeze(tmp_path / "v1.json")
-    assert base.parent is None and base.plan["version"] == 1
+    assert base.parent is None and base.plan.version == 1
     version = postlab.freeze(tmp_path / "v2.json", parent=base.path,
                              settings=["clip=0.3", "kl=\"k3\""], today="2026-12-07")
     assert version.parent == base.sha256
-    assert version.plan["version"] == 2 and version.plan["date"] == "2026-12-07"
-    assert version.plan["parent"] == {"sha256": base.sha256, "changes": ["clip", "kl"]}
+    assert version.plan.version == 2 and version.plan.date == "2026-12-07"
+    assert version.plan.parent.sha256 == base.sha256
+    assert version.plan.parent.changes == ["clip", "kl"]
+    assert version.plan.data()["parent"] == {"sha256": base.sha256, "changes": ["clip", "kl"]}
     checked = postlab.check_plan(version.path)
     assert checked.problems == [] and checked.sha256 == version.sha256
     diff = postlab.diff_plans(base.path, version.path)

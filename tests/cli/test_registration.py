@@ -78,7 +78,7 @@ def test_the_hypotheses_hash_is_by_content_not_layout():
 def test_registration_problems_name_each_fault(tmp_path):
     plan = load_plan(write_plan(tmp_path / "plan.json", **SMALL))
     sound = make_registration(plan.sha256, REGISTERED, "2026-01-31T12:00:00Z")
-    assert registration_problems(sound, plan.data, plan.sha256) == []
+    assert registration_problems(sound, plan.model, plan.sha256) == []
     faults = {
         "missing field 'registered_at'": {k: v for k, v in sound.items()
                                           if k != "registered_at"},
@@ -91,11 +91,11 @@ def test_registration_problems_name_each_fault(tmp_path):
             plan.sha256, {"tests": [_test("h") | {"metric": "charm"}]}, sound["registered_at"]),
     }
     for needle, registration in faults.items():
-        problems = registration_problems(registration, plan.data, plan.sha256)
+        problems = registration_problems(registration, plan.model, plan.sha256)
         assert problems and needle in problems[0], (needle, problems)
-    assert registration_problems([], plan.data, plan.sha256) == [
+    assert registration_problems([], plan.model, plan.sha256) == [
         "not a registration (a JSON object)"]
-    own = plan.data | {"hypotheses": LATER}
+    own = plan.model.replace(hypotheses=LATER)
     assert "hypotheses of its own" in registration_problems(sound, own, plan.sha256)[0]
     assert parse_time("2026-01-31T12:00:00Z").isoformat() == "2026-01-31T12:00:00+00:00"
 

@@ -8,7 +8,7 @@ import math
 import random
 
 import pytest
-from plans import SMALL, trained_with_the_cli, write_plan
+from plans import SMALL, trained_with_the_cli, typed, write_plan
 
 from postlab.cli import main
 from postlab.plan.frozen import teaching_plan
@@ -18,14 +18,16 @@ from postlab.tasks.selection import SELECTIONS, hardest_start, order
 
 
 def test_arithmetic_difficulty_counts_carries_then_digits():
-    add = TASKS["single_digit_addition"]({})
+    add = TASKS["single_digit_addition"](typed())
     assert add.difficulty((7, 8)) == (1.0, 2.0) and add.difficulty((2, 3)) == (0.0, 1.0)
     assert add.difficulty((5, 5)) == (1.0, 2.0) and add.difficulty((0, 0)) == (0.0, 1.0)
-    wide = TASKS["multi_digit_addition"]({"operand_digits": 2})
+    wide = TASKS["multi_digit_addition"](
+        typed(task="multi_digit_addition", operand_digits=2))
     assert wide.difficulty((45, 55)) == (2.0, 3.0)  # 5+5 carries, 4+5+1 carries
     assert wide.difficulty((45, 51)) == (0.0, 2.0)
     assert wide.difficulty((19, 1)) == (1.0, 2.0)
-    times = TASKS["single_digit_multiplication"]({})
+    times = TASKS["single_digit_multiplication"](
+        typed(task="single_digit_multiplication"))
     assert times.difficulty((3, 4)) == (0.0, 2.0) and times.difficulty((2, 3)) == (0.0, 1.0)
 
 
@@ -36,9 +38,9 @@ def test_reasoning_gym_difficulty_is_the_items_own_settings():
     from postlab.plan.frozen import load_plan
 
     root = Path(__file__).resolve().parents[2]
-    plan = load_plan(root / "examples" / "gym" / "chain-sum.json").data
+    plan = load_plan(root / "examples" / "gym" / "chain-sum.json").model
     task = task_for(plan)
-    key = plan["split"]["train"][0]
+    key = plan.split["train"][0]
     metadata = task.item(key).entry["metadata"]
     settings = sorted(metadata["difficulty"])
     assert settings and task.difficulty(key) == tuple(float(metadata[s]) for s in settings)
@@ -50,8 +52,8 @@ def _plan_order_draws(pairs, seed, steps, batch):
 
 
 def test_the_rules_draw_what_they_say():
-    plan = teaching_plan()
-    pairs = plan["split"]["train"]
+    plan = typed()
+    pairs = plan.split["train"]
     task = task_for(plan)
     steps, batch = 10, 16
     # random: the teaching plan's own draws, in the plan's order

@@ -10,6 +10,7 @@ import pytest
 from plans import SMALL, trained_with_the_cli
 
 from postlab.cli import main
+from postlab.plan.schema import Plan
 from postlab.records.opened import open_run
 
 #: An RL-only arm starts from untrained weights, so its groups are mostly all wrong; with one
@@ -60,13 +61,13 @@ def test_a_step_with_signal_and_no_update_does_not_fit_the_plan(dropped_run, tmp
     from postlab.records.record import run_plan_problems
 
     record = open_run(dropped_run).record
-    plan = json.loads((dropped_run / "plan.json").read_text())
+    plan = Plan.of(json.loads((dropped_run / "plan.json").read_text()))
     run = json.loads(json.dumps(record["runs"][0]))
     history = next(iter(run["training"].values()))
     busy = next(step for step in history if step["updates"])
     busy["updates"] = []
     assert any("rows, groups or updates do not fit" in p for p in run_plan_problems(run, plan))
-    keep = plan | {"dynamic_sampling": {"max_extra_groups": 1}}
+    keep = plan.replace(dynamic_sampling={"max_extra_groups": 1})
     idle_run = json.loads(json.dumps(record["runs"][0]))
     assert any(not step["updates"] for h in idle_run["training"].values() for step in h)
     assert run_plan_problems(idle_run, keep)  # keeping them, every step updates

@@ -90,7 +90,7 @@ def test_non_finite_loss_stops_with_seed_arm_step(tmp_path, monkeypatch, capsys)
     from postlab.runs.estimate import estimate
 
     monkeypatch.setattr("postlab.api.training.check_size",
-                        lambda plan, allow_large, **_: estimate(plan.data, calibrated=False))
+                        lambda plan, allow_large, **_: estimate(plan.model, calibrated=False))
     out = tmp_path / "run"
     code = main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
                  "--quiet"])

@@ -14,6 +14,7 @@ from postlab.engines.ensemble.nets import net_for
 from postlab.engines.ensemble.optim import clip_per_member
 from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS
 from postlab.plan.frozen import teaching_plan_loaded
+from postlab.plan.schema import Plan
 from postlab.policies.base import build_policy
 from postlab.tasks.contracts import CONTRACTS
 
@@ -33,11 +34,11 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def plan() -> dict:
-    return dict(teaching_plan_loaded().data)
+def plan() -> Plan:
+    return teaching_plan_loaded().model
 
 
-def _states(plan: dict, seeds: list[int]) -> list[dict]:
+def _states(plan: Plan, seeds: list[int]) -> list[dict]:
     states = []
     for seed in seeds:
         torch.manual_seed(seed)
@@ -157,10 +158,10 @@ def test_members_of_one_batch_share_their_learning_rates(plan):
     separate batches, and a batch mixing them is refused rather than trained wrongly."""
     from postlab.engines.ensemble.task import batch_key
 
-    assert batch_key(plan) != batch_key(dict(plan, rl_lr=0.002))
-    assert batch_key(plan) == batch_key(dict(plan, kl_beta=0.1, clip=0.3))
+    assert batch_key(plan) != batch_key(plan.replace(rl_lr=0.002))
+    assert batch_key(plan) == batch_key(plan.replace(kl_beta=0.1, clip=0.3))
     with pytest.raises(ValueError, match="must share rl_lr"):
-        engine.shared([plan, dict(plan, rl_lr=0.002)], "rl_lr")
+        engine.shared([plan, plan.replace(rl_lr=0.002)], "rl_lr")
 
 
 # --- tensor contracts -----------------------------------------------------------------------------
@@ -222,7 +223,7 @@ def test_a_member_trains_the_same_bits_alone_and_in_company(plan):
     """SFT, evaluation and RL of seed 22 alone, and among 7 members (three of them RL under
     another contract and one with other numeric settings): every loss, row, statistic and
     weight is equal."""
-    plan = dict(plan, sft_steps=12, rl_steps=4)
+    plan = plan.replace(sft_steps=12, rl_steps=4)
     company_seeds = [5, 22, 9, 22, 22, 7, 1]
     params, net, tables, seeds, losses = _sft(plan, company_seeds, 12)
     alone, _, _, one_seed, one_losses = _sft(plan, [22], 12)
@@ -233,7 +234,7 @@ def test_a_member_trains_the_same_bits_alone_and_in_company(plan):
     assert engine.evaluate(alone, net, tables, [plan], one_seed)[0] == evaluated[1]
 
     varied = list(plans)
-    varied[3] = dict(plan, kl_beta=0.1, clip=0.3, clip_high=0.4, temperature=0.8)
+    varied[3] = plan.replace(kl_beta=0.1, clip=0.3, clip_high=0.4, temperature=0.8)
     contracts = ["strict", "strict", "substring", "strict", "substring", "exact", "substring"]
     reference = {k: v.clone() for k, v in params.items()}
     history = engine.reinforce(params, reference, net, tables, varied, seeds, contracts)
@@ -301,11 +302,12 @@ def test_one_rl_step_is_the_exact_engine_s_math(plan, monkeypatch, reduction, kl
     from postlab.tasks.contracts import score
     from postlab.tasks.rows import Row
 
-    plan = dict(plan, rl_steps=1, updates_per_rollout=2, clip_high=0.28, temperature=0.9,
-                kl_beta=0.5, loss_reduction=reduction, kl=kl, advantage=advantage)
+    changes = dict(rl_steps=1, updates_per_rollout=2, clip_high=0.28, temperature=0.9,
+                   kl_beta=0.5, loss_reduction=reduction, kl=kl, advantage=advantage)
     if policy != "gru":
         pytest.importorskip("transformers")
-        plan["policy"] = TRANSFORMER_POLICIES[policy]
+        changes["policy"] = TRANSFORMER_POLICIES[policy]
+    plan = plan.replace(**changes)
     torch.manual_seed(7)
     model = build_policy(plan)
     with torch.no_grad():
@@ -335,7 +337,7 @@ def test_one_rl_step_is_the_exact_engine_s_math(plan, monkeypatch, reduction, kl
                            dtype=torch.float32)
     assert int((rewards.reshape(-1, 8).std(-1) > 0).sum()) > 0  # some groups teach
     advantages = ADVANTAGES[advantage].fn(rewards.reshape(-1, 8)).flatten()
-    optimiser = torch.optim.Adam(model.parameters(), lr=plan["rl_lr"])
+    optimiser = torch.optim.Adam(model.parameters(), lr=plan.rl_lr)
     prompts = model.prompts([(r[0], r[1]) for r in rows])
     with torch.no_grad():
         ref_log = sequence_log_dist(reference, prompts, tokens)
@@ -345,20 +347,20 @@ def test_one_rl_step_is_the_exact_engine_s_math(plan, monkeypatch, reduction, kl
         logp = objective.token_log_probs(log_dist, tokens)
         old = logp.detach() if old is None else old
         ratio = (logp - old).exp()
-        gain = objective.clipped_gain(ratio, advantages, plan["clip"], plan["clip_high"])
+        gain = objective.clipped_gain(ratio, advantages, plan.clip, plan.clip_high)
         kl_values = KL_ESTIMATORS[kl].fn(log_dist, ref_log, tokens)
         loss = REDUCTIONS[reduction].fn(objective.per_token_loss(gain, kl_values,
-                                                                 plan["kl_beta"]),
-                                        mask, plan["max_new_tokens"])
+                                                                 plan.kl_beta),
+                                        mask, plan.max_new_tokens)
         optimiser.zero_grad()
         loss.backward()
-        norm = nn.utils.clip_grad_norm_(model.parameters(), plan["gradient_clip"])
+        norm = nn.utils.clip_grad_norm_(model.parameters(), plan.gradient_clip)
         optimiser.step()
         got = history["updates"][update]
         assert got["loss"] == pytest.approx(loss.item(), rel=1e-4, abs=1e-6)
         assert got["gradient_norm_before_clip"] == pytest.approx(norm.item(), rel=1e-4)
         assert got["kl"] == pytest.approx(objective.masked_mean(kl_values, mask).item(), rel=1e-4,
                                           abs=1e-7)
-        outside = objective.outside_clip(ratio, plan["clip"], plan["clip_high"])
+        outside = objective.outside_clip(ratio, plan.clip, plan.clip_high)
         want = objective.masked_mean(outside, mask).item()
         assert got["ratio_outside_clip"] == pytest.approx(want, abs=1e-6)

@@ -15,6 +15,7 @@ from postlab.analysis.equivalence import CI_MARGINS, compare_engines
 from postlab.cli import main
 from postlab.plan import margins
 from postlab.plan.frozen import freeze, load_plan, teaching_plan
+from postlab.plan.schema import Plan
 from postlab.records.record import load_record
 
 pytestmark = pytest.mark.slow
@@ -31,7 +32,7 @@ def _both_engines(plan: dict, tmp_path: Path, chosen: dict[str, float]) -> None:
         assert main(["run", "--plan", str(path), "--out-dir", str(out), "--engine", engine,
                      "--workers", "1", "--quiet"]) == 0
         records[engine] = load_record(out / "record.json")
-    results = compare_engines(records["exact"], records["ensemble"], plan, chosen,
+    results = compare_engines(records["exact"], records["ensemble"], Plan.of(plan), chosen,
                               paired=True)
     assert len(results) == len(plan["arms"]) * len(chosen)
     shown = [f"{r.metric}/{r.arm}: {r.difference:+.4f} [{r.low:+.4f}, {r.high:+.4f}] "

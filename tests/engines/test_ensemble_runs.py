@@ -13,6 +13,7 @@ from plans import SMALL, rows, write_plan
 from recordfiles import read_record, write_record
 
 from postlab.cli import main
+from postlab.plan.schema import Plan
 from postlab.policies.base import build_policy
 from postlab.policies.checkpoint import load_checkpoint
 from postlab.records.record import load_record
@@ -41,7 +42,7 @@ def test_an_ensemble_run_is_an_ordinary_verified_run(ensemble_run, capsys):
     record = load_record(ensemble_run / "record.json")
     assert record["engine"] == "ensemble"
     assert [run["seed"] for run in record["runs"]] == SMALL["seeds"]
-    plan = json.loads((ensemble_run / "plan.json").read_text())
+    plan = Plan.of(json.loads((ensemble_run / "plan.json").read_text()))
     for run in record["runs"]:
         assert list(run["evaluations"]) == ["initial", "strict", "substring"]
         assert len(run["training"]["strict"]) == SMALL["rl_steps"]
@@ -166,8 +167,8 @@ def test_chunks_change_the_work_not_the_bits(tmp_path):
     and gives the caller its threads back."""
     from postlab.engines.ensemble.task import Part, train_parts
 
-    plan = json.loads(write_plan(tmp_path / "p.json", **(SMALL | {"seeds": [3, 4, 5]}))
-                      .read_text())
+    plan = Plan.of(json.loads(write_plan(tmp_path / "p.json", **(SMALL | {"seeds": [3, 4, 5]}))
+                              .read_text()))
     found = []
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -198,7 +199,7 @@ def test_tasks_hold_a_bounded_number_of_seeds(tmp_path, seeds, capacity, device,
     from postlab.engines.ensemble.task import ENSEMBLE, TASK_SEEDS
     from postlab.engines.registry import Work
 
-    plan = json.loads(write_plan(tmp_path / "p.json", **SMALL).read_text())
+    plan = Plan.of(json.loads(write_plan(tmp_path / "p.json", **SMALL).read_text()))
     work = Work(plan, tuple(range(1, seeds + 1)), tmp_path, device=device)
     made = ENSEMBLE.tasks([work], capacity)
     assert len(made) == tasks
@@ -213,9 +214,9 @@ def test_a_cpu_chunk_keeps_an_rl_pass_in_the_cache(monkeypatch):
     # the teaching plan's rollouts: 64 rows x 3 x 48 floats a member, 2 RL members a seed
     from postlab.engines.ensemble import task
     from postlab.machine import resources
-    from postlab.plan.frozen import teaching_plan
+    from postlab.plan.frozen import teaching_plan_loaded
 
-    plan = teaching_plan()
+    plan = teaching_plan_loaded().model
     monkeypatch.setattr(resources, "l2_cache_bytes", lambda: 2 << 20)
     monkeypatch.setattr(task, "free_bytes", lambda device: 64 << 30)
     assert task.cache_seeds(plan) == (2 << 20) // (64 * 3 * 48 * 4 * 2) == 28
@@ -226,7 +227,7 @@ def test_a_cpu_chunk_keeps_an_rl_pass_in_the_cache(monkeypatch):
     monkeypatch.setattr(resources, "l2_cache_bytes", lambda: 1024)
     assert task.cache_seeds(plan) == task.MIN_CACHE_SEEDS  # never fewer than that
     monkeypatch.setattr(resources, "l2_cache_bytes", lambda: 2 << 20)
-    assert task.cache_seeds(dict(plan, arms=["strict"])) == 56  # one RL member a seed
+    assert task.cache_seeds(plan.replace(arms=["strict"])) == 56  # one RL member a seed
     monkeypatch.setattr(task, "arm_specs", lambda plan: [])  # no RL: not measured, no cap
     assert task.cache_seeds(plan) is None
     monkeypatch.setattr(task, "free_bytes", lambda device: 64 << 30)

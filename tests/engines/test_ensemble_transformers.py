@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from plans import SMALL, rows, write_plan, write_pretrained
+from plans import SMALL, rows, typed, write_plan, write_pretrained
 
 from postlab.cli import main
 from postlab.engines.ensemble import engine
 from postlab.engines.ensemble.nets import MEMBER_OPS, net_for
 from postlab.plan.frozen import teaching_plan
+from postlab.plan.schema import Plan
 from postlab.policies.base import build_policy
 from postlab.policies.checkpoint import load_checkpoint
 from postlab.policies.transformer import folder_sha256
@@ -40,11 +41,11 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def _plan(policy: dict) -> dict:
-    return teaching_plan() | TINY | {"policy": policy}
+def _plan(policy: dict) -> Plan:
+    return typed(**TINY, policy=policy)
 
 
-def _policies(plan: dict, seeds: list[int]) -> list:
+def _policies(plan: Plan, seeds: list[int]) -> list:
     found = []
     for seed in seeds:
         torch.manual_seed(seed)
@@ -77,7 +78,7 @@ def test_stacked_members_are_the_policies(policy):
         assert torch.equal(state["model.lm_head.weight"], state["model.transformer.wte.weight"])
 
 
-def _sft(plan: dict, seeds: list[int], net):
+def _sft(plan: Plan, seeds: list[int], net):
     params = net.stack([m.state_dict() for m in _policies(plan, seeds)])
     tables = engine.Tables(plan, torch.device("cpu"), net.tokenizer)
     seed_tensor = torch.tensor(seeds)
@@ -85,7 +86,7 @@ def _sft(plan: dict, seeds: list[int], net):
     losses = engine.supervised(params, net, tables, plan, seed_tensor,
                                engine.shared(plans, "sft_lr"),
                                engine.per_member(plans, "gradient_clip", "cpu"),
-                               plan["sft_steps"])
+                               plan.sft_steps)
     return params, tables, seed_tensor, losses
 
 
@@ -105,7 +106,7 @@ def test_a_transformer_member_trains_the_same_bits_alone_and_in_company(policy):
     assert engine.evaluate(alone, net, tables, [plan], one_seed)[0] == in_company
 
     varied = list(plans)
-    varied[3] = dict(plan, kl_beta=0.1, clip=0.3, clip_high=0.4, temperature=0.8)
+    varied[3] = plan.replace(kl_beta=0.1, clip=0.3, clip_high=0.4, temperature=0.8)
     contracts = ["strict", "strict", "substring", "strict", "exact"]
     history = engine.reinforce(params, {k: v.clone() for k, v in params.items()}, net, tables,
                                varied, seeds, contracts)
@@ -233,7 +234,7 @@ def test_a_transformer_ensemble_run_verifies_and_reproduces(tmp_path, capsys):
     run = record["runs"][0]
     info = run["checkpoints"]["strict"]
     payload = load_checkpoint(out / info["file"], info["sha256"], kind="transformer")
-    model = build_policy(json.loads(path.read_text()))
+    model = build_policy(Plan.of(json.loads(path.read_text())))
     model.load_state_dict(payload["state_dict"])
 
 

@@ -149,7 +149,7 @@ def test_each_seed_and_stage_is_a_run_with_one_value_per_step(logged):
     logs = _logs(out)
     assert sorted(logs) == sorted((f"seed-{seed}", stage) for seed in PLAN["seeds"]
                                   for stage in STAGES)
-    contracts = plan_contracts(load_plan(plan).data)
+    contracts = plan_contracts(load_plan(plan).model)
     assert {"strict", "substring"} <= set(contracts)
     rl_tags = {f"reward/{name}" for name in contracts} | set(UPDATE_TAGS) | set(ROW_TAGS)
     rl_steps = list(range(1, PLAN["rl_steps"] + 1))
@@ -170,7 +170,7 @@ def test_each_seed_and_stage_is_a_run_with_one_value_per_step(logged):
 @pytest.mark.slow
 def test_logged_values_equal_the_numbers_recomputed_from_the_record(logged):
     plan_path, out, _ = logged
-    plan = load_plan(plan_path).data
+    plan = load_plan(plan_path).model
     answer, contracts = answer_function(plan), plan_contracts(plan)
     record = read_record(out)
     logs = _logs(out)

@@ -72,11 +72,12 @@ def test_training_does_not_import_torchs_compiler_stack() -> None:
 import sys
 from postlab.engines.train import reinforce, supervised
 from postlab.plan.frozen import teaching_plan
+from postlab.plan.schema import Plan
 from postlab.policies.base import build_policy
-plan = teaching_plan()
+plan = Plan.of(teaching_plan())
 model = build_policy(plan)
 supervised(model, plan, 11, steps=2)
-reinforce(model, model.reference_policy(), {**plan, "rl_steps": 1}, 11, "strict")
+reinforce(model, model.reference_policy(), plan.replace(rl_steps=1), 11, "strict")
 print("torch._dynamo" in sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,

@@ -26,6 +26,7 @@ import torch
 from plans import write_plan
 
 from postlab.plan.frozen import load_plan, teaching_plan
+from postlab.plan.schema import Plan
 from postlab.policies.checkpoint import load_checkpoint
 from postlab.policies.gru import CharGRU
 from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
@@ -213,7 +214,7 @@ def _log_softmax(logits: list[float]) -> Dist:
 class Policy:
     """A checkpoint run in float64, one sequence at a time; log-distributions are cached."""
 
-    def __init__(self, plan: dict[str, Any], path: Path, sha256: str) -> None:
+    def __init__(self, plan: Plan, path: Path, sha256: str) -> None:
         self.plan = plan
         self.model = CharGRU.from_plan(plan)
         self.model.load_state_dict(load_checkpoint(path, sha256)["state_dict"])
@@ -234,16 +235,16 @@ class Policy:
         return self.cache[key]
 
 
-def _response(plan: dict[str, Any], row: list) -> list[int]:
+def _response(plan: Plan, row: list) -> list[int]:
     """The sampled tokens: the visible characters, then EOS if the answer ended."""
-    vocab = plan["vocab"]
+    vocab = plan.vocab
     tokens = [vocab.index(c) for c in row[2]]
     if row[3]:
-        tokens.append(vocab.index(plan["eos"]))
+        tokens.append(vocab.index(plan.eos))
     return tokens
 
 
-def _rewards(plan: dict[str, Any], rows: list) -> list[float]:
+def _rewards(plan: Plan, rows: list) -> list[float]:
     """The arm's contract on each row: rows keep the pair, so the task gives the answer."""
     answer = task_for(plan).answer
     return [float(CONTRACTS[ARM](row[:2], row[2], row[3], answer(row[:2]))) for row in rows]
@@ -260,13 +261,14 @@ class Choice:
     clip_high: float
 
     @classmethod
-    def of(cls, plan: dict[str, Any]) -> Choice:
+    def of(cls, plan: Plan) -> Choice:
         def name(field: str) -> str:
-            return plan[field] if plan[field] in FIELDS[field][0] else TEACHING[field]
+            word = getattr(plan, field)
+            return word if word in FIELDS[field][0] else TEACHING[field]
 
-        high = plan.get("clip_high")
-        return cls(name("advantage"), name("loss_reduction"), name("kl"), plan["clip"],
-                   plan["clip"] if high is None else high)
+        high = plan.clip_high
+        return cls(name("advantage"), name("loss_reduction"), name("kl"), plan.clip,
+                   plan.clip if high is None else high)
 
 
 @dataclass(frozen=True)
@@ -283,10 +285,10 @@ class Stats:
     gain_between: int  # of those, tokens with a positive advantage: their gain is not clipped
 
 
-def recompute(plan: dict[str, Any], rows: list, current: Policy, old: Policy,
+def recompute(plan: Plan, rows: list, current: Policy, old: Policy,
               reference: Policy, choice: Choice) -> Stats:
     """One PPO update's statistics, token by token, from the definitions."""
-    size = plan["group_size"]
+    size = plan.group_size
     rewards = _rewards(plan, rows)
     groups = [rewards[i:i + size] for i in range(0, len(rewards), size)]
     advantages = [a for group in _definition("advantage", choice.advantage)(groups)
@@ -304,7 +306,7 @@ def recompute(plan: dict[str, Any], rows: list, current: Policy, old: Policy,
             clipped = min(max(ratio, low), high)
             gain = min(ratio * advantage, clipped * advantage)
             kl = kl_of(now[position], ref[position], token)
-            losses.append(-gain + plan["kl_beta"] * kl)
+            losses.append(-gain + plan.kl_beta * kl)
             kl_total += kl
             for log_p in now[position]:
                 entropy_total -= math.exp(log_p) * log_p
@@ -314,7 +316,7 @@ def recompute(plan: dict[str, Any], rows: list, current: Policy, old: Policy,
             gain_between += 1 + choice.clip_low < ratio < high and advantage > 0
             tokens += 1
         per_token.append(losses)
-    loss = _definition("loss_reduction", choice.reduction)(per_token, plan["max_new_tokens"])
+    loss = _definition("loss_reduction", choice.reduction)(per_token, plan.max_new_tokens)
     return Stats(loss, kl_total / tokens, entropy_total / tokens, outside, ambiguous, tokens,
                  between, gain_between)
 
@@ -347,7 +349,7 @@ def differs(one: Stats, other: Stats) -> bool:
 class Twin:
     """Plans A (one update per rollout) and B (two) with the same option changes."""
 
-    plan: dict[str, Any]  # B's plan
+    plan: Plan  # B's plan
     step_a: dict[str, Any]
     step_b: dict[str, Any]
     sft: Policy  # the RL start, the old policy of every update and the KL reference
@@ -373,9 +375,9 @@ class Runs:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.records: dict[str, tuple[dict[str, Any], Path, dict[str, Any]]] = {}
+        self.records: dict[str, tuple[Plan, Path, dict[str, Any]]] = {}
 
-    def train(self, changes: dict[str, Any]) -> tuple[dict[str, Any], Path, dict[str, Any]]:
+    def train(self, changes: dict[str, Any]) -> tuple[Plan, Path, dict[str, Any]]:
         key = json.dumps(changes, sort_keys=True)
         if key not in self.records:
             folder = self.root / f"plan-{len(self.records)}"
@@ -384,7 +386,7 @@ class Runs:
             plan = load_plan(path)
             record = run_plan(plan, path.read_bytes(),
                               RunOptions(out_dir=folder / "run", workers=1, progress_every=0))
-            self.records[key] = plan.data, folder / "run", record
+            self.records[key] = plan.model, folder / "run", record
         return self.records[key]
 
     def twin(self, changes: dict[str, Any]) -> Twin:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 import torch
+from plans import typed
 
 from postlab.engines.rollout import to_rows
-from postlab.plan.frozen import teaching_plan
 from postlab.policies import build_policy
 
 
@@ -27,7 +27,7 @@ def _by_hand(model, pairs, tokens, mask):
 
 
 def test_rows_are_the_emitted_tokens_for_prefix_and_other_masks():
-    model = build_policy(teaching_plan())
+    model = build_policy(typed())
     eos = model.tokenizer.eos_id
     rng = random.Random(5)
     pairs = [[rng.randrange(10), rng.randrange(10)] for _ in range(40)]

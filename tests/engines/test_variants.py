@@ -1,7 +1,7 @@
 """Arms as pipelines, dynamic sampling and tasks, on small runs and by hand."""
 
 import pytest
-from plans import SMALL, write_plan
+from plans import SMALL, typed, write_plan
 
 from postlab.plan.frozen import load_plan, split_by_unordered_pair
 from postlab.plan.schema import validate_plan
@@ -59,10 +59,10 @@ def test_dynamic_sampling_records_what_it_drew(tmp_path):
 
 
 def test_tasks_by_hand():
-    multi = TASKS["multi_digit_addition"]({"operand_digits": 2})
+    multi = TASKS["multi_digit_addition"](typed(task="multi_digit_addition", operand_digits=2))
     assert multi.prompt((7, 45)) == "07+45=" and multi.answer((7, 45)) == 52
     assert multi.longest_answer == 3 and len(multi.unordered_pairs()) == 100 * 101 // 2
-    times = task_for({"task": "single_digit_multiplication"})
+    times = task_for(typed(task="single_digit_multiplication"))
     assert times.prompt((3, 4)) == "3*4=" and times.answer((3, 4)) == 12
     assert "*" in times.required_characters
     assert strict((3, 4), "12", True, times.answer((3, 4))) == 1
@@ -71,7 +71,8 @@ def test_tasks_by_hand():
 
 
 def test_task_split_is_by_unordered_pair():
-    pairs = TASKS["multi_digit_addition"]({"operand_digits": 2}).unordered_pairs()
+    wide = typed(task="multi_digit_addition", operand_digits=2)
+    pairs = TASKS["multi_digit_addition"](wide).unordered_pairs()
     split = split_by_unordered_pair(seed=1, sizes=(50, 10, 10), pairs=pairs)
     unordered = {k: {tuple(sorted(p)) for p in v} for k, v in split.items()}
     assert [len(v) for v in unordered.values()] == [50, 10, 10]

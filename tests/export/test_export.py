@@ -17,7 +17,7 @@ import duckdb
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from plans import SMALL, write_plan
+from plans import SMALL, typed, write_plan
 from recordfiles import write_record
 
 import postlab
@@ -25,7 +25,6 @@ from postlab.cli import main
 from postlab.errors import UserError
 from postlab.export.files import read_export
 from postlab.export.tables import TABLES, UPDATE_STATISTICS, Source
-from postlab.plan.frozen import teaching_plan
 from postlab.records.record import bundled_run_dir, load_record
 from postlab.tasks.contracts import CONTRACTS, contracts_for
 
@@ -295,7 +294,7 @@ def _hand_made() -> Source:
     record = {"plan_sha256": "0" * 64, "runs": [{
         "seed": 7, "evaluations": {"initial": {"test": {"greedy": greedy,
                                                          "sampled": sampled}}}}]}
-    return Source(record, teaching_plan() | {"eval_samples": 2})
+    return Source(record, typed(eval_samples=2))
 
 
 def test_positions_scores_and_empty_texts():

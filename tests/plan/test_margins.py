@@ -27,7 +27,7 @@ def test_the_code_reads_its_defaults_from_the_file():
     from postlab.analysis import coverage, equivalence, hypotheses, intervals
     from postlab.analysis.aggregate import monitor_rule
     from postlab.plan.frozen import teaching_plan
-    from postlab.plan.schema import HackingMonitor, Hypotheses
+    from postlab.plan.schema import HackingMonitor, Hypotheses, Plan
 
     assert default("hypotheses.alpha") == hypotheses.DEFAULT_ALPHA
     assert Hypotheses.model_fields["alpha"].default == default("hypotheses.alpha")
@@ -36,11 +36,11 @@ def test_the_code_reads_its_defaults_from_the_file():
     assert default("coverage.verdict_margin") == coverage.VERDICT_MARGIN
     assert default("coverage.verdict_level") == coverage.VERDICT_LEVEL
     assert all(field.default is None for field in HackingMonitor.model_fields.values())
-    rule = monitor_rule(teaching_plan())
+    rule = monitor_rule(Plan.of(teaching_plan()))
     assert (rule.stated_false_alarm, rule.tolerated_gap, rule.detect_gap) == (
         default("hacking_monitor.false_alarm"), default("hacking_monitor.tolerated_gap"),
         default("hacking_monitor.detect_gap"))
-    half = monitor_rule(teaching_plan() | {"hacking_monitor": {"threshold": 1.0}})
+    half = monitor_rule(Plan.of(teaching_plan() | {"hacking_monitor": {"threshold": 1.0}}))
     assert half.drift == default("hacking_monitor.drift")
     assert margins.values(margins.EQUIVALENCE)["coverage"] == 0.10
 

@@ -15,7 +15,7 @@ from recordfiles import read_record
 
 from postlab.cli import main
 from postlab.plan.frozen import complete_draft, plan_bytes
-from postlab.plan.schema import validate_plan
+from postlab.plan.schema import Plan, validate_plan
 from postlab.policies import build_policy
 from postlab.policies.tokenizers import (
     TOKENIZER_FILE,
@@ -50,28 +50,31 @@ def plan() -> dict:
 def test_the_same_plan_trains_the_same_tokenizer_bytes_in_another_process(plan, tmp_path):
     path = tmp_path / "plan.json"
     path.write_bytes(plan_bytes(plan))
-    script = ("import json, sys, hashlib; from postlab.policies.tokenizers import "
-              "trained_bytes; print(hashlib.sha256(trained_bytes(json.load(open(sys.argv[1]))))"
+    script = ("import json, sys, hashlib; from postlab.plan.schema import Plan; "
+              "from postlab.policies.tokenizers import trained_bytes; "
+              "print(hashlib.sha256(trained_bytes(Plan.of(json.load(open(sys.argv[1])))))"
               ".hexdigest())")
     digests = {subprocess.run([sys.executable, "-c", script, str(path)], check=True,
                               capture_output=True, text=True).stdout.strip() for _ in range(2)}
-    assert digests == {hashlib.sha256(trained_bytes(plan)).hexdigest()}
+    assert digests == {hashlib.sha256(trained_bytes(Plan.of(plan))).hexdigest()}
 
 
 def test_the_tokenizer_round_trips_and_merges(plan) -> None:
+    plan = Plan.of(plan)
     tokenizer = plan_tokenizer(plan)
     assert isinstance(tokenizer, BPETokenizer)
     assert (tokenizer.pad_id, tokenizer.eos_id) == (0, 1)
     assert 258 < tokenizer.vocab_size <= 300
     task = task_for(plan)
-    for key in plan["split"]["test"]:
+    for key in plan.split["test"]:
         for text in (task.prompt(key), task.demonstration(key)):
             assert tokenizer.decode(tokenizer.encode(text)) == text
-    prompt = task.prompt(plan["split"]["train"][0])
+    prompt = task.prompt(plan.split["train"][0])
     assert len(tokenizer.encode(prompt)) < len(prompt)  # merges learned from the questions
 
 
 def test_only_tokens_of_answer_characters_and_eos_may_be_written(plan) -> None:
+    plan = Plan.of(plan)
     tokenizer = plan_tokenizer(plan)
     task = task_for(plan)
     allowed = allowed_tokens(tokenizer, task.answer_characters)
@@ -88,14 +91,15 @@ def test_policies_read_and_write_with_the_trained_tokenizer(plan, kind) -> None:
         chosen["policy"] = {"kind": "transformer", "architecture": "gpt2", "layers": 1,
                             "heads": 2, "width": 16, "max_positions": 128}
         assert validate_plan(chosen) == []
+    plan = Plan.of(plan)
     torch.manual_seed(0)
-    policy = build_policy(chosen)
+    policy = build_policy(Plan.of(chosen))
     size = plan_tokenizer(plan).vocab_size
     assert int(policy.allowed.shape[0]) == size
-    keys = plan["split"]["test"]
+    keys = plan.split["test"]
     prompts = policy.prompts(keys)
     assert prompts.shape[1] == max(len(policy.tokenizer.encode(task_for(plan).prompt(k)))
-                                   for keys in plan["split"].values() for k in keys)
+                                   for keys in plan.split.values() for k in keys)
     with torch.no_grad():
         logits = policy(prompts)
     assert logits.shape == (len(keys), prompts.shape[1], size)
@@ -110,7 +114,7 @@ def test_a_pretrained_policy_cannot_take_a_trained_tokenizer(plan) -> None:
 def test_the_ensemble_engine_refuses_a_trained_tokenizer(plan) -> None:
     from postlab.engines.ensemble.task import problems
 
-    assert any("trained tokenizer" in problem for problem in problems(plan))
+    assert any("trained tokenizer" in problem for problem in problems(Plan.of(plan)))
 
 
 @pytest.fixture(scope="module")
@@ -177,9 +181,9 @@ def test_the_cost_estimate_times_a_bpe_that_learnt_fewer_tokens_than_allowed(pla
     random tokens must be ids the built model has (they were the plan's bound once)."""
     from postlab.runs.estimate import calibrate
 
-    roomy = {**plan, "tokenizer": {"kind": "bpe", "vocab_size": 4096},
-             "policy": {"kind": "transformer", "architecture": "gpt2", "layers": 1,
-                        "heads": 2, "width": 16, "max_positions": 128}}
+    roomy = Plan.of({**plan, "tokenizer": {"kind": "bpe", "vocab_size": 4096},
+                     "policy": {"kind": "transformer", "architecture": "gpt2", "layers": 1,
+                                "heads": 2, "width": 16, "max_positions": 128}})
     assert plan_tokenizer(roomy).vocab_size < 4096
     calibration = calibrate(roomy)
     assert calibration is not None

@@ -22,6 +22,7 @@ pytest.importorskip("reasoning_gym")
 from chatmodel import SHA256, smollm2, tiny_chat_gguf
 
 from postlab.plan.frozen import complete_draft, plan_bytes
+from postlab.plan.schema import Plan, PolicySection
 
 SYSTEM = "Reply with one short sentence that ends with the result."
 
@@ -74,7 +75,7 @@ def chat_policy(chat_plan):
     from postlab.policies import build_policy
 
     torch.manual_seed(0)
-    return build_policy(chat_plan)
+    return build_policy(Plan.of(chat_plan))
 
 
 # --- the file's tokenizer and template -------------------------------------------------------
@@ -99,7 +100,7 @@ def test_prompts_are_the_question_as_the_users_turn_with_the_plans_system(chat_p
                                                                           chat_plan):
     from postlab.tasks.registry import task_for
 
-    question = task_for(chat_plan).prompt([0, 0]).strip()
+    question = task_for(Plan.of(chat_plan)).prompt([0, 0]).strip()
     text = chat_policy.prompt_text([0, 0])
     assert text == (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{question}"
                     "<|im_end|>\n<|im_start|>assistant\n")
@@ -154,7 +155,8 @@ def test_library_and_compact_forward_agree_on_the_chat_policy(chat_policy):
 def test_the_section_names_one_model_file(section, words):
     from postlab.policies.base import section_problems
 
-    problems = section_problems({"kind": "pretrained", "sha256": "0" * 64, **section})
+    problems = section_problems(PolicySection.model_validate(
+        {"kind": "pretrained", "sha256": "0" * 64, **section}))
     assert any(words in message for _, message in problems), problems
 
 
@@ -258,7 +260,7 @@ def test_full_weight_sft_trains_every_weight_on_the_bare_answers(chat_plan):
     from postlab.policies import build_policy
     from postlab.tasks.registry import task_for
 
-    plan = {**chat_plan, "sft_steps": 3, "sft_batch": 2}
+    plan = Plan.of({**chat_plan, "sft_steps": 3, "sft_batch": 2})
     policy = build_policy(plan)
     before = {name: value.clone() for name, value in policy.state_dict().items()}
     losses = supervised(policy, plan, 5)

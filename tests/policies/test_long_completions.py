@@ -9,14 +9,14 @@ import torch
 from postlab.engines.rollout import generate
 from postlab.engines.train import reinforce
 from postlab.plan.frozen import teaching_plan
-from postlab.plan.schema import validate_plan
+from postlab.plan.schema import Plan, validate_plan
 from postlab.policies import build_policy
 from postlab.policies.decoding import decode_loop
 
 LONG = 256
 
 
-def _plan(architecture: str = "gpt2") -> dict:
+def _plan(architecture: str = "gpt2") -> Plan:
     plan = teaching_plan()
     plan.update(max_new_tokens=LONG, rl_steps=1, prompts_per_step=2, group_size=2,
                 updates_per_rollout=1, policy={
@@ -26,10 +26,10 @@ def _plan(architecture: str = "gpt2") -> dict:
     if architecture == "gpt2":
         del plan["policy"]["intermediate"]
     assert validate_plan(plan) == []
-    return plan
+    return Plan.of(plan)
 
 
-def _never_ending(plan: dict):
+def _never_ending(plan: Plan):
     """The plan's policy with EOS masked out of its outputs, so every answer runs the whole
     budget."""
     torch.manual_seed(0)

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 import torch
-from plans import SMALL, write_pretrained
+from plans import SMALL, typed, write_pretrained
 from recordfiles import read_record
 
 from postlab.cli import main
 from postlab.engines.train import reinforce, sequence_log_dist
 from postlab.errors import UserError
 from postlab.plan.frozen import plan_bytes, teaching_plan
-from postlab.plan.schema import validate_plan
+from postlab.plan.schema import Plan, validate_plan
 from postlab.policies import build_policy
 from postlab.policies.checkpoint import CheckpointError, load_checkpoint
 from postlab.policies.lora import AdaptersOff, base_state, lora_section, weights_sha256
@@ -41,7 +41,7 @@ def _plan(policy: dict[str, Any], dropout: float = 0.0, **changes: Any) -> dict[
                                       "policy": policy, "lora": lora} | changes
 
 
-def _adapted(plan: dict[str, Any], seed: int = 3) -> Any:
+def _adapted(plan: Plan, seed: int = 3) -> Any:
     """A policy with the plan's adapters, their B matrices moved off zero so they matter."""
     torch.manual_seed(seed)
     policy = build_policy(plan)
@@ -62,7 +62,7 @@ def _batch(policy: Any) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("policy", [GPT2, LLAMA], ids=["gpt2", "llama"])
 @pytest.mark.parametrize("compact", [True, False], ids=["compact", "library"])
 def test_the_reference_with_adapters_off_is_the_base_model_bit_for_bit(policy, compact):
-    plan = _plan(policy)
+    plan = typed(_plan(policy))
     torch.manual_seed(3)
     base = build_policy(plan)
     adapted = _adapted(plan)
@@ -79,7 +79,7 @@ def test_the_reference_with_adapters_off_is_the_base_model_bit_for_bit(policy, c
 
 @pytest.mark.parametrize("policy", [GPT2, LLAMA], ids=["gpt2", "llama"])
 def test_the_compact_forward_runs_the_adapters_as_the_library_does(policy):
-    plan = _plan(policy)
+    plan = typed(_plan(policy))
     adapted = _adapted(plan)
     assert adapted.compact is not None
     prompts, tokens = _batch(adapted)
@@ -91,7 +91,7 @@ def test_the_compact_forward_runs_the_adapters_as_the_library_does(policy):
 
 
 def test_the_reference_holds_no_weights_of_its_own():
-    plan = _plan(GPT2)
+    plan = typed(_plan(GPT2))
     policy = _adapted(plan)
     reference = policy.reference_policy()
     assert isinstance(reference, AdaptersOff) and reference.policy is policy
@@ -100,7 +100,7 @@ def test_the_reference_holds_no_weights_of_its_own():
 
 
 def test_rl_trains_only_the_adapters_and_the_base_stays_bit_for_bit():
-    plan = _plan(GPT2, rl_steps=3)
+    plan = typed(_plan(GPT2, rl_steps=3))
     torch.manual_seed(3)
     policy = build_policy(plan)
     start = {k: v.clone() for k, v in policy.state_dict().items()}
@@ -119,7 +119,7 @@ def test_rl_trains_only_the_adapters_and_the_base_stays_bit_for_bit():
 
 
 def test_adapter_dropout_acts_only_in_gradient_steps():
-    plan = _plan(GPT2, dropout=0.5)
+    plan = typed(_plan(GPT2, dropout=0.5))
     policy = _adapted(plan)
     prompts, tokens = _batch(policy)
     with torch.no_grad():
@@ -226,7 +226,7 @@ def test_a_lora_run_keeps_adapters_with_their_base_and_verifies(trained, tmp_pat
 @pytest.mark.slow
 def test_adapters_on_another_base_are_refused(trained):
     run = trained / "run"
-    plan = json.loads((run / "plan.json").read_text())
+    plan = Plan.of(json.loads((run / "plan.json").read_text()))
     record = read_record(run)
     checkpoints = record["runs"][0]["checkpoints"]
     payload = load_checkpoint(run / checkpoints["strict"]["file"], checkpoints["strict"]["sha256"])
@@ -254,16 +254,16 @@ def test_a_lora_run_killed_after_its_first_seed_resumes_identically(tmp_path) ->
 def test_the_ensemble_engine_refuses_lora() -> None:
     from postlab.engines.ensemble.task import problems
 
-    assert any(problem.startswith("lora") for problem in problems(_plan(GPT2)))
+    assert any(problem.startswith("lora") for problem in problems(typed(_plan(GPT2))))
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_reports_say_that_rl_trained_adapters(lang) -> None:
     from postlab.render.overview import OVERVIEW_WORDS, _policy
 
-    policy = _policy(_plan(GPT2), {"parameters": 1}, OVERVIEW_WORDS[lang])
+    policy = _policy(typed(_plan(GPT2)), {"parameters": 1}, OVERVIEW_WORDS[lang])
     assert "LoRA" in policy and "c_attn, c_proj, c_fc" in policy and "alpha 8" in policy
-    assert "LoRA" not in _policy(_plan(GPT2) | {"lora": None}, {}, OVERVIEW_WORDS[lang])
+    assert "LoRA" not in _policy(typed(_plan(GPT2), lora=None), {}, OVERVIEW_WORDS[lang])
 
 
 @pytest.mark.slow

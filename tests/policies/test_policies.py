@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from plans import SMALL, write_plan
+from plans import SMALL, typed, write_plan
 from recordfiles import read_record
 from toypolicy import Bigram, BigramFields
 
@@ -37,7 +37,7 @@ from postlab.tasks.registry import task_for
 if "bigram" not in POLICIES:
     POLICIES.register("bigram")(PolicyKind(
         build=Bigram, fields=BigramFields,
-        size=lambda plan: (len(plan["vocab"]) ** 2, len(plan["vocab"])),
+        size=lambda plan: (len(plan.vocab) ** 2, len(plan.vocab)),
         summary="a test's lookup table indexed by the previous token"))
 
 BIGRAM = {**SMALL, "seeds": [3], "policy": {"kind": "bigram"}}
@@ -71,14 +71,14 @@ def test_the_policy_section_is_validated_by_its_kind():
     assert validate_plan(plan | {"policy": {"kind": "bigram", "width": 3}}) == extra
     (path, message), = validate_plan(plan | {"policy": {"kind": "mamba"}})
     assert path == "policy.kind" and "unknown policy kind 'mamba'" in message
-    assert policy_kind(plan) == "gru" and isinstance(build_policy(plan), CharGRU)
+    assert policy_kind(typed(plan)) == "gru" and isinstance(build_policy(typed(plan)), CharGRU)
 
 
 def test_the_gru_through_the_interface_keeps_its_initial_weights():
     """Same seed, same weights, names and order as constructing the GRU directly."""
-    plan = teaching_plan()
+    plan = typed()
     torch.manual_seed(11)
-    direct = CharGRU(plan["vocab"], plan["eos"], plan["pad"], plan["embedding"], plan["hidden"])
+    direct = CharGRU(plan.vocab, plan.eos, plan.pad, plan.embedding, plan.hidden)
     torch.manual_seed(11)
     built = build_policy(plan)
     assert list(built.state_dict()) == ["allowed", "embed.weight", "rnn.weight_ih_l0",
@@ -98,10 +98,11 @@ def _gru_checkpoint(tmp_path, payload: dict[str, Any]) -> tuple[Any, str]:
 
 
 def test_a_checkpoint_of_another_kind_is_refused(tmp_path):
-    plan = teaching_plan()
+    plan = typed()
     model = build_policy(plan)
     path = tmp_path / "model.pt"
-    digest = publish_checkpoint(path, checkpoint_bytes(plan, model.state_dict(), "bigram"))
+    digest = publish_checkpoint(path, checkpoint_bytes(plan.data(), model.state_dict(),
+                                                       "bigram"))
     with pytest.raises(CheckpointError) as caught:
         load_checkpoint(path, digest, kind=policy_kind(plan))
     assert "holds a 'bigram' policy, the plan's policy is 'gru'" in str(caught.value)
@@ -109,10 +110,11 @@ def test_a_checkpoint_of_another_kind_is_refused(tmp_path):
 
 
 def test_a_reference_checkpoint_without_kind_loads_as_gru(tmp_path):
-    plan = teaching_plan()
+    plan = typed()
     model = build_policy(plan)
     # The reference's layout: plan and weights, no kind.
-    path, digest = _gru_checkpoint(tmp_path, {"plan": plan, "state_dict": model.state_dict()})
+    path, digest = _gru_checkpoint(tmp_path, {"plan": plan.data(),
+                                              "state_dict": model.state_dict()})
     payload = load_checkpoint(path, digest, kind="gru")
     assert "kind" not in payload
     restored = build_policy(plan)
@@ -124,10 +126,10 @@ def test_a_reference_checkpoint_without_kind_loads_as_gru(tmp_path):
 def test_incremental_decoding_equals_rereading_the_prefix():
     """The GRU's cache only saves work: every step's logits, and so the sampled tokens, are
     bit-equal to reading the whole prefix again with ``forward``."""
-    plan = teaching_plan()
+    plan = typed()
     torch.manual_seed(5)
     model = build_policy(plan)
-    pairs = plan["split"]["train"][:24]
+    pairs = plan.split["train"][:24]
     tokens, mask = generate(model, pairs, 6, 1.0, torch.Generator().manual_seed(9))
 
     class Rereading(CharGRU):
@@ -138,8 +140,8 @@ def test_incremental_decoding_equals_rereading_the_prefix():
             prefix = torch.cat([prefix, new], dim=1)
             return self(prefix)[:, -1], prefix
 
-    slow = Rereading(plan["vocab"], plan["eos"], plan["pad"], plan["embedding"],
-                     plan["hidden"], prompt=task_for(plan).prompt)
+    slow = Rereading(plan.vocab, plan.eos, plan.pad, plan.embedding,
+                     plan.hidden, prompt=task_for(plan).prompt)
     slow.load_state_dict(model.state_dict())
     again, again_mask = generate(slow, pairs, 6, 1.0, torch.Generator().manual_seed(9))
     assert torch.equal(tokens, again) and torch.equal(mask, again_mask)

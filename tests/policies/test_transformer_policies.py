@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from plans import SMALL, write_plan, write_pretrained
+from plans import SMALL, typed, write_plan, write_pretrained
 from recordfiles import read_record
 
 from postlab.cli import main
@@ -35,10 +35,10 @@ def _plan(policy: dict[str, Any]) -> dict[str, Any]:
 def test_cached_decoding_equals_rereading_the_prefix(policy):
     """The KV cache gives the same tokens; logits agree to float32 rounding (the cached
     matrix products have other shapes, so they are not bit-equal)."""
-    plan = _plan(policy)
+    plan = typed(_plan(policy))
     torch.manual_seed(5)
     model = build_policy(plan)
-    pairs = plan["split"]["train"][:24]
+    pairs = plan.split["train"][:24]
     tokens, mask = generate(model, pairs, 6, 1.0, torch.Generator().manual_seed(9))
 
     class Rereading:
@@ -71,7 +71,7 @@ def test_cached_decoding_equals_rereading_the_prefix(policy):
 
 @pytest.mark.parametrize("policy", [GPT2, LLAMA], ids=["gpt2", "llama"])
 def test_a_seed_gives_the_same_initial_weights(policy):
-    plan = _plan(policy)
+    plan = typed(_plan(policy))
     states = []
     for seed in (11, 11, 12):
         torch.manual_seed(seed)
@@ -85,7 +85,7 @@ def test_a_seed_gives_the_same_initial_weights(policy):
 
 @pytest.mark.parametrize("policy", [GPT2, LLAMA], ids=["gpt2", "llama"])
 def test_the_planned_size_is_the_built_size(policy):
-    plan = _plan(policy)
+    plan = typed(_plan(policy))
     parameters, _ = POLICIES["transformer"].size(plan)
     assert parameters == build_policy(plan).parameter_count()
 
@@ -114,7 +114,7 @@ def test_a_tiny_transformer_plan_runs_verifies_and_reproduces(policy, tmp_path, 
     plan = write_plan(tmp_path / "plan.json", **TINY, policy=policy)
     record = _run_every_command(tmp_path, capsys, plan)
     assert (record["device"], record["dtype"]) == ("cpu", "float32")
-    assert record["parameters"] == POLICIES["transformer"].size(_plan(policy))[0]
+    assert record["parameters"] == POLICIES["transformer"].size(typed(_plan(policy)))[0]
 
 
 @pytest.mark.parametrize(("change", "field"), [

@@ -78,14 +78,14 @@ def test_the_real_model_examples_are_valid_and_pin_the_shipped_file():
 
     assert sorted(p.stem for p in REAL) == ["smollm2-baseline", "smollm2-lora",
                                             "smollm2-lora-gpu"]
-    plans = {p.stem: load_plan(p).data for p in REAL}
+    plans = {p.stem: load_plan(p).model for p in REAL}
     for plan in plans.values():
         assert gguf_file(plan).name == "SmolLM2-135M-Instruct.Q4_1.gguf"
-        assert plan["sft_steps"] == 0 and plan["lora"] is not None
-    baseline, lora = plans["smollm2-baseline"], plans["smollm2-lora"]
+        assert plan.sft_steps == 0 and plan.lora is not None
+    baseline, lora = plans["smollm2-baseline"].data(), plans["smollm2-lora"].data()
     for key in ("reasoning_gym", "split", "policy", "seeds", "temperature", "max_new_tokens",
                 "threads"):
         assert baseline[key] == lora[key], key
-    assert [arm["contract"] for arm in lora["arms"]] == ["rg-final", "rg-substring"]
+    assert [arm.contract for arm in plans["smollm2-lora"].arms] == ["rg-final", "rg-substring"]
     readme = (ROOT / "examples" / "README.md").read_text()
     assert all(f"real/{p.name}" in readme for p in REAL)

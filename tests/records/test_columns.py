@@ -8,6 +8,7 @@ backslashes, control characters, non-ASCII), EOS flags, operands, update statist
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import pickle
@@ -20,6 +21,7 @@ from plans import assert_export_as_oracle, assert_same
 
 from postlab.analysis.aggregate import analyse, oracle_facts
 from postlab.plan.frozen import teaching_plan_loaded
+from postlab.plan.schema import Plan
 from postlab.records.columns import entries_table, flatten, row_tables
 from postlab.records.fits import unproven_seeds
 from postlab.records.integrity import digests_match, run_digests, table_digests
@@ -50,7 +52,7 @@ def _same(one, two, path="analysis"):
     assert_same(one, two, path)
 
 
-def _both(record: dict, plan: dict):
+def _both(record: dict, plan: Plan):
     """Each path's analysis, or the type of error it raised."""
     results = []
     for facts in (None, oracle_facts(record, plan)):
@@ -62,7 +64,7 @@ def _both(record: dict, plan: dict):
 
 
 def test_the_bundled_run_analyses_the_same_both_ways():
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     columnar, oracle = _both(_fresh(), plan)
     assert not isinstance(columnar, type)
     _same(columnar, oracle)
@@ -122,7 +124,7 @@ def edited_records(draw):
 @settings(max_examples=6, deadline=None, database=None, derandomize=True)
 @given(record=edited_records())
 def test_random_records_analyse_the_same_both_ways(record):
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     columnar, oracle = _both(record, plan)
     if isinstance(oracle, type) or isinstance(columnar, type):
         assert columnar == oracle  # both refuse a block that mixes questions
@@ -160,7 +162,7 @@ def _all_rows(entry):
         yield step["rows"]
 
 
-def _seed_passes(entry: dict, plan: dict) -> bool:
+def _seed_passes(entry: dict, plan: Plan) -> bool:
     from postlab.plan.arms import arm_names
 
     return not (run_plan_problems(entry, plan) or run_reading_problems(entry, plan)
@@ -168,7 +170,7 @@ def _seed_passes(entry: dict, plan: dict) -> bool:
 
 
 def test_the_bundled_runs_seeds_are_proven_to_fit_their_plan():
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     (tables,) = row_tables(_fresh())
     assert unproven_seeds(tables, plan, None) == []
 
@@ -196,7 +198,7 @@ BREAKS = {
 
 @pytest.mark.parametrize("damage", sorted(BREAKS))
 def test_a_seed_that_does_not_fit_is_not_proven(damage):
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     record = _fresh()
     BREAKS[damage](record["runs"][1])
     assert not _seed_passes(record["runs"][1], plan) or damage in ("nan loss",
@@ -209,7 +211,7 @@ def test_a_seed_that_does_not_fit_is_not_proven(damage):
 @settings(max_examples=10, deadline=None, database=None, derandomize=True)
 @given(record=edited_records())
 def test_a_proven_seed_passes_every_per_seed_check(record):
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     tables = flatten(entries_table(record["runs"]))
     unproven = set(unproven_seeds(tables, plan, None))
     for entry in record["runs"]:
@@ -245,7 +247,7 @@ def test_chunks_are_read_in_the_records_seed_order(tmp_path):
         entry["digests"]["sft_loss"] for entry in reversed(record["runs"])]
 
 
-def _oracle_page_samples(record: dict, plan: dict, split: str):
+def _oracle_page_samples(record: dict, plan: Plan, split: str):
     from postlab.analysis.samples import PairCells, StageTallies, iter_samples
 
     cells, tallies = PairCells(plan), StageTallies(plan, split)
@@ -255,7 +257,7 @@ def _oracle_page_samples(record: dict, plan: dict, split: str):
     return cells.grids(), tallies.result(3)
 
 
-def _oracle_gamed(record: dict, plan: dict, split: str):
+def _oracle_gamed(record: dict, plan: Plan, split: str):
     from postlab.analysis.findings import _GamedTally
     from postlab.analysis.samples import iter_samples
 
@@ -272,7 +274,7 @@ def test_answers_judged_columnar_are_tallied_as_one_by_one(record, split):
     from postlab.analysis.samples import page_samples
     from postlab.records.metrics import summary_for, summary_of
 
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     _same(page_samples(record, plan, split, per_kind=3), _oracle_page_samples(record, plan,
                                                                               split))
     columnar = _GamedTally(["substring", "initial"], split, "substring", plan).walk(record,
@@ -297,7 +299,7 @@ def test_export_tables_built_columnar_are_those_built_row_by_row(record, batch_r
     from postlab.export.tables import Source
     from postlab.tasks.contracts import contracts_for
 
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     sources = [Source(record, plan, "one"), Source(record, plan, "two")]
     try:
         assert_export_as_oracle(sources, contracts_for("integer"), batch_rows)
@@ -495,7 +497,7 @@ def test_steps_moved_to_another_seed_of_the_batch_are_not_proven():
     # the batch's arms and steps run in the template's order, but not each seed's
     import pyarrow as pa
 
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     table = entries_table(_fresh()["runs"])
     training = table.column("training").to_pylist()
     moved = [step for step in training[1] if step["arm"] == "strict"]
@@ -514,7 +516,7 @@ def test_a_seeds_steps_stored_out_of_arm_order_read_as_its_entry_holds_them():
     from postlab.analysis.facts import run_facts, table_facts
     from postlab.export.tables import Source
 
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     record = _fresh()
     table = entries_table(record["runs"])
     training = table.column("training").to_pylist()
@@ -524,8 +526,8 @@ def test_a_seeds_steps_stored_out_of_arm_order_read_as_its_entry_holds_them():
     table = table.set_column(table.schema.get_field_index("training"), "training",
                              pa.array(training, table.schema.field("training").type))
     tables = flatten(table)
-    facts = table_facts(tables, plan["eval_samples"], sum, ["strict", "substring"])
-    _same(facts[2].training, run_facts(record["runs"][2], plan["eval_samples"], sum,
+    facts = table_facts(tables, plan.eval_samples, sum, ["strict", "substring"])
+    _same(facts[2].training, run_facts(record["runs"][2], plan.eval_samples, sum,
                                        ["strict", "substring"]).training)
     assert table_digests(tables)[2] == record["runs"][2]["digests"]
     assert_export_as_oracle([Source(record, plan, tables=lambda: [tables])],
@@ -534,7 +536,7 @@ def test_a_seeds_steps_stored_out_of_arm_order_read_as_its_entry_holds_them():
 
 def test_a_one_document_record_with_integer_numbers_reads_as_its_values():
     # another program's record may write 1 for 1.0; the per-seed checks take it
-    plan = teaching_plan_loaded().data
+    plan = teaching_plan_loaded().model
     record = _fresh()
     record["runs"][0]["sft_loss"][0] = 1
     record["runs"][1]["training"]["strict"][0]["updates"][0]["kl"] = 0
@@ -686,7 +688,7 @@ def test_a_proof_is_taken_only_for_the_state_it_proved(tmp_path, monkeypatch, ca
     assert main(["report", str(run), "--format", "json"]) == 0
     capsys.readouterr()
     opened = open_run(run)
-    key = proofs.proof_key(opened.record, opened.plan.data, run)
+    key = proofs.proof_key(opened.record, opened.plan.model, run)
     if change == "chunk rewritten":
         # rows and digests changed together, the manifest naming the new chunk: the old
         # proof covers other bytes, so the seed is proven afresh, and refused
@@ -701,12 +703,14 @@ def test_a_proof_is_taken_only_for_the_state_it_proved(tmp_path, monkeypatch, ca
         monkeypatch.setattr(version, "source_hashes",
                             lambda: hashes | {"postlab/new.py": "0" * 64})
     elif change == "plan":
-        opened.plan.data["kl_beta"] = 0.5
+        changed = opened.plan.model.replace(kl_beta=0.5)
+        opened = dataclasses.replace(
+            opened, plan=dataclasses.replace(opened.plan, model=changed, data=changed.data()))
     elif change == "memo unreadable":
         next((cache / "proven").glob("*.json")).write_text("{")
-    assert (proofs.proof_key(opened.record, opened.plan.data, run) != key) == (
+    assert (proofs.proof_key(opened.record, opened.plan.model, run) != key) == (
         change in ("checkpoint gone", "source", "plan"))
-    assert not proofs.remembered(proofs.proof_key(opened.record, opened.plan.data, run))
+    assert not proofs.remembered(proofs.proof_key(opened.record, opened.plan.model, run))
     if change == "checkpoint gone":
         return
     proved = []

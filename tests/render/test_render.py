@@ -10,7 +10,7 @@ from browser import check_page_renders, needs_chromium
 
 from postlab.analysis.aggregate import analyse
 from postlab.cli import main
-from postlab.plan.frozen import teaching_plan
+from postlab.plan.frozen import teaching_plan_loaded
 from postlab.render import figures as figures_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ def bundled_analysis():
     from postlab.records.record import bundled_record_path
 
     record = json.loads(gzip.decompress(bundled_record_path().read_bytes()))
-    return analyse(record, teaching_plan())
+    return analyse(record, teaching_plan_loaded().model)
 
 
 def _keys(value, prefix=""):
@@ -85,7 +85,6 @@ def test_markdown_and_table(capsys):
 
 def test_every_figure_has_data_labels_and_one_legend(bundled_analysis, monkeypatch):
     from postlab.analysis.samples import pair_grids
-    from postlab.plan.frozen import teaching_plan_loaded
     from postlab.records.record import bundled_record_path, load_record
 
     captured = []
@@ -111,7 +110,7 @@ def test_every_figure_has_data_labels_and_one_legend(bundled_analysis, monkeypat
 
     monkeypatch.setattr(figures_module, "save_figure", spy)
     record = load_record(bundled_record_path())
-    grids = pair_grids(record, teaching_plan_loaded().data)
+    grids = pair_grids(record, teaching_plan_loaded().model)
     result = figures_module.draw_figures(bundled_analysis, "en", grids=grids)
     assert [f.name for f in result] == ["outcomes", "generalisation", "pair_success",
                                         "hacking_gap", "pass_at_k", "dynamics", "sft_loss"]

@@ -28,6 +28,7 @@ from postlab.analysis.samples import (
 )
 from postlab.cli import main
 from postlab.plan.frozen import teaching_plan_loaded
+from postlab.plan.schema import Plan
 from postlab.records.record import bundled_record_path, bundled_run_dir, load_record
 from postlab.render import figures as figures_module
 from postlab.render.sentences import sentence
@@ -40,8 +41,8 @@ def record() -> dict:
 
 
 @pytest.fixture(scope="module")
-def plan() -> dict:
-    return teaching_plan_loaded().data
+def plan() -> Plan:
+    return teaching_plan_loaded().model
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ def test_outcome_intervals_count_outputs_and_questions(record, plan, analysis):
     """Every held-out interval comes from the seeds x questions table of its cells: 3 seeds
     x 19 held-out test questions, each cell a greedy answer (1 trial), a question's share of
     16 samples, or its coverage; a change from SFT from the per-cell differences."""
-    questions = len(plan["split"]["test"])
+    questions = len(plan.split["test"])
     run = record["runs"][0]
     assert len(run["evaluations"]["initial"]["test"]["greedy"]) == questions
     assert len(run["evaluations"]["initial"]["test"]["sampled"]) == questions * 16
@@ -171,7 +172,7 @@ def test_findings_of_the_teaching_run(record, plan, analysis):
 def test_gaming_is_judged_by_the_contract_the_arm_trained_on(record, plan):
     """An arm trained on 'exact' is not charged with what 'substring' pays: exact never
     accepts a wrong answer, so its share is zero and no example is shown."""
-    renamed = dict(plan, arms=["strict", "exact"])
+    renamed = plan.replace(arms=["strict", "exact"])
     runs = []
     for run in record["runs"]:
         moved = dict(run)
@@ -224,7 +225,7 @@ def test_samples_agree_with_a_plain_loop(record, plan):
 
 
 def test_examples_group_identical_answers():
-    samples = list(iter_samples(load_record(bundled_record_path()), teaching_plan_loaded().data,
+    samples = list(iter_samples(load_record(bundled_record_path()), teaching_plan_loaded().model,
                                 stages=["substring"], split="test", decoding="sampled"))
     grouped = examples(samples)
     assert sum(e.count for e in grouped) == len(samples)
@@ -236,7 +237,7 @@ def test_pair_grids_equal_a_plain_loop(record, plan):
     assert set(grids) == {(stage, split) for stage in ("initial", "strict", "substring")
                           for split in ("train", "dev", "test")}
     for (stage, split), grid in grids.items():
-        assert set(grid.rates) == {tuple(p) for p in plan["split"][split]}
+        assert set(grid.rates) == {tuple(p) for p in plan.split[split]}
         per_pair: dict = {}
         for run in record["runs"]:
             for a, b, text, done in run["evaluations"][stage][split]["sampled"]:

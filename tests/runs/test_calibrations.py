@@ -8,10 +8,11 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from plans import typed
 
 from postlab.cli.parser import build_parser
 from postlab.machine.cache import CACHE_VARIABLE
-from postlab.plan.frozen import teaching_plan, teaching_plan_loaded
+from postlab.plan.frozen import teaching_plan_loaded
 from postlab.runs import calibrations
 from postlab.runs.estimate import render_estimate
 
@@ -35,7 +36,7 @@ def store(tmp_path, monkeypatch):
 
 
 def _plan(**changes):
-    return teaching_plan() | TINY | changes
+    return typed(**(TINY | changes))
 
 
 def _entry(folder):

@@ -6,10 +6,10 @@ import time
 
 import pytest
 import torch
-from plans import rows, write_plan
+from plans import rows, typed, write_plan
 
 from postlab.errors import UserError
-from postlab.plan.frozen import load_plan, teaching_plan
+from postlab.plan.frozen import load_plan
 from postlab.policies.gru import CharGRU
 from postlab.runs import estimate as est_mod
 from postlab.runs.estimate import (
@@ -45,7 +45,7 @@ def _train(folder, **changes):
     plan = write_plan(folder / "plan.json", **changes)
     loaded = load_plan(plan)
     record = run_plan(loaded, plan.read_bytes(), RunOptions(out_dir=folder / "run", workers=1))
-    return loaded.data, record
+    return loaded.model, record
 
 
 def _record_rows(record):
@@ -73,14 +73,14 @@ def tiny(tmp_path_factory):
 def test_counts_by_hand_and_against_a_real_run(tiny):
     plan, record = tiny
     est = estimate_counts(plan)
-    questions = sum(len(p) for p in plan["split"].values())
+    questions = sum(len(p) for p in plan.split.values())
     assert questions == 100
     # two RL arms x 3 steps x 2 prompts x 3 answers
     assert est.rl_completions == 2 * 3 * 2 * 3 == 36
     # 4 stages, each evaluated twice (after training and after reloading its checkpoint):
     # every question greedy once and sampled twice
     assert est.completions == 36 + 4 * 2 * 100 * 3 == 2436
-    assert est.tokens == 2436 * plan["max_new_tokens"]
+    assert est.tokens == 2436 * plan.max_new_tokens
     # SFT 6, sft-only arm 5, two RL arms x 3 steps x 2 updates
     assert est.gradient_steps == 6 + 5 + 2 * 3 * 2 == 23
     assert est.record_rows == 36 + 4 * 100 * 3 == 1236
@@ -93,7 +93,7 @@ def test_counts_by_hand_and_against_a_real_run(tiny):
     assert sum(c["completions"] for c in compute) == est.rl_completions
     assert sum(c["gradient_steps"] for c in compute) == est.gradient_steps
     recorded_tokens = sum(c["tokens_generated"] for c in compute)
-    assert recorded_tokens <= est.rl_completions * plan["max_new_tokens"] <= est.tokens
+    assert recorded_tokens <= est.rl_completions * plan.max_new_tokens <= est.tokens
     assert _record_rows(record) == est.record_rows
 
 
@@ -105,7 +105,7 @@ def test_dynamic_sampling_is_an_upper_bound(tmp_path):
     compute = record["runs"][0]["compute"]["strict"]
     assert 3 * 2 * 3 <= compute["completions"] <= est.rl_completions
     assert compute["gradient_steps"] == 3 * 2
-    assert compute["tokens_generated"] <= est.rl_completions * plan["max_new_tokens"]
+    assert compute["tokens_generated"] <= est.rl_completions * plan.max_new_tokens
     assert _record_rows(record) <= est.record_rows
 
 
@@ -134,22 +134,25 @@ def _draws_by_loop(prompts: int, group: int, budget: int, steps: int, seed: int)
 
 
 def test_dynamic_sampling_is_timed_at_the_groups_it_is_expected_to_draw():
-    plan = teaching_plan()
+    plan = typed()
     expected = est_mod.expected_extra_groups
     assert expected(plan) == 0.0  # no dynamic sampling
     # 8 prompts, groups of 8: p = 2/9 constant, 8 * p / (1 - p) = 16/7 groups a step
-    assert expected(plan | {"dynamic_sampling": {"max_extra_groups": 8}}) == pytest.approx(16 / 7)
-    assert expected(plan | {"dynamic_sampling": {"max_extra_groups": 2}}) == 2.0  # the budget
-    assert expected(plan | {"group_size": 1, "dynamic_sampling": {"max_extra_groups": 3}}) == 3.0
-    assert expected(plan | {"group_size": 3, "prompts_per_step": 6,
-                            "dynamic_sampling": {"max_extra_groups": 20}}) == pytest.approx(6.0)
+    assert expected(plan.replace(dynamic_sampling={"max_extra_groups": 8})) == pytest.approx(16 / 7)
+    assert expected(plan.replace(dynamic_sampling={"max_extra_groups": 2})) == 2.0  # the budget
+    # one answer per group (below the schema's bound: the guard is checked, unvalidated)
+    single = plan.replace(dynamic_sampling={"max_extra_groups": 3}).model_copy(
+        update={"group_size": 1})
+    assert expected(single) == 3.0
+    assert expected(plan.replace(group_size=3, prompts_per_step=6,
+                                 dynamic_sampling={"max_extra_groups": 20})) == pytest.approx(6.0)
     # against a plain simulation of the resampling loop (a large budget, then a binding one)
     for group, budget in ((8, 1000), (4, 1000), (3, 2)):
-        changed = plan | {"group_size": group, "dynamic_sampling": {"max_extra_groups": budget}}
+        changed = plan.replace(group_size=group, dynamic_sampling={"max_extra_groups": budget})
         simulated = _draws_by_loop(8, group, budget, 4000, seed=group)
         assert expected(changed) == pytest.approx(simulated, rel=0.06), (group, budget)
     # a budget near the mean binds on some steps only: the cap bounds the mean from above
-    near = plan | {"dynamic_sampling": {"max_extra_groups": 2}}
+    near = plan.replace(dynamic_sampling={"max_extra_groups": 2})
     assert 1.3 < _draws_by_loop(8, 8, 2, 4000, seed=5) < expected(near) == 2.0
 
 
@@ -163,14 +166,14 @@ def _fixed_calibration() -> est_mod.Calibration:
 
 
 def test_an_rl_step_is_priced_with_the_work_given():
-    plan = teaching_plan() | {"dynamic_sampling": {"max_extra_groups": 8}}
+    plan = typed(dynamic_sampling={"max_extra_groups": 8})
     calibration = _fixed_calibration()
     unit, work = est_mod._unit_seconds, est_mod.RLWork
     positions = est_mod._shape(plan)["decode_positions"]  # a full decode's, and an RL pass's
     decode = lambda rows: (1e-4 + 1e-5 * rows) * positions + 1e-6 * rows  # noqa: E731
     step = (decode(64) + (2e-4 + 2e-5 * 64) * positions
             + 2 * ((3e-4 + 3e-5 * 64) * positions + 1e-3))
-    plain = unit(teaching_plan(), calibration)[2]
+    plain = unit(typed(), calibration)[2]
     assert plain == pytest.approx(step)
     assert unit(plan, calibration, work(0.0, 64, 2))[2] == pytest.approx(plain)
     # extra groups: one more decode of their answers
@@ -182,8 +185,8 @@ def test_an_rl_step_is_priced_with_the_work_given():
     mid = step + decode(8 * 16 / 7)
     assert unit(plan, calibration)[2] == pytest.approx(mid)
     parts = est_mod._work_parts(plan, calibration)
-    assert parts["rl"] == pytest.approx(len(plan["seeds"]) * len(plan["arms"])
-                                        * plan["rl_steps"] * mid)
+    assert parts["rl"] == pytest.approx(len(plan.seeds) * len(plan.arms)
+                                        * plan.rl_steps * mid)
     # steps that drop every group make no reference pass and no update
     assert unit(plan, calibration, work(8.0, 0, 0))[2] == pytest.approx(decode(64) + decode(64))
     # one step in two updating: half the reference passes and half the updates
@@ -193,7 +196,7 @@ def test_an_rl_step_is_priced_with_the_work_given():
 
 
 def test_rl_work_is_read_from_the_steps_counts():
-    plan = teaching_plan() | {"dynamic_sampling": {"max_extra_groups": 8}}
+    plan = typed(dynamic_sampling={"max_extra_groups": 8})
     # 4 steps of 8 x 8 answers, 10 extra groups in all, 2 updates each over 64 rows
     counts = {"completions": 4 * 64 + 10 * 8, "gradient_steps": 8, "examples_seen": 8 * 64}
     assert est_mod.RLWork.observed(plan, counts, 4) == est_mod.RLWork(2.5, 64.0, 2.0)
@@ -208,13 +211,12 @@ def test_the_rl_factor_compares_the_steps_with_their_own_work(monkeypatch):
     not the run's."""
     import postlab.engines.train as train
 
-    plan = teaching_plan() | {"dynamic_sampling": {"max_extra_groups": 8,
-                                                   "constant_groups": "drop"}}
+    plan = typed(dynamic_sampling={"max_extra_groups": 8, "constant_groups": "drop"})
     seen: dict[str, int] = {}
     calls: list[int] = []
 
     def reinforce(model, reference, some, seed, contract, *args, **kwargs):
-        seen["steps"] = steps = some["rl_steps"]
+        seen["steps"] = steps = some.rl_steps
         calls.append(steps)
         return model, [], {"completions": steps * 128, "tokens_generated": 0,
                            "gradient_steps": 0, "examples_seen": 0}
@@ -239,7 +241,7 @@ def test_the_rl_factor_compares_the_steps_with_their_own_work(monkeypatch):
 
 
 def test_teaching_plan_figures():
-    est = estimate_counts(teaching_plan())
+    est = estimate_counts(typed())
     rl = 3 * 2 * 240 * 8 * 8  # seeds x arms x steps x prompts x answers
     evaluations = 3 * 3 * 2 * 100 * (1 + 16)  # seeds x stages x twice x questions x answers
     assert est.rl_completions == rl == 92_160
@@ -256,8 +258,8 @@ def test_teaching_plan_figures():
 
 def test_the_calibrated_estimate_prices_the_counts_it_was_given():
     # estimate() is what benchmarks and readers call; check_size() adds only the limits
-    est = estimate(teaching_plan())
-    counts = estimate_counts(teaching_plan())
+    est = estimate(typed())
+    counts = estimate_counts(typed())
     assert est.seconds is not None and est.seconds > 1
     assert est.calibration_seconds > 0
     assert est.memory_bytes == (counts.memory_bytes - counts.batch_bytes + est.batch_bytes
@@ -266,7 +268,7 @@ def test_the_calibrated_estimate_prices_the_counts_it_was_given():
 
 
 def test_the_time_counts_from_the_process_start_and_includes_calibrating():
-    plan = teaching_plan()
+    plan = typed()
     calibration = est_mod.calibrate(plan)
     assert calibration.started_seconds is not None and calibration.started_seconds > 0
     late = dataclasses.replace(calibration, started_seconds=calibration.started_seconds + 100)
@@ -280,14 +282,14 @@ def test_the_time_counts_from_the_process_start_and_includes_calibrating():
 
 
 def test_the_engines_own_steps_correct_the_modelled_ones(monkeypatch):
-    plan = teaching_plan()
+    plan = typed()
     calibration = est_mod.calibrate(plan)
     assert all(0.2 < factor < 10 for factor in calibration.factors)
     # each factor multiplies its kind of step: doubling the RL one adds the RL steps' time
     rl = est_mod._unit_seconds(plan, calibration)[2]
     doubled = dataclasses.replace(calibration, factors=(*calibration.factors[:2],
                                                         2 * calibration.factors[2]))
-    rl_steps = len(plan["seeds"]) * len(plan["arms"]) * plan["rl_steps"]
+    rl_steps = len(plan.seeds) * len(plan.arms) * plan.rl_steps
     assert est_mod.wall_seconds(plan, doubled) - est_mod.wall_seconds(
         plan, calibration) == pytest.approx(rl_steps * rl)
     # where the engine's steps would take too long to time, the modelled ones stand
@@ -297,7 +299,7 @@ def test_the_engines_own_steps_correct_the_modelled_ones(monkeypatch):
 
 
 def test_the_engines_steps_are_timed_within_a_share_of_the_run(monkeypatch):
-    plan = teaching_plan()
+    plan = typed()
     # no floor and no share: nothing is timed, the modelled steps stand
     monkeypatch.setattr(est_mod, "REAL_PATH_SECONDS", 0.0)
     monkeypatch.setattr(est_mod, "REAL_PATH_SHARE", 0.0)
@@ -312,21 +314,21 @@ def test_the_engines_steps_are_timed_within_a_share_of_the_run(monkeypatch):
 
 
 def test_the_run_is_the_sum_of_its_parts():
-    plan = teaching_plan()
+    plan = typed()
     calibration = est_mod.calibrate(plan)
     parts = est_mod._work_parts(plan, calibration)
     sft, evaluation, rl = est_mod._unit_seconds(plan, calibration)
-    seeds, arms = len(plan["seeds"]), len(plan["arms"])
-    assert parts["sft"] == pytest.approx(seeds * plan["sft_steps"] * sft)
+    seeds, arms = len(plan.seeds), len(plan.arms)
+    assert parts["sft"] == pytest.approx(seeds * plan.sft_steps * sft)
     assert parts["evaluation"] == pytest.approx(seeds * (1 + arms) * 2 * evaluation)
-    assert parts["rl"] == pytest.approx(seeds * arms * plan["rl_steps"] * rl)
+    assert parts["rl"] == pytest.approx(seeds * arms * plan.rl_steps * rl)
     started = calibration.started_seconds
     assert est_mod.wall_seconds(plan, calibration) == pytest.approx(
         started + calibration.seconds + sum(parts.values()) + est_mod.FINISH_SECONDS)
 
 
 def test_memory_comes_from_the_measured_batches_where_measured():
-    plan = teaching_plan()
+    plan = typed()
     counts = estimate_counts(plan)
     calibration = est_mod.calibrate(plan)
     sampled = 63 * 16  # the largest split's questions x samples
@@ -345,7 +347,7 @@ def test_memory_comes_from_the_measured_batches_where_measured():
 
 def test_teaching_plan_passes_with_a_quick_calibration():
     start = time.perf_counter()
-    est = check_size(teaching_plan(), allow_large=False)
+    est = check_size(typed(), allow_large=False)
     # bounds of seconds, not a speed claim: the suite runs two tests at a time on two cores
     assert time.perf_counter() - start < 10.0
     assert 0 < est.calibration_seconds < 10.0
@@ -357,7 +359,7 @@ def test_teaching_plan_passes_with_a_quick_calibration():
                    "on one worker here (calibrated", "of it before training"):
         assert figure in text
     # the process's own memory (torch loaded, a model built) is measured, and added
-    counts = estimate_counts(teaching_plan())
+    counts = estimate_counts(typed())
     assert est.base_bytes > 50 * 2**20
     assert est.memory_bytes == (counts.memory_bytes - counts.batch_bytes + est.batch_bytes
                                 + est.base_bytes)
@@ -366,7 +368,7 @@ def test_teaching_plan_passes_with_a_quick_calibration():
 @pytest.mark.parametrize("name", list(ENORMOUS))
 def test_enormous_plans_are_refused_at_once(name, monkeypatch):
     changes, what = ENORMOUS[name]
-    plan = teaching_plan() | changes
+    plan = typed(**changes)
 
     def no_calibration(plan):
         raise AssertionError("refusal must come from counts, before calibrating")
@@ -385,7 +387,7 @@ def test_enormous_plans_are_refused_at_once(name, monkeypatch):
 @pytest.mark.parametrize("name", list(ENORMOUS))
 def test_enormous_plans_are_accepted_when_allowed(name):
     """Confirmed, a plan is estimated (bounded calibration, nothing trained) and returned."""
-    plan = teaching_plan() | ENORMOUS[name][0]
+    plan = typed(**ENORMOUS[name][0])
     start = time.perf_counter()
     est = check_size(plan, allow_large=True)
     # bounded, even where the calibration is this process's first
@@ -395,11 +397,11 @@ def test_enormous_plans_are_accepted_when_allowed(name):
 
 
 def test_figures_in_refusals():
-    plan = teaching_plan() | ENORMOUS["batch"][0]
+    plan = typed(**ENORMOUS["batch"][0])
     with pytest.raises(UserError, match=r"RL step 1\.0 G x 9 positions") as caught:
         check_size(plan, allow_large=False)
     assert "tokens generated exceeds 1.0 G" in str(caught.value)
-    plan = teaching_plan() | ENORMOUS["hidden"][0]
+    plan = typed(**ENORMOUS["hidden"][0])
     with pytest.raises(UserError, match=r"50\.7 M model parameters exceeds 25\.0 M"):
         check_size(plan, allow_large=False)
 
@@ -407,15 +409,15 @@ def test_figures_in_refusals():
 def test_time_limit_is_checked_after_calibrating(monkeypatch):
     monkeypatch.setattr(est_mod, "wall_seconds", lambda plan, calibration: 2 * MAX_SECONDS)
     with pytest.raises(UserError, match=r"about 2\.0 days on one worker exceeds 24\.0 h"):
-        check_size(teaching_plan(), allow_large=False)
-    assert check_size(teaching_plan(), allow_large=True).seconds == 2 * MAX_SECONDS
+        check_size(typed(), allow_large=False)
+    assert check_size(typed(), allow_large=True).seconds == 2 * MAX_SECONDS
 
 
 @pytest.mark.parametrize("changes", [{"hidden": 4096},
                                      {"prompts_per_step": 100_000, "group_size": 10_000,
                                       "sft_batch": 100_000, "eval_samples": 10_000}])
 def test_calibration_is_bounded(changes):
-    plan = teaching_plan() | changes
+    plan = typed(**changes)
     start = time.perf_counter()
     calibration = calibrate(plan)
     assert time.perf_counter() - start < 4.0
@@ -427,7 +429,7 @@ def test_calibration_leaves_training_bit_identical(tiny, tmp_path):
     torch.manual_seed(1234)
     rng = torch.random.get_rng_state()
     threads = torch.get_num_threads()
-    calibrate(plan | {"threads": 2})
+    calibrate(plan.replace(threads=2))
     assert torch.equal(torch.random.get_rng_state(), rng)
     assert torch.get_num_threads() == threads
     _, after = _train(tmp_path, **TINY)
@@ -437,7 +439,7 @@ def test_calibration_leaves_training_bit_identical(tiny, tmp_path):
 
 
 def test_estimate_without_calibration_renders():
-    est = estimate(teaching_plan(), calibrated=False)
+    est = estimate(typed(), calibrated=False)
     assert est.seconds is None
     assert render_estimate(est).endswith("time not calibrated")
 
@@ -493,3 +495,13 @@ def test_a_plan_over_the_limits_is_refused_before_anything_is_written(tmp_path, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--allow-large" in err and "record rows" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_no_real_steps_are_timed_once_the_budget_is_spent():
+    """An earlier kind's overrun leaves the budget negative: the next kind times no step
+    (a negative count would have made a plan of negative RL steps)."""
+    assert est_mod._steps_within(-30.0, 0.1, est_mod.REAL_STEPS) == 0
+    assert est_mod._steps_within(0.0, 0.1, 5) == 0
+    assert est_mod._steps_within(est_mod.REAL_REPEATS * 0.1 * 3, 0.1, 5) == 3
+    assert est_mod._steps_within(1e9, 0.1, 5) == 5
+    assert est_mod._steps_within(1.0, 0.0, 5) == 5

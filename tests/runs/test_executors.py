@@ -17,6 +17,7 @@ from recordfiles import read_record
 
 from postlab.engines.exact import ArmTask, CheckpointRef
 from postlab.plan.frozen import load_plan
+from postlab.plan.schema import Plan
 from postlab.policies.checkpoint import CheckpointError
 from postlab.runs.executors import EXECUTORS, make_executor
 from postlab.runs.orchestration import RunOptions, run_plan
@@ -84,8 +85,7 @@ def test_an_arm_task_alone_reproduces_its_result(local_run, tmp_path, arm):
     fresh = tmp_path / "alone"
     fresh.mkdir()
     shutil.copy(out / "seed-4-initial.pt", fresh / "seed-4-initial.pt")
-    data = load_plan(plan).data
-    result = _alone_in(fresh, out, data, arm)
+    result = _alone_in(fresh, out, load_plan(plan).model, arm)
     run = record["runs"][1]
     assert run["seed"] == 4
     assert result["evaluation"] == run["evaluations"][arm]
@@ -99,10 +99,10 @@ def test_an_arm_task_alone_reproduces_its_result(local_run, tmp_path, arm):
         ["seed-4-initial.pt", f"seed-4-{arm}.pt"])
 
 
-def _alone_in(fresh: Path, run: Path, plan: dict, arm: str,
+def _alone_in(fresh: Path, run: Path, plan: Plan, arm: str,
               kind: str = "processes") -> dict:
     initial = read_record(run)["runs"][1]["checkpoints"]["initial"]
-    with make_executor(kind, workers=1, threads=plan["threads"], sink=lambda e: None) as pool:
+    with make_executor(kind, workers=1, threads=plan.threads, sink=lambda e: None) as pool:
         task = ArmTask(plan, 4, arm, CheckpointRef(initial["file"], initial["sha256"]),
                        fresh, every=0)
         results = pool.submit(task, pool.sink).result()
@@ -118,7 +118,7 @@ def test_a_tampered_initial_checkpoint_is_refused_by_hash(local_run, tmp_path):
     data[-30] ^= 1
     (fresh / "seed-4-initial.pt").write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="refusing to load"):
-        _alone_in(fresh, out, load_plan(plan).data, "strict", kind="local")
+        _alone_in(fresh, out, load_plan(plan).model, "strict", kind="local")
     assert [p.name for p in fresh.iterdir()] == ["seed-4-initial.pt"]
 
 

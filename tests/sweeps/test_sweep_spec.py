@@ -26,17 +26,17 @@ def test_a_grid_over_kl_beta_gives_the_base_and_one_version_per_other_value():
     assert [v.name for v in versions] == ["base", "kl_beta=0.0", "kl_beta=0.1"]
     base = versions[0]
     teaching = teaching_plan_loaded()
-    assert base.plan["seeds"] == SEEDS and base.plan["kl_beta"] == 0.03
-    assert base.plan["parent"] == {"sha256": teaching.sha256, "changes": ["seeds"]}
-    assert base.plan["version"] == teaching.data["version"] + 1
+    assert base.plan.seeds == SEEDS and base.plan.kl_beta == 0.03
+    assert base.data["parent"] == {"sha256": teaching.sha256, "changes": ["seeds"]}
+    assert base.plan.version == teaching.model.version + 1
     for version, beta in zip(versions[1:], (0.0, 0.1), strict=True):
-        assert version.plan["kl_beta"] == beta and version.changes == {"kl_beta": beta}
-        assert version.plan["parent"] == {"sha256": base.sha256, "changes": ["kl_beta"]}
-        assert version.plan["seeds"] == SEEDS
-        assert version.plan["version"] == base.plan["version"] + 1
-        assert not validate_plan(version.plan)
-        differing = {k for k in version.plan.keys() | base.plan.keys()
-                     if version.plan.get(k) != base.plan.get(k)}
+        assert version.plan.kl_beta == beta and version.changes == {"kl_beta": beta}
+        assert version.data["parent"] == {"sha256": base.sha256, "changes": ["kl_beta"]}
+        assert version.plan.seeds == SEEDS
+        assert version.plan.version == base.plan.version + 1
+        assert not validate_plan(version.data)
+        differing = {k for k in version.data.keys() | base.data.keys()
+                     if version.data.get(k) != base.data.get(k)}
         assert differing == {"kl_beta", "version", "parent"}
 
 
@@ -64,7 +64,7 @@ def test_seeds_equal_to_the_base_plans_keep_the_base_plan_itself():
     raw = json.dumps({"seeds": teaching.data["seeds"], "grid": {"kl_beta": [0.1]}}).encode()
     versions = expand(parse_sweep(raw, "s"), teaching, TODAY, "s")
     assert versions[0].sha256 == teaching.sha256
-    assert versions[1].plan["parent"]["sha256"] == teaching.sha256
+    assert versions[1].plan.parent.sha256 == teaching.sha256
 
 
 def test_the_same_inputs_expand_to_the_same_bytes():

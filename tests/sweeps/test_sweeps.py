@@ -216,7 +216,7 @@ def test_a_failing_task_fails_its_seed_and_the_rest_of_the_sweep_goes_on(tmp_pat
     real = exact.reinforce
 
     def failing(initial, reference, plan, seed, contract, hook=None, **kwargs):
-        if plan["kl_beta"] == 0.1:
+        if plan.kl_beta == 0.1:
             raise NonFiniteError(f"non-finite RL loss (nan) at seed {seed}")
         return real(initial, reference, plan, seed, contract, hook, **kwargs)
 

@@ -8,6 +8,8 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
+from postlab.plan.frozen import teaching_plan
+from postlab.plan.schema import Plan
 from postlab.tasks import gym
 from postlab.tasks.contracts import CONTRACTS
 
@@ -58,12 +60,14 @@ def test_final_number_needs_plain_number_answers():
                "answer_format": "final-number"}
     items = gym.generate_items(spelled)
     pinned = spelled | {"version": gym.library_version(), "items_sha256": gym.items_sha256(items)}
-    plan = {"reasoning_gym": pinned, "split": gym.split_keys(spelled["sizes"])}
+    plan = Plan.of(teaching_plan() | {"task": "reasoning_gym", "reasoning_gym": pinned,
+                                      "split": gym.split_keys(spelled["sizes"])})
     problems = gym.GymTask(pinned, items).plan_problems(plan)
     assert problems[0][0] == "reasoning_gym.answer_format"
     assert "needs plain-number answers" in problems[0][1]
     numbers = SECTION | {"answer_format": "final-number"}
     items = gym.generate_items(numbers)
     pinned = numbers | {"version": gym.library_version(), "items_sha256": gym.items_sha256(items)}
-    plan = {"reasoning_gym": pinned, "split": gym.split_keys(numbers["sizes"])}
+    plan = Plan.of(teaching_plan() | {"task": "reasoning_gym", "reasoning_gym": pinned,
+                                      "split": gym.split_keys(numbers["sizes"])})
     assert gym.GymTask(pinned, items).plan_problems(plan) == []

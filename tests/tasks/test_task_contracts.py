@@ -21,7 +21,7 @@ import pytest
 from postlab.cli import main
 from postlab.plan.arms import plan_contracts
 from postlab.plan.frozen import freeze, teaching_plan
-from postlab.plan.schema import validate_plan
+from postlab.plan.schema import Plan, validate_plan
 from postlab.records.record import load_record, record_in
 from postlab.tasks.arithmetic import Task
 from postlab.tasks.contracts import CONTRACT_WORDS, CONTRACTS, ContractWords, describe, score
@@ -108,7 +108,7 @@ def test_the_registrations_do_not_leak_out(registered: None) -> None:
 def test_the_plan_schema_accepts_the_task(registered: None) -> None:
     plan = toy_plan()
     assert validate_plan(plan) == []
-    assert plan_contracts(plan) == (EXACT, LENIENT)
+    assert plan_contracts(Plan.of(plan)) == (EXACT, LENIENT)
     problems = validate_plan(plan | {"vocab": "0123456789+=~_"})
     assert ("vocab", "lacks characters the task needs: -") in problems
     assert any(field == "arms.0" for field, _ in validate_plan(plan | {"arms": ["nope"]}))

@@ -15,7 +15,7 @@ import math
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from postlab.records.metrics import (
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
 from postlab.tasks.registry import answer_function
 
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
+
 SCHEMA = "postlab.analysis.aggregate/1"
 INTERVAL_METHOD = (f"held-out rates, coverage, pass@k, changes from SFT and hacking gaps: "
                    f"{CROSSED_METHOD}; training rewards: {RATE_METHOD}")
@@ -63,23 +66,24 @@ ONSET_STATED = ("drift and threshold stated by the plan; their false-alarm proba
                 "the alarm after {delay:.1f} steps on average")
 
 
-def monitor_rule(plan: dict[str, Any]) -> Rule:
+def monitor_rule(plan: Plan) -> Rule:
     """The plan's hacking-monitor rule with what it promises over its RL steps: calibrated
     for its false-alarm rate (``hacking_monitor.false_alarm``, default in
     ``postlab.plan.margins``), or, where the plan states a drift or a threshold (plans
     written before calibration), that rule, with the old default for the one missing."""
-    monitor = plan.get("hacking_monitor") or {}
-    steps = plan["rl_steps"]
-    batch = plan["prompts_per_step"] * plan["group_size"]
-    tolerated = monitor.get("tolerated_gap") or default("hacking_monitor.tolerated_gap")
-    detect = monitor.get("detect_gap") or default("hacking_monitor.detect_gap")
-    if monitor.get("drift") is not None or monitor.get("threshold") is not None:
-        drift = monitor.get("drift")
-        threshold = monitor.get("threshold")
+    from postlab.plan.schema import HackingMonitor
+
+    monitor = plan.hacking_monitor or HackingMonitor()
+    steps = plan.rl_steps
+    batch = plan.prompts_per_step * plan.group_size
+    tolerated = monitor.tolerated_gap or default("hacking_monitor.tolerated_gap")
+    detect = monitor.detect_gap or default("hacking_monitor.detect_gap")
+    if monitor.drift is not None or monitor.threshold is not None:
+        drift, threshold = monitor.drift, monitor.threshold
         return stated_rule(default("hacking_monitor.drift") if drift is None else drift,
                            default("hacking_monitor.threshold") if threshold is None
                            else threshold, steps, batch, tolerated, detect)
-    rate = monitor.get("false_alarm") or default("hacking_monitor.false_alarm")
+    rate = monitor.false_alarm or default("hacking_monitor.false_alarm")
     return calibrated_rule(steps, batch, rate, tolerated, detect)
 
 
@@ -335,7 +339,7 @@ class _ArmSeries:
     trials: int = 0
 
 
-def record_facts(record: dict[str, Any], plan: dict[str, Any],
+def record_facts(record: dict[str, Any], plan: Plan,
                  tables: Iterable[Any] | None = None) -> Iterator[SeedFacts]:
     """Every seed's facts in record order, computed columnar a batch of seeds at a time
     (:func:`~postlab.analysis.facts.table_facts`) from ``tables`` (by default the record's
@@ -344,20 +348,20 @@ def record_facts(record: dict[str, Any], plan: dict[str, Any],
     path every reader takes."""
     from postlab.records.columns import record_tables
 
-    samples, answer, contracts = plan["eval_samples"], answer_function(plan), plan_contracts(plan)
+    samples, answer, contracts = plan.eval_samples, answer_function(plan), plan_contracts(plan)
     for batch in record_tables(record, plan) if tables is None else tables:
         yield from table_facts(batch, samples, answer, contracts)
 
 
-def oracle_facts(record: dict[str, Any], plan: dict[str, Any]) -> Iterator[SeedFacts]:
+def oracle_facts(record: dict[str, Any], plan: Plan) -> Iterator[SeedFacts]:
     """Every seed's facts from its Python rows, row by row (:func:`~postlab.analysis.facts.
     run_facts`): the plain path the columnar one is tested against."""
-    samples, answer, contracts = plan["eval_samples"], answer_function(plan), plan_contracts(plan)
+    samples, answer, contracts = plan.eval_samples, answer_function(plan), plan_contracts(plan)
     for run in record["runs"]:
         yield run_facts(run, samples, answer, contracts)
 
 
-def analyse(record: dict[str, Any], plan: dict[str, Any], *,
+def analyse(record: dict[str, Any], plan: Plan, *,
             registration: dict[str, Any] | None = None,
             exploratory: dict[str, Any] | None = None,
             facts: Iterable[SeedFacts] | None = None) -> Analysis:
@@ -370,7 +374,7 @@ def analyse(record: dict[str, Any], plan: dict[str, Any], *,
     ``exploratory`` ones given afterwards (a hypotheses section), each family on its own."""
     if not record["runs"]:
         raise ValueError("the record holds no completed seed")
-    samples = plan["eval_samples"]
+    samples = plan.eval_samples
     contracts = plan_contracts(plan)
     reference = contracts[0]
     wanted = outcome_metrics(contracts)
@@ -562,7 +566,7 @@ class _ComputeSums:
     """Per-stage compute from the record, summed seed by seed (absent in records made before
     it was recorded: then there is none)."""
 
-    def __init__(self, plan: dict[str, Any]) -> None:
+    def __init__(self, plan: Plan) -> None:
         self.pipelines = {arm.name: arm.pipeline for arm in arm_specs(plan)}
         self.from_untrained = {arm.name for arm in arm_specs(plan) if arm.from_untrained}
         self.stages: tuple[str, ...] = ()

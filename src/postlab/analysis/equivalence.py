@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.analysis.intervals import interval, t_quantile
 from postlab.plan import margins
@@ -37,6 +37,9 @@ from postlab.plan.arms import plan_contracts, rl_contracts
 from postlab.records.metrics import evaluate
 from postlab.records.record import seeds_of
 from postlab.tasks.registry import answer_function
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: Equivalence margins, on each metric's scale (final_kl: on log KL), with their reasons in
 #: :mod:`postlab.plan.margins`.
@@ -107,12 +110,12 @@ def tost(metric: str, arm: str, first: Sequence[float], second: Sequence[float],
                        equivalent=-margin < low and high < margin, paired=paired)
 
 
-def seed_metrics(record: dict[str, Any], plan: dict[str, Any], split: str = "test"
+def seed_metrics(record: dict[str, Any], plan: Plan, split: str = "test"
                  ) -> dict[tuple[str, str], list[float]]:
     """(metric, arm) -> one value per seed of the record, in the record's order of runs."""
     contracts = plan_contracts(plan)
     answer = answer_function(plan)
-    samples = plan["eval_samples"]
+    samples = plan.eval_samples
     values: dict[tuple[str, str], list[float]] = {}
     for run in record["runs"]:
         for arm in rl_contracts(plan):
@@ -132,7 +135,7 @@ def seed_metrics(record: dict[str, Any], plan: dict[str, Any], split: str = "tes
     return values
 
 
-def compare_engines(first: dict[str, Any], second: dict[str, Any], plan: dict[str, Any],
+def compare_engines(first: dict[str, Any], second: dict[str, Any], plan: Plan,
                     margins: dict[str, float] = MARGINS, paired: bool = False
                     ) -> list[Equivalence]:
     """Every metric of every RL arm: the first record's seeds against the second's; with

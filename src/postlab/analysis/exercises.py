@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.plan.frozen import split_by_unordered_pair
 from postlab.records.metrics import coverage, metrics
@@ -19,6 +19,9 @@ from postlab.rl.losses import clipped_term, token_coefficients
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
 from postlab.tasks.contracts import score
 from postlab.tasks.rows import Row
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: The teaching task's contracts: the reference rule ("correct") and the gameable one.
 REFERENCE, GAMEABLE = ARITHMETIC_CONTRACTS
@@ -131,7 +134,7 @@ def exercise_10() -> Exercise:
     return Exercise(10, "a stricter contract: exact", values, lines)
 
 
-def exercise_9(analysis: Any, plan: dict[str, Any], split: str = "test") -> Exercise:
+def exercise_9(analysis: Any, plan: Plan, split: str = "test") -> Exercise:
     """Answer 9 on a run: what RL adds over more SFT at matched compute, and what RL does
     without SFT. One row per stage: its pipeline, its compute including the SFT it starts
     from, and held-out results with 95% intervals over seeds (change from SFT paired by seed).
@@ -188,7 +191,7 @@ def _interval(value: Any, signed: bool = True) -> str:
     return f"{value.mean:{form}} [{value.low:{form}}, {value.high:{form}}]"
 
 
-def exercise_8(record: dict[str, Any], plan: dict[str, Any], folder: Any,
+def exercise_8(record: dict[str, Any], plan: Plan, folder: Any,
                prompts: int = 4, samples: int = 5000, *,
                tables: Callable[[], Any] | None = None) -> Exercise:
     """Answer 8 on a run (``tables`` unused: it reads the first seed's entry, checked as it is
@@ -216,8 +219,8 @@ def exercise_8(record: dict[str, Any], plan: dict[str, Any], folder: Any,
         return policy_from_checkpoint(plan, payload, seed, folder, run["checkpoints"]).eval()
 
     reference = load("initial")
-    pairs = plan["split"]["test"][:prompts]
-    budget = plan["max_new_tokens"]
+    pairs = plan.split["test"][:prompts]
+    budget = plan.max_new_tokens
     values: dict[str, Any] = {}
     lines = [f"seed {seed}; KL of each RL arm to the SFT model over whole completions (up to "
              f"{budget} tokens), averaged over {len(pairs)} test questions; sampled: "
@@ -257,7 +260,7 @@ def exercise_8(record: dict[str, Any], plan: dict[str, Any], folder: Any,
     return Exercise(8, "exact KL at visited prefixes vs over whole completions", values, lines)
 
 
-def _exercise_9_on_run(record: dict[str, Any], plan: dict[str, Any], folder: Any, *,
+def _exercise_9_on_run(record: dict[str, Any], plan: Plan, folder: Any, *,
                        tables: Callable[[], Any] | None = None) -> Exercise:
     from postlab.analysis.aggregate import analyse, record_facts
     from postlab.errors import UserError

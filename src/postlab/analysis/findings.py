@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from postlab.analysis.aggregate import Analysis, TrainingReward
 from postlab.analysis.intervals import Interval, crossed_spread, interval, rate_interval
 from postlab.analysis.samples import GAMED, Sample, Tally, judged_rows
 from postlab.plan.arms import plan_contracts
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 UP, DOWN, UNCLEAR, SINGLE = "up", "down", "unclear", "single"
 
@@ -44,7 +47,7 @@ def direction(value: Interval) -> str:
     return UNCLEAR
 
 
-def findings(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any],
+def findings(analysis: Analysis, record: dict[str, Any], plan: Plan,
              split: str, tables: Callable[[], Iterable[Any]] | None = None) -> list[Finding]:
     """The run's findings on ``split``, in reading order: SFT, then each arm. ``tables``
     makes the record's checked flat tables afresh for each pass over the answers (None: the
@@ -115,7 +118,7 @@ def _reward_minus_held_out(analysis: Analysis, trained: TrainingReward, stage: s
                                mean=sum(per_seed) / len(per_seed)).interval()
 
 
-def paid_and_wrong(record: dict[str, Any], plan: dict[str, Any], stage: str, split: str,
+def paid_and_wrong(record: dict[str, Any], plan: Plan, stage: str, split: str,
                    contract: str) -> tuple[dict[int, float], int]:
     """Per seed, the share of a stage's sampled answers on ``split`` that ``contract`` accepts
     and the reference refuses; and how many answers each seed gave."""
@@ -128,14 +131,14 @@ class _GamedTally:
     trained arm's and the SFT model's; each walk decodes and judges every answer)."""
 
     def __init__(self, stages: list[str], split: str, contract: str,
-                 plan: dict[str, Any]) -> None:
+                 plan: Plan) -> None:
         self.stages, self.split, self.contract = stages, split, contract
         self.reference = plan_contracts(plan)[0]
         self.paid: dict[str, dict[int, int]] = {stage: {} for stage in stages}
         self.total: dict[str, dict[int, int]] = {stage: {} for stage in stages}
         self.gamed = {stage: Tally() for stage in stages}
 
-    def walk(self, record: dict[str, Any], plan: dict[str, Any],
+    def walk(self, record: dict[str, Any], plan: Plan,
              tables: Iterable[Any] | None = None) -> _GamedTally:
         """Tally the record's judged answers (:func:`~postlab.analysis.samples.judged_rows`,
         ``tables`` as it takes)."""
@@ -155,7 +158,7 @@ class _GamedTally:
         if sample.kind == GAMED and self.contract in sample.accepted:
             self.gamed[sample.stage].add(sample)
 
-    def add_rows(self, rows: Any, plan: dict[str, Any]) -> None:
+    def add_rows(self, rows: Any, plan: Plan) -> None:
         """:meth:`add` of every answer of a judged table, counted per seed in Arrow."""
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -184,7 +187,7 @@ class _GamedTally:
         return {seed: paid[seed] / total[seed] for seed in total}, trials
 
 
-def _gaming(analysis: Analysis, record: dict[str, Any], plan: dict[str, Any], stage: str,
+def _gaming(analysis: Analysis, record: dict[str, Any], plan: Plan, stage: str,
             split: str, contract: str, tables: Callable[[], Iterable[Any]] | None) -> Finding:
     """What an arm trained on a lenient contract learned to game: the share of its sampled
     answers that contract pays although they are wrong, its change from the SFT model (which

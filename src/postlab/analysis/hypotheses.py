@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from postlab.analysis.intervals import Spread, crossed_spread, seed_spread
-from postlab.plan.hypotheses import METRICS
+from postlab.plan.hypotheses import METRICS, Analysis
 from postlab.plan.margins import default
 
-if TYPE_CHECKING:  # aggregate imports this module to decide a plan's hypotheses
-    from postlab.analysis.aggregate import Analysis
+if TYPE_CHECKING:
+    from postlab.plan.schema import Hypotheses, Hypothesis, PlanModel
 
 #: Family-wise error rate when a plan states none.
 DEFAULT_ALPHA = default("hypotheses.alpha")
@@ -79,7 +79,7 @@ def _t_quantile(level: float, df: float) -> float:
     return float(t.ppf(1 - level, df))
 
 
-def decide(hypotheses: Sequence[dict[str, Any]],
+def decide(hypotheses: Sequence[Hypothesis],
            differences: Sequence[Spread | Sequence[float]],
            alpha: float = DEFAULT_ALPHA) -> list[Verdict]:
     """Decide every hypothesis from its paired difference, with Holm's step-down levels
@@ -91,13 +91,13 @@ def decide(hypotheses: Sequence[dict[str, Any]],
         spread = found if isinstance(found, Spread) else seed_spread(list(found))
         n = len(spread.per_seed)
         if n < 2:
-            raise ValueError(f"hypothesis {hypothesis['id']}: {n} seed(s); a rule over seeds "
+            raise ValueError(f"hypothesis {hypothesis.id}: {n} seed(s); a rule over seeds "
                              "needs at least two")
-        sign = 1.0 if hypothesis["direction"] == "increase" else -1.0
+        sign = 1.0 if hypothesis.direction == "increase" else -1.0
         # In the claimed direction: the claim is  sign * d > margin.
         claimed = [sign * v for v in spread.per_seed]
         mean, se, df = sign * spread.mean, spread.se, spread.df
-        excess = mean - hypothesis["margin"]
+        excess = mean - hypothesis.margin
         # No spread at all (bare per-seed values only): the difference is taken as known.
         p = _t_sf(excess / se, df) if se > 0 else float(excess <= 0)
         stats.append((sign, claimed, mean, se, df, p))
@@ -119,7 +119,7 @@ def decide(hypotheses: Sequence[dict[str, Any]],
             zip(hypotheses, stats, strict=True)):
         half = _t_quantile(levels[i], df) * se
         bound, opposite = mean - half, mean + half  # in the claimed direction
-        margin = hypothesis["margin"]
+        margin = hypothesis.margin
         if bound > margin:
             outcome = "confirmed"
         elif opposite < margin:
@@ -127,34 +127,34 @@ def decide(hypotheses: Sequence[dict[str, Any]],
         else:
             outcome = "inconclusive"
         verdicts.append(Verdict(
-            id=hypothesis["id"], statement=hypothesis["statement"],
-            metric=hypothesis.get("metric", ""),
-            comparison=describe_comparison(hypothesis) if "compare" in hypothesis else "",
+            id=hypothesis.id, statement=hypothesis.statement,
+            metric=hypothesis.metric,
+            comparison=describe_comparison(hypothesis),
             per_seed=tuple(sign * v for v in claimed), mean=sign * mean, se=se,
             df=None if df == float("inf") else df,
             level=levels[i],
             bound=sign * bound, opposite=sign * opposite, margin=margin,
-            direction=hypothesis["direction"], p_value=p, outcome=outcome))
+            direction=hypothesis.direction, p_value=p, outcome=outcome))
     return verdicts
 
 
-def paired_differences(analysis: Analysis, hypothesis: dict[str, Any]) -> tuple[float, ...]:
+def paired_differences(analysis: Analysis, hypothesis: Hypothesis) -> tuple[float, ...]:
     """value(A) - value(B) per seed, for a hypothesis of a plan whose run ``analysis`` holds."""
     return paired_spread(analysis, hypothesis).per_seed
 
 
-def paired_spread(analysis: Analysis, hypothesis: dict[str, Any]) -> Spread:
+def paired_spread(analysis: Analysis, hypothesis: Hypothesis) -> Spread:
     """The hypothesis's difference A - B: per seed as the report computes its values, its
     variance from the seeds x questions tables (one of paired per-question differences on
     one split, two for split against split); Student t over seeds where the analysis holds
     no counts."""
-    spec = METRICS[hypothesis["metric"]]
-    decoding = hypothesis.get("decoding") or "sampled"
-    contract, k = hypothesis.get("contract"), hypothesis.get("k")
-    compare = hypothesis["compare"]
-    stage, split = compare["stage"], compare["split"]
-    other_stage = compare.get("versus_stage", stage)
-    other_split = compare.get("versus_split", split)
+    spec = METRICS[hypothesis.metric]
+    decoding = hypothesis.decoding or "sampled"
+    contract, k = hypothesis.contract, hypothesis.k
+    compare = hypothesis.compare
+    stage, split = compare.stage, compare.split
+    other_stage = compare.versus_stage or stage
+    other_split = compare.versus_split or split
     a = spec.values(analysis, stage, split, decoding, contract, k)
     b = spec.values(analysis, other_stage, other_split, decoding, contract, k)
     differences = tuple(x - y for x, y in zip(a, b, strict=True))
@@ -171,35 +171,37 @@ def paired_spread(analysis: Analysis, hypothesis: dict[str, Any]) -> Spread:
                   df=found.df, draws=found.draws)
 
 
-def verdicts_for(analysis: Analysis, section: dict[str, Any], standing: str = "plan"
+def verdicts_for(analysis: Analysis, section: Hypotheses, standing: str = "plan"
                  ) -> list[Verdict]:
     """Every hypothesis of a hypotheses ``section`` (one family: Holm runs within it)
     decided on the run ``analysis`` describes."""
-    tests = section["tests"]
+    tests = section.tests
     differences = [paired_spread(analysis, hypothesis) for hypothesis in tests]
     return [dataclasses.replace(verdict, standing=standing)
-            for verdict in decide(tests, differences, section.get("alpha", DEFAULT_ALPHA))]
+            for verdict in decide(tests, differences, section.alpha)]
 
 
-def families(plan: dict[str, Any], registration: dict[str, Any] | None = None,
-             exploratory: dict[str, Any] | None = None) -> list[tuple[dict[str, Any], str]]:
+def families(plan: PlanModel, registration: dict[str, Any] | None = None,
+             exploratory: dict[str, Any] | None = None) -> list[tuple[Hypotheses, str]]:
     """The hypotheses a report decides, each family with its standing: the registered ones
     (a checked registration's, which are the plan's own where the plan has some), else the
     plan's own; then those given afterwards, a family of their own so that looking later
     cannot change a registered hypothesis's Holm level."""
+    from postlab.plan.schema import Hypotheses
+
     found = []
     if registration is not None:
-        found.append((registration["hypotheses"], "registered"))
-    elif plan.get("hypotheses"):
-        found.append((plan["hypotheses"], "plan"))
+        found.append((Hypotheses.model_validate(registration["hypotheses"]), "registered"))
+    elif plan.hypotheses:
+        found.append((plan.hypotheses, "plan"))
     if exploratory is not None:
-        found.append((exploratory, "exploratory"))
+        found.append((Hypotheses.model_validate(exploratory), "exploratory"))
     return found
 
 
-def describe_comparison(hypothesis: dict[str, Any]) -> str:
+def describe_comparison(hypothesis: Hypothesis) -> str:
     """``strict − initial on test``, ``test − train for strict``: what was subtracted."""
-    compare = hypothesis["compare"]
-    if compare.get("versus_stage"):
-        return f"{compare['stage']} − {compare['versus_stage']} on {compare['split']}"
-    return f"{compare['split']} − {compare['versus_split']} for {compare['stage']}"
+    compare = hypothesis.compare
+    if compare.versus_stage:
+        return f"{compare.stage} − {compare.versus_stage} on {compare.split}"
+    return f"{compare.split} − {compare.versus_split} for {compare.stage}"

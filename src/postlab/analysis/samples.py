@@ -13,7 +13,7 @@ import functools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from postlab.records.record import seeds_of
 from postlab.tasks.contracts import score
 from postlab.tasks.registry import answer_function, task_for
 from postlab.tasks.rows import ROLLOUT, iter_run_rows
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 CORRECT, GAMED, WRONG = "correct", "gamed", "wrong"
 #: The kinds of answer, in the order reports show them.
@@ -55,7 +58,7 @@ def classify(accepted: Sequence[str], contracts: Sequence[str]) -> str:
     return GAMED if accepted else WRONG
 
 
-def iter_samples(record: dict[str, Any], plan: dict[str, Any], *,
+def iter_samples(record: dict[str, Any], plan: Plan, *,
                  stages: Iterable[str] | None = None, split: str | None = None,
                  decoding: str | None = None, kinds: Iterable[str] | None = None,
                  seeds: Iterable[int] | None = None, rollouts: bool = False
@@ -94,7 +97,7 @@ def iter_samples(record: dict[str, Any], plan: dict[str, Any], *,
                          accepted=accepted, kind=kind)
 
 
-def judged_rows(record: dict[str, Any], plan: dict[str, Any], tables: Iterable[Any] | None = None,
+def judged_rows(record: dict[str, Any], plan: Plan, tables: Iterable[Any] | None = None,
                 *, rollouts: bool = False) -> Iterator[Any]:
     """The record's answers judged, a batch of seeds at a time, as Arrow tables in record
     order (columnar: each distinct answer judged once): the columns of a :class:`Sample`
@@ -123,7 +126,7 @@ def judged_rows(record: dict[str, Any], plan: dict[str, Any], tables: Iterable[A
             rows = rows.append_column("decoding", pa.array([ROLLOUT] * rows.num_rows))
             rows = rows.rename_columns(["stage" if n == "arm" else n for n in rows.column_names])
         else:
-            rows = labelled_evaluations(batch, scores, plan["eval_samples"])
+            rows = labelled_evaluations(batch, scores, plan.eval_samples)
             rows = rows.append_column("step", pa.nulls(rows.num_rows, pa.int64()))
         flags = {name: pc.greater_equal(rows.column(f"score:{name}"), 1) for name in contracts}
         others = [flags[name] for name in contracts[1:]]
@@ -176,7 +179,7 @@ class Tally:
         self.first.setdefault(key, sample)
         self.seeds.setdefault(key, set()).add(sample.seed)
 
-    def add_rows(self, rows: Any, plan: dict[str, Any]) -> None:
+    def add_rows(self, rows: Any, plan: Plan) -> None:
         """:meth:`add` of every answer of a judged table (:func:`judged_rows`), grouped by
         answer in Arrow first: a distinct answer costs Python work, not each answer."""
         if not rows.num_rows:
@@ -215,7 +218,7 @@ class Tally:
                 for key in chosen]
 
 
-def answer_tallies(record: dict[str, Any], plan: dict[str, Any],
+def answer_tallies(record: dict[str, Any], plan: Plan,
                    tables: Iterable[Any] | None = None, *,
                    stages: Iterable[str] | None = None, split: str | None = None,
                    decoding: str | None = None, kinds: Iterable[str] | None = None,
@@ -273,7 +276,7 @@ class PairCells:
     """The reference contract's acceptance per stage, split and operand pair, counted as
     samples stream by (one walk can feed it and other tallies)."""
 
-    def __init__(self, plan: dict[str, Any], decoding: str = "sampled") -> None:
+    def __init__(self, plan: Plan, decoding: str = "sampled") -> None:
         self.plan, self.decoding = plan, decoding
         self.cells: dict[tuple[str, str], dict[tuple[int, int], list[int]]] = {}
 
@@ -316,7 +319,7 @@ class PairCells:
                 for (stage, split), cells in self.cells.items()]
 
 
-def pair_grids(record: dict[str, Any], plan: dict[str, Any], decoding: str = "sampled",
+def pair_grids(record: dict[str, Any], plan: Plan, decoding: str = "sampled",
                tables: Iterable[Any] | None = None) -> list[PairGrid]:
     """One grid per stage and split, from the evaluation answers of ``decoding``; none for a
     task whose questions are not operand pairs. ``tables``: as :func:`judged_rows` takes."""
@@ -344,7 +347,7 @@ class StageTallies:
     counts and distinct answers, as samples stream by. A task judged by one contract has no
     gamed kind: nothing can be paid and wrong."""
 
-    def __init__(self, plan: dict[str, Any], split: str, decoding: str = "sampled") -> None:
+    def __init__(self, plan: Plan, split: str, decoding: str = "sampled") -> None:
         self.split, self.decoding = split, decoding
         self.kinds = KINDS if len(plan_contracts(plan)) > 1 else (CORRECT, WRONG)
         self.by_stage: dict[str, dict[str, Tally]] = {}
@@ -355,7 +358,7 @@ class StageTallies:
         self.by_stage.setdefault(sample.stage, {kind: Tally() for kind in self.kinds})[
             sample.kind].add(sample)
 
-    def add_rows(self, rows: Any, plan: dict[str, Any]) -> None:
+    def add_rows(self, rows: Any, plan: Plan) -> None:
         """:meth:`add` of every answer of a judged table."""
         import pyarrow.compute as pc
 
@@ -379,7 +382,7 @@ class StageTallies:
         return result
 
 
-def stage_examples(record: dict[str, Any], plan: dict[str, Any], split: str,
+def stage_examples(record: dict[str, Any], plan: Plan, split: str,
                    decoding: str = "sampled", per_kind: int = 4,
                    tables: Iterable[Any] | None = None) -> list[KindExamples]:
     """Per stage and kind (correct, gamed, wrong): counts and the commonest answers."""
@@ -389,7 +392,7 @@ def stage_examples(record: dict[str, Any], plan: dict[str, Any], split: str,
     return tallies.result(per_kind)
 
 
-def page_samples(record: dict[str, Any], plan: dict[str, Any], split: str,
+def page_samples(record: dict[str, Any], plan: Plan, split: str,
                  decoding: str = "sampled", per_kind: int = 4,
                  tables: Iterable[Any] | None = None
                  ) -> tuple[list[PairGrid], list[KindExamples]]:

@@ -1,4 +1,5 @@
 """Comparing plan versions: each version's held-out results, and its difference from the base
+
 version paired by seed.
 
 Versions of a sweep train the same seeds, so seed ``s`` of version B and seed ``s`` of the base
@@ -19,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from postlab.analysis.intervals import (
     interval,
     rate_interval,
 )
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 SCHEMA = "postlab.analysis.versions/1"
 DIFFERENCE_METHOD = ("paired by seed (and by question where both versions asked the same): "
@@ -46,7 +50,7 @@ class VersionInput:
     name: str
     changes: dict[str, Any]
     analysis: Analysis
-    plan: dict[str, Any]
+    plan: Plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,10 +91,10 @@ class Comparison:
     verdicts: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
 
-def _trials(plan: dict[str, Any], split: str, decoding: str, metric: str) -> int:
-    questions = len(plan["split"][split])
+def _trials(plan: Plan, split: str, decoding: str, metric: str) -> int:
+    questions = len(plan.split[split])
     if decoding == "sampled" and metric != "coverage":
-        return questions * plan["eval_samples"]
+        return questions * plan.eval_samples
     return questions
 
 
@@ -99,7 +103,7 @@ def _swept(inputs: Sequence[VersionInput]) -> tuple[str, dict[str, Any]] | None:
     if len(keys) != 1 or any(len(item.changes) != 1 for item in inputs[1:]):
         return None
     key = next(iter(keys))
-    return key, {item.name: item.changes.get(key, item.plan.get(key)) for item in inputs}
+    return key, {item.name: item.changes.get(key, item.plan.data().get(key)) for item in inputs}
 
 
 def compare(inputs: Sequence[VersionInput], held_out: Sequence[str] = ("dev", "test")

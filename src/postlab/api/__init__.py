@@ -9,6 +9,8 @@ rows as tables. The command line (:mod:`postlab.cli`) parses, calls these and pr
 Bad input raises :class:`~postlab.errors.UserError` before anything is written.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from postlab.api.evaluating import evaluate
 from postlab.api.planning import check_plan, diff_plans, freeze
 from postlab.api.reading import compare, exercises, export, plot, report, samples, verify
@@ -16,6 +18,19 @@ from postlab.api.registering import register
 from postlab.api.training import reproduce, run, sweep
 from postlab.export.loaded import load_run
 
-__all__ = ["check_plan", "compare", "diff_plans", "evaluate", "exercises", "export", "freeze",
-           "load_run", "plot", "register", "report", "reproduce", "run", "samples", "sweep",
-           "verify"]
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
+
+
+def __getattr__(name: str) -> Any:
+    """``Plan``, imported on first use: the plan's model imports the policies (and torch),
+    which a command must not load before it pins the CPU code path."""
+    if name == "Plan":
+        from postlab.plan.schema import Plan
+
+        return Plan
+    raise AttributeError(f"module 'postlab.api' has no attribute {name!r}")
+
+__all__ = ["Plan", "check_plan", "compare", "diff_plans", "evaluate", "exercises", "export",
+           "freeze", "load_run", "plot", "register", "report", "reproduce", "run", "samples",
+           "sweep", "verify"]

@@ -17,10 +17,13 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.api import environment
 from postlab.errors import UserError
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: The file an evaluation folder keeps its answers and figures in, beside ``plan.json``.
 EVALUATION_FILE = "evaluation.json"
@@ -35,7 +38,7 @@ class EvaluationResult:
     """The figures (``analysis.baseline.Figure``), per seed's answers, and where they went."""
 
     plan_sha256: str
-    plan: dict[str, Any]
+    plan: Plan
     figures: list[Any]
     evaluations: list[dict[str, Any]]
     out_dir: Path | None
@@ -56,7 +59,7 @@ def evaluate(plan: str | Path, out_dir: str | Path | None = None, *,
     from postlab.plan.frozen import load_plan
 
     loaded = load_plan(Path(plan))
-    data = loaded.data
+    typed = loaded.model
     from postlab.policies import build_policy, place_policy
 
     say(note)
@@ -68,24 +71,24 @@ def evaluate(plan: str | Path, out_dir: str | Path | None = None, *,
     from postlab.tasks.registry import answer_function
 
     start = time.monotonic()
-    torch.set_num_threads(data["threads"])
+    torch.set_num_threads(typed.threads)
     from postlab.policies.lora import weights_sha256
 
     evaluations, digests = [], []
-    for seed in data["seeds"]:
+    for seed in typed.seeds:
         torch.manual_seed(seed)  # as a run builds the seed's model
-        policy = build_policy(data)
+        policy = build_policy(typed)
         digests.append(weights_sha256(policy.state_dict()))
-        evaluations.append(evaluate_model(place_policy(policy, chosen), data, seed))
+        evaluations.append(evaluate_model(place_policy(policy, chosen), typed, seed))
         say(f"seed {seed}: evaluated")
     from postlab.analysis.baseline import baseline_figures
 
-    held_out = [split for split in data["split"] if split != "train"]
-    figures = baseline_figures(evaluations, held_out, plan_contracts(data),
-                               data["eval_samples"], answer_function(data))
+    held_out = [split for split in typed.split if split != "train"]
+    figures = baseline_figures(evaluations, held_out, plan_contracts(typed),
+                               typed.eval_samples, answer_function(typed))
     if out is not None:
-        _keep(out, loaded.raw, data, evaluations, figures, digests)
-    return EvaluationResult(plan_sha256=loaded.sha256, plan=data, figures=figures,
+        _keep(out, loaded.raw, typed, evaluations, figures, digests)
+    return EvaluationResult(plan_sha256=loaded.sha256, plan=typed, figures=figures,
                             evaluations=evaluations, out_dir=out,
                             seconds=time.monotonic() - start)
 
@@ -102,7 +105,7 @@ def _check_new_folder(out: Path) -> None:
         raise UserError(f"{out}: cannot write in {parent}")
 
 
-def _keep(out: Path, raw_plan: bytes, plan: dict[str, Any], evaluations: list[dict[str, Any]],
+def _keep(out: Path, raw_plan: bytes, plan: Plan, evaluations: list[dict[str, Any]],
           figures: list[Any], digests: list[str]) -> None:
     """The new folder, whole or not at all: written beside it under a hidden name, then
     renamed into place."""
@@ -121,7 +124,7 @@ def _keep(out: Path, raw_plan: bytes, plan: dict[str, Any], evaluations: list[di
             shutil.rmtree(staging)
 
 
-def _write(folder: Path, raw_plan: bytes, plan: dict[str, Any],
+def _write(folder: Path, raw_plan: bytes, plan: Plan,
            evaluations: list[dict[str, Any]], figures: list[Any], digests: list[str]) -> None:
     """The plan's bytes, and the answers with their figures."""
     from postlab.jsonio import dump_json, publish_bytes
@@ -132,7 +135,7 @@ def _write(folder: Path, raw_plan: bytes, plan: dict[str, Any],
         "kind": "postlab evaluation", "postlab": __version__,
         "plan_sha256": hashlib.sha256(raw_plan).hexdigest(),
         "seeds": [{"seed": seed, "weights_sha256": digest, "evaluation": evaluation}
-                  for seed, digest, evaluation in zip(plan["seeds"], digests, evaluations,
+                  for seed, digest, evaluation in zip(plan.seeds, digests, evaluations,
                                                       strict=True)],
         "figures": [figure.as_json() for figure in figures],
     }

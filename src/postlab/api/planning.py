@@ -11,9 +11,12 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from postlab.errors import UserError
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,7 +26,7 @@ class Frozen:
 
     path: Path
     sha256: str
-    plan: dict[str, Any]
+    plan: Plan
     parent: str | None = None
 
 
@@ -43,6 +46,7 @@ def freeze(path: str | Path, *, draft: str | Path | None = None,
         teaching_plan_loaded,
     )
     from postlab.plan.frozen import freeze as write
+    from postlab.plan.schema import Plan
 
     target = Path(path)
     settings = list(settings or ())
@@ -51,14 +55,15 @@ def freeze(path: str | Path, *, draft: str | Path | None = None,
             raise UserError("freeze --draft takes no --from or --set: edit the draft instead")
         _refuse_existing(target)
         data = complete_draft(read_draft(Path(draft)))
-        return Frozen(path=target, sha256=write(target, data), plan=data)
+        return Frozen(path=target, sha256=write(target, data), plan=Plan.of(data))
     if parent is None and not settings:
         data = teaching_plan()
-        return Frozen(path=target, sha256=write(target), plan=data)
+        return Frozen(path=target, sha256=write(target), plan=Plan.of(data))
     loaded = load_plan(Path(parent)) if parent is not None else teaching_plan_loaded()
     _refuse_existing(target)
     data = derive_plan(loaded, settings, today or datetime.date.today().isoformat())
-    return Frozen(path=target, sha256=write(target, data), plan=data, parent=loaded.sha256)
+    return Frozen(path=target, sha256=write(target, data), plan=Plan.of(data),
+                  parent=loaded.sha256)
 
 
 def _refuse_existing(path: Path) -> None:
@@ -68,10 +73,11 @@ def _refuse_existing(path: Path) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class PlanCheck:
-    """A plan file checked: its sha256, content, and every problem as (field path, message)."""
+    """A plan file checked: its sha256, every problem as (field path, message), and the typed
+    plan when there are none (None otherwise)."""
 
     sha256: str
-    plan: Any
+    plan: Plan | None
     problems: list[tuple[str, str]]
 
 
@@ -80,11 +86,13 @@ def check_plan(path: str | Path) -> PlanCheck:
     malformed JSON is refused (UserError), an invalid plan returns its problems."""
     from postlab.jsonio import parse_json, read_bytes
     from postlab.plan.frozen import sha256_hex
-    from postlab.plan.schema import validate_plan
+    from postlab.plan.schema import Plan, validate_plan
 
     raw = read_bytes(Path(path), "plan")
     data = parse_json(raw, str(path))
-    return PlanCheck(sha256=sha256_hex(raw), plan=data, problems=validate_plan(data))
+    problems = validate_plan(data)
+    return PlanCheck(sha256=sha256_hex(raw), plan=None if problems else Plan.of(data),
+                     problems=problems)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +113,7 @@ def diff_plans(a: str | Path, b: str | Path) -> PlanDiff:
     if first.sha256 == second.sha256:
         return PlanDiff(identical=True, sha256=first.sha256, b_is_version_of_a=False,
                         differences=[])
-    parent = second.data.get("parent") or {}
+    parent = second.model.parent
     return PlanDiff(identical=False, sha256=second.sha256,
-                    b_is_version_of_a=parent.get("sha256") == first.sha256,
+                    b_is_version_of_a=parent is not None and parent.sha256 == first.sha256,
                     differences=plan_differences(first.data, second.data))

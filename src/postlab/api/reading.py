@@ -28,6 +28,7 @@ from postlab.records.opened import (
 if TYPE_CHECKING:
     from postlab.analysis.aggregate import Analysis
     from postlab.analysis.versions import Comparison
+    from postlab.plan.schema import Plan
     from postlab.runs.verify import Check
 
 
@@ -45,9 +46,9 @@ def check_split(opened: OpenedRun, split: str) -> None:
     """The split must be one of the plan's, and every stage of the record must hold it."""
     from postlab.records.record import each_seed
 
-    if split not in opened.plan.data["split"]:
+    if split not in opened.plan.model.split:
         raise UserError(f"--split {split}: the plan's splits are "
-                        f"{', '.join(opened.plan.data['split'])}")
+                        f"{', '.join(opened.plan.model.split)}")
     each_seed(opened.record, functools.partial(_split_missing, split),
               functools.partial(_no_split, opened.source))
 
@@ -79,13 +80,13 @@ def analyse(opened: OpenedRun, split: str = "test",
     check_split(opened, split)
     require_report_extra()
     what = "record does not fit the plan"
-    refuse(seed_list_problems(opened.record, opened.plan.data), opened.source, what,
+    refuse(seed_list_problems(opened.record, opened.plan.model), opened.source, what,
            RecordDoesNotFit)
-    refuse_each(opened.record, functools.partial(run_plan_problems, plan=opened.plan.data),
+    refuse_each(opened.record, functools.partial(run_plan_problems, plan=opened.plan.model),
                 opened.source, what, RecordDoesNotFit)
-    analysis = compute(opened.record, opened.plan.data, registration=opened.registration,
+    analysis = compute(opened.record, opened.plan.model, registration=opened.registration,
                        exploratory=exploratory, facts=record_facts(
-                           opened.record, opened.plan.data, checked_tables(opened)))
+                           opened.record, opened.plan.model, checked_tables(opened)))
     opened.computed[key] = analysis
     return analysis
 
@@ -98,7 +99,7 @@ def finding_lines(opened: OpenedRun, analysis: Analysis, lang: str, split: str) 
 
     key = ("findings", split, id(analysis))
     if key not in opened.computed:  # the text report and the page say the same findings
-        opened.computed[key] = (analysis, findings(analysis, opened.record, opened.plan.data,
+        opened.computed[key] = (analysis, findings(analysis, opened.record, opened.plan.model,
                                                    split, lambda: checked_tables(opened)))
     return [sentence(f, lang) for f in opened.computed[key][1]]
 
@@ -124,7 +125,7 @@ def report_page(opened: OpenedRun, analysis: Analysis, lang: str, split: str) ->
     from postlab.render.overview import overview_rows, verification_line
     from postlab.runs.remembered import verify_remembered
 
-    record, plan, source = opened.record, opened.plan.data, opened.source
+    record, plan, source = opened.record, opened.plan.model, opened.source
     grids, answers = page_samples(record, plan, split, per_kind=3,  # one pass for both
                                   tables=checked_tables(opened))
     figures = draw_figures(analysis, lang, split, grids, svg=False)
@@ -221,9 +222,11 @@ def exploratory_hypotheses(opened: OpenedRun, path: Path | None) -> dict[str, An
     if path is None:
         return None
     from postlab.api.registering import read_exploratory
+    from postlab.plan.schema import Hypotheses
 
-    fixed = (opened.registration or {}).get("hypotheses") or \
-        opened.plan.data.get("hypotheses")
+    registered = (opened.registration or {}).get("hypotheses")
+    fixed = Hypotheses.model_validate(registered) if registered else \
+        opened.plan.model.hypotheses
     return read_exploratory(Path(path), opened.plan, fixed)
 
 
@@ -242,8 +245,8 @@ def report(run: str | Path | None = None, *, plan: str | Path | None = None,
     opened = open_run(target, None if plan is None else Path(plan), check_rows=False)
     from postlab.render.labels import starting_words
 
-    with starting_words(opened.plan.data):
-        require_readable(opened.record, opened.plan.data, opened.source)
+    with starting_words(opened.plan.model):
+        require_readable(opened.record, opened.plan.model, opened.source)
         check_whole(opened)
         exploratory = exploratory_hypotheses(opened,
                                              None if hypotheses is None else Path(hypotheses))
@@ -265,11 +268,13 @@ class CompareResult:
     html: Path | None
 
 
-def _plan_changes(base: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
-    """The keys a plan sets differently from the base (the automatic ones left out)."""
+def _plan_changes(base: Plan, plan: Plan) -> dict[str, Any]:
+    """The keys a plan's file sets differently from the base's (the automatic ones left
+    out), with the values as written."""
     skip = {"version", "date", "parent"}
-    return {key: plan.get(key) for key in sorted(base.keys() | plan.keys())
-            if key not in skip and base.get(key) != plan.get(key)}
+    before, after = base.data(), plan.data()
+    return {key: after.get(key) for key in sorted(before.keys() | after.keys())
+            if key not in skip and before.get(key) != after.get(key)}
 
 
 def compare(runs: Sequence[str | Path], *, split: str | None = None, lang: str = "en",
@@ -311,22 +316,22 @@ def compare(runs: Sequence[str | Path], *, split: str | None = None, lang: str =
                         "with distinct names")
     require_report_extra()
     inputs = []
-    base_plan: dict[str, Any] | None = None
+    base_plan: Plan | None = None
     held_out: list[str] | None = None
     for name, folder, changes in folders:
         opened = open_run(folder, check_rows=False)
         check_whole(opened)
-        splits = [s for s in opened.plan.data["split"] if s != "train"]
+        splits = [s for s in opened.plan.model.split if s != "train"]
         if split is not None and split not in splits:
             raise UserError(f"--split {split}: {opened.source.parent} has held-out splits "
                             f"{', '.join(splits)}")
         analysis = analyse(opened, split or splits[-1])
         if base_plan is None:
-            base_plan, held_out = opened.plan.data, splits
+            base_plan, held_out = opened.plan.model, splits
         if changes is None:
-            changes = _plan_changes(base_plan, opened.plan.data)
+            changes = _plan_changes(base_plan, opened.plan.model)
         inputs.append(VersionInput(name=name, changes=changes, analysis=analysis,
-                                   plan=opened.plan.data))
+                                   plan=opened.plan.model))
     result = compute(inputs, held_out or ("test",))
     if page_path is not None:
         from postlab.jsonio import publish_bytes
@@ -363,7 +368,7 @@ def plot(run: str | Path | None = None, out_dir: str | Path | None = None, *,
     opened = open_run(None if run is None else Path(run), check_rows=False)
     from postlab.render.labels import starting_words
 
-    with starting_words(opened.plan.data):
+    with starting_words(opened.plan.model):
         check_whole(opened)
         out = Path(out_dir) if out_dir is not None else opened.source.parent / "figures"
         replace = out.exists() or out.is_symlink()
@@ -374,7 +379,7 @@ def plot(run: str | Path | None = None, out_dir: str | Path | None = None, *,
             check_only_figures(out, FIGURE_NAMES)
         analysis = analyse(opened, split)
         figures = draw_figures(analysis, lang, split, pair_grids(
-            opened.record, opened.plan.data, tables=checked_tables(opened)))
+            opened.record, opened.plan.model, tables=checked_tables(opened)))
         contents = {f"{f.name}.{ext}": getattr(f, ext)
                     for f in figures for ext in ("png", "svg")}
         if replace:
@@ -431,7 +436,7 @@ class Samples:
         from postlab.analysis.samples import iter_samples
         from postlab.records.record import settle
 
-        chosen = iter_samples(self.run.record, self.run.plan.data, **self.filters)
+        chosen = iter_samples(self.run.record, self.run.plan.model, **self.filters)
         settle(self.run.record, self.filters["seeds"])
         yield from chosen
 
@@ -440,7 +445,7 @@ class Samples:
         from postlab.analysis.samples import answer_tallies
         from postlab.records.opened import checked_tables
 
-        return answer_tallies(self.run.record, self.run.plan.data, checked_tables(self.run),
+        return answer_tallies(self.run.record, self.run.plan.model, checked_tables(self.run),
                               **self.filters)
 
 
@@ -478,7 +483,7 @@ def samples(run: str | Path | None, *, stages: Sequence[str] = (), split: str | 
         if seed not in recorded:
             raise UserError(f"--seed {seed}: the run's seeds are "
                             f"{', '.join(map(str, recorded))}")
-    contracts = plan_contracts(opened.plan.data)
+    contracts = plan_contracts(opened.plan.model)
     if kind == "gamed" and len(contracts) < 2:
         raise UserError(f"--filter gamed: this plan's task is judged by one contract "
                         f"({contracts[0]}), so no answer can be paid and wrong")
@@ -513,7 +518,7 @@ def exercises(number: int | None = None, run: str | Path | None = None) -> list[
                           check_rows=False)
         check_whole(opened)
         require_report_extra()
-        return [RUN_EXERCISES[number](opened.record, opened.plan.data, opened.source.parent,
+        return [RUN_EXERCISES[number](opened.record, opened.plan.model, opened.source.parent,
                                       tables=lambda: checked_tables(opened))]
     answers = []
     for each in sorted(EXERCISES) if number is None else [number]:

@@ -12,7 +12,7 @@ device) go to ``say`` and the cost estimate to ``say_cost``; progress events go 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from postlab.errors import UserError
 
 if TYPE_CHECKING:
     from postlab.plan.frozen import LoadedPlan
+    from postlab.plan.schema import Plan
     from postlab.records.compare import Comparison
     from postlab.runs.estimate import ComputeEstimate
     from postlab.runs.progress import Quiet
@@ -49,7 +50,7 @@ class RunResult:
     seconds: float
 
 
-def check_engine(engine: str, plan: Mapping[str, Any], what: str,
+def check_engine(engine: str, plan: Plan, what: str,
                  log: tuple[str, ...] = ()) -> None:
     """A plan the chosen engine cannot train is refused before anything is written."""
     if engine not in ENGINES:
@@ -68,7 +69,7 @@ def check_size(plan: LoadedPlan, allow_large: bool, *, recalibrate: bool = False
     (``recalibrate``: measured again; see :mod:`postlab.runs.calibrations`)."""
     from postlab.runs.calibrations import check_size_here
 
-    return check_size_here(plan.data, allow_large, recalibrate=recalibrate)
+    return check_size_here(plan.model, allow_large, recalibrate=recalibrate)
 
 
 def check_loggers(log: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -162,7 +163,7 @@ def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = F
     say(note)
     say(device_note)
     if sized is not None:
-        check_engine(engine, sized.data, str(plan or "the teaching plan"), names)
+        check_engine(engine, sized.model, str(plan or "the teaching plan"), names)
         from postlab.runs.estimate import render_estimate
 
         say_cost(render_estimate(check_size(sized, allow_large, recalibrate=recalibrate)))
@@ -222,9 +223,9 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
     record, plan = _checked_before_training(target, seeds)
     say(f"{note}; device: {chosen} ({how})")
     raw = plan.raw
-    recorded_plan = plan.data
+    recorded_plan = plan.model
     if seeds:
-        picked = [seed for seed in plan.data["seeds"] if seed in seeds]  # the plan's order
+        picked = [seed for seed in plan.model.seeds if seed in seeds]  # the plan's order
         if len(picked) != len(seeds):
             stray = next(seed for seed in seeds if seed not in picked)
             raise UserError(f"{files.record}: seed {stray} has a run in the record but is not "
@@ -240,11 +241,11 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
 
     say_cost(render_estimate(check_size(plan, allow_large, recalibrate=recalibrate)))
     engine = engine_for(record).name  # the record's engine makes its bits
-    check_engine(engine, plan.data, str(files.record))
+    check_engine(engine, plan.model, str(files.record))
     fresh = train(plan, raw, Path(out_dir), workers=count, device=chosen, engine=engine,
                   display=display, progress_every=progress_every)
     compared = fresh
-    if plan.data is not recorded_plan:
+    if plan.model is not recorded_plan:
         compared = _rehashed(fresh, Path(out_dir), recorded_plan)
     results = None
     if not seeds and files.folder is not None and files.plan.is_file():
@@ -297,17 +298,17 @@ def _plan_of_seeds(plan: LoadedPlan, seeds: list[int], source: str
 
     from postlab.plan.frozen import derive_plan, parse_plan, plan_bytes
 
-    if seeds == plan.data["seeds"]:
+    if seeds == plan.model.seeds:
         return plan, plan.raw or plan_bytes(plan.data)
     today = datetime.date.today().isoformat()
     settings = [f"seeds={json.dumps(seeds)}"]
-    if plan.data.get("hypotheses") is not None:
+    if plan.model.hypotheses is not None:
         settings.append("hypotheses=null")
     raw = plan_bytes(derive_plan(plan, settings, today))
     return parse_plan(raw, f"{source}: the plan of seeds {seeds}", plan.path), raw
 
 
-def _rehashed(fresh: dict[str, Any], out_dir: Path, plan: dict[str, Any]) -> dict[str, Any]:
+def _rehashed(fresh: dict[str, Any], out_dir: Path, plan: Plan) -> dict[str, Any]:
     """``fresh`` with each checkpoint's sha256 as if saved under ``plan``: a checkpoint holds
     its plan, so a spot check's (of a derived plan) is compared by what it would be under the
     recorded one: the same weights and kind, bit for bit."""
@@ -322,7 +323,7 @@ def _rehashed(fresh: dict[str, Any], out_dir: Path, plan: dict[str, Any]) -> dic
     for run in compared["runs"]:
         for info in run.get("checkpoints", {}).values():
             payload = load_checkpoint(out_dir / info["file"], info["sha256"])
-            data = checkpoint_bytes(plan, payload["state_dict"], payload["kind"],
+            data = checkpoint_bytes(plan.data(), payload["state_dict"], payload["kind"],
                                     base=payload.get("base"))
             info["sha256"] = hashlib.sha256(data).hexdigest()
     return compared

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -90,12 +91,86 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {printable(message)} (usage: {usage})")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="postlab")
-    parser.add_argument("--version", action="version", version=f"postlab {__version__}",
-                        help="print postlab's version and exit")
-    sub = parser.add_commands("command", "what to do; 'postlab COMMAND --help' explains one")
+# --- options several commands share, each declared once (argparse parent parsers) -------------
 
+def _options(*adders: Callable[[_Parser], object]) -> _Parser:
+    """A parent parser holding the options ``adders`` declare."""
+    parent = _Parser(add_help=False)
+    for add in adders:
+        add(parent)
+    return parent
+
+
+def _target(parser: _Parser) -> None:
+    parser.add_argument("run", type=Path, nargs="?", metavar="RUN",
+                        help="run folder or record (default: the bundled teaching run)")
+
+
+def _out_dir(what: str, *, required: bool = True) -> Callable[[_Parser], None]:
+    """``--out-dir``, the folder a command creates: ``what`` says which, and when it may
+    exist already."""
+    def add(parser: _Parser) -> None:
+        parser.add_argument("--out-dir", type=Path, required=required, help=what)
+    return add
+
+
+def _lang(parser: _Parser) -> None:
+    parser.add_argument("--lang", choices=LANGS, help="output language (default: from locale)")
+
+
+def _html(parser: _Parser) -> None:
+    parser.add_argument("--html", type=Path, metavar="FILE",
+                        help="also write one self-contained HTML page with tables and figures "
+                             "(never overwrites)")
+
+
+def _training(parser: _Parser) -> None:
+    """What every command that trains takes: how many workers, on which code path and
+    device, how loudly, and what to do about the cost estimate."""
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes, or tasks at a time (default: POSTLAB_WORKERS, "
+                             "else the number of cores; on Ray: the cluster's CPUs); results "
+                             "do not depend on it")
+    parser.add_argument("--quiet", action="store_true", help="print no progress")
+    parser.add_argument("--cpu-path", metavar="PATH",
+                        help="CPU code path that decides the bits: portable (the widest path "
+                             "every current server of this architecture runs, avx2 on "
+                             "x86-64), native (this machine's best, not pinned), or a path "
+                             "name (default, avx2, avx512). Default: portable; a resumed run's "
+                             "own; a reproduced record's own (another one compares across code "
+                             "paths)")
+    parser.add_argument("--allow-large", action="store_true",
+                        help="train even if the plan's estimated cost is over the limits")
+    parser.add_argument("--recalibrate", action="store_true",
+                        help="calibrate the cost estimate afresh instead of reusing the "
+                             "figures this machine kept for the plan (for up to 12 hours)")
+    parser.add_argument("--device", choices=DEVICE_CHOICES,
+                        help="cpu, cuda, or auto (cuda where torch finds it, else cpu); "
+                             "default: cpu, a resumed run's own, a reproduced record's own; "
+                             "refused before training if this machine lacks it; recorded. "
+                             "CUDA runs one worker (a sweep: one GPU per task)")
+
+
+def _engine(parser: _Parser) -> None:
+    parser.add_argument("--engine", choices=ENGINES.names(), default=DEFAULT_ENGINE,
+                        help=f"{DEFAULT_ENGINE} (default): one model per task, the "
+                             "reference's bits; ensemble: every seed and arm (a sweep: each "
+                             "version's) as one batched computation with counter-based "
+                             "randomness (same distribution, other bits; gru and transformer "
+                             "policies); recorded, and --resume must use the same")
+    parser.add_argument("--log", action="append", choices=_logger_names(), metavar="LOGGER",
+                        help="also write per-step training scalars while training, under "
+                             "OUT_DIR/logs/LOGGER (a sweep: VERSION/logs/LOGGER): tensorboard "
+                             "(needs the tensorboard extra); changes no result and is not "
+                             "recorded")
+
+
+# --- the commands, in the order ``postlab --help`` lists them -----------------------------------
+
+Commands = argparse._SubParsersAction
+
+
+def _plans(sub: Commands) -> None:
     freeze = sub.add_parser("freeze", help="write the teaching plan, a new version of a plan, "
                                            "or a draft's complete plan, to PATH (never "
                                            "overwrites)")
@@ -110,7 +185,6 @@ def build_parser() -> argparse.ArgumentParser:
         "a plan without the parts freeze generates: for the reasoning_gym task, its items "
         "are generated and pinned (library version, sha256), and the split (and the vocab, "
         "when the draft has none) written"))
-
     plan = sub.add_parser("plan", help="inspect plans")
     plan_sub = plan.add_commands("plan_command", "what to do with plans")
     diff = plan_sub.add_parser("diff", help="show what changed from plan A to plan B")
@@ -120,7 +194,6 @@ def build_parser() -> argparse.ArgumentParser:
                                               "field path")
     check.add_argument("path", type=Path, metavar="PATH", help="plan file to validate")
     plan_sub.add_parser("schema", help="print the plan's JSON Schema")
-
     register = sub.add_parser("register", help="fix hypotheses and their margins, with the "
                                                "time, before a run of the plan trains")
     register.add_argument("--plan", type=Path, help="plan the hypotheses are for (default: "
@@ -132,49 +205,29 @@ def build_parser() -> argparse.ArgumentParser:
                           help="registration file to write; must not exist. Give it to "
                                "'postlab run --registration'")
 
-    verify = sub.add_parser("verify", help="re-check a run folder or record: hashes, "
-                                           "checkpoints, summary, counts, raw rows")
-    verify.add_argument("run", type=Path, nargs="?", metavar="RUN",
-                        help="run folder or record (default: the bundled teaching run)")
+
+def _checking(sub: Commands) -> None:
+    verify = sub.add_parser("verify", parents=[_options(_target)],
+                            help="re-check a run folder or record: hashes, checkpoints, "
+                                 "summary, counts, raw rows")
     verify.add_argument("--expect", metavar="FINGERPRINT",
                         help="the run fingerprint noted when it finished; any change to any "
                              "file of the run then fails, even with its inner hashes rewritten")
     verify.add_argument("--quick", action="store_true",
                         help="every check but re-evaluating the checkpoints (their hashes are "
                              "still checked); the verdict says none was re-evaluated")
-
-    reproduce = sub.add_parser("reproduce", help="re-run a record's plan and compare every "
-                                                 "row with the record")
-    reproduce.add_argument("run", type=Path, nargs="?", metavar="RUN",
-                           help="run folder or record (default: the bundled teaching run)")
-    reproduce.add_argument("--out-dir", type=Path, required=True,
-                           help="new run folder; must not exist")
-    reproduce.add_argument("--workers", type=int, default=None,
-                           help="worker processes (default: POSTLAB_WORKERS, else number of "
-                                "cores)")
+    reproduce = sub.add_parser("reproduce", parents=[_options(
+        _target, _out_dir("new run folder; must not exist"), _training)],
+        help="re-run a record's plan and compare every row with the record")
     reproduce.add_argument("--seed", dest="seeds", type=int, action="append", default=[],
                            metavar="N", help="reproduce only this seed of the record "
                                              "(repeatable): a spot check of a large run")
-    reproduce.add_argument("--quiet", action="store_true", help="print no progress")
-    reproduce.add_argument("--cpu-path", metavar="PATH",
-                           help="CPU code path to train on (default: the one the record was "
-                                "made on; another one compares across code paths)")
-    reproduce.add_argument("--allow-large", action="store_true",
-                           help="train even if the plan's estimated cost is over the limits")
-    reproduce.add_argument("--recalibrate", action="store_true",
-                           help="calibrate the cost estimate afresh instead of reusing the "
-                                "figures this machine kept for the plan (for up to 12 hours)")
-    reproduce.add_argument("--device", choices=DEVICE_CHOICES,
-                           help="device to train on (default: the record's; refused before "
-                                "training if this machine lacks it)")
-
-    evaluate = sub.add_parser("eval", help="measure the model a plan starts from (a "
-                                           "pretrained model's baseline): held-out success, "
-                                           "coverage and pass@k with intervals; trains nothing")
+    evaluate = sub.add_parser("eval", parents=[_options(_out_dir(
+        "also keep the plan and every answer with the figures in this new folder "
+        "(evaluation.json)", required=False))],
+        help="measure the model a plan starts from (a pretrained model's baseline): held-out "
+             "success, coverage and pass@k with intervals; trains nothing")
     evaluate.add_argument("--plan", type=Path, required=True, help="plan file")
-    evaluate.add_argument("--out-dir", type=Path,
-                          help="also keep the plan and every answer with the figures in this "
-                               "new folder (evaluation.json)")
     evaluate.add_argument("--format", dest="format_", default="table",
                           choices=("table", "json"),
                           help="table (default), or json: the figures")
@@ -183,15 +236,16 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", choices=DEVICE_CHOICES, help="cpu (default), cuda or auto")
     evaluate.add_argument("--quiet", action="store_true", help="print only the figures")
 
-    report = sub.add_parser("report", help="read a record and print the held-out report; "
-                                           "trains nothing")
+
+def _reports(sub: Commands) -> None:
+    report = sub.add_parser("report", parents=[_options(_lang, _html)],
+                            help="read a record and print the held-out report; trains nothing")
     report.add_argument("run", type=Path, nargs="?", metavar="RUN",
                         help="run folder or record file (same as --record)")
     report.add_argument("--plan", type=Path, help="plan file (default: plan.json beside the "
                                                   "record, else the teaching plan)")
     report.add_argument("--record", type=Path, help="record file or run folder (default: "
                                                     "the record bundled with postlab)")
-    report.add_argument("--lang", choices=LANGS, help="output language (default: from locale)")
     report.add_argument("--contract", dest="contracts", action="append", default=[],
                         metavar="NAME", help="also re-score the stored outputs under this "
                                              "contract (repeatable); the record is unchanged")
@@ -200,37 +254,29 @@ def build_parser() -> argparse.ArgumentParser:
                         help="text: the reference layout (default); table: aggregates over "
                              "seeds with intervals, pass@k and dynamics as terminal tables; "
                              "json: the same data (docs/report-json.md); markdown")
-    report.add_argument("--html", type=Path, metavar="FILE",
-                        help="also write one self-contained HTML page with tables and figures "
-                             "(never overwrites)")
     report.add_argument("--hypotheses", type=Path, metavar="FILE",
                         help="also decide these hypotheses (a plan's 'hypotheses' section "
                              "on its own), shown apart as exploratory: given after training")
     report.add_argument("--split", default="test",
                         help="split for the re-scoring table, or 'all' (default: test)")
-
-    compare = sub.add_parser("compare", help="compare plan versions (a sweep, or run "
-                                             "folders) by seed: means and paired differences")
+    compare = sub.add_parser("compare", parents=[_options(_lang, _html)],
+                             help="compare plan versions (a sweep, or run folders) by seed: "
+                                  "means and paired differences")
     compare.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_SWEEP",
                          help="a sweep folder (its base version first), or run folders (the "
                               "first is the base)")
     compare.add_argument("--format", dest="format_", default="text",
                          choices=("text", "json", "markdown"), help="output (default: text)")
-    compare.add_argument("--html", type=Path, metavar="FILE",
-                         help="also write one self-contained HTML page with tables and figures "
-                              "(never overwrites)")
-    compare.add_argument("--lang", choices=LANGS, help="output language (default: from locale)")
     compare.add_argument("--split", default=None,
                          help="held-out split the tables show (default: every held-out split; "
                               "figures show test)")
 
-    run = sub.add_parser("run", help="train every seed and arm of a plan into a new folder")
+
+def _training_commands(sub: Commands) -> None:
+    run = sub.add_parser("run", parents=[_options(
+        _out_dir("run folder; must not exist unless --resume"), _training, _engine)],
+        help="train every seed and arm of a plan into a new folder")
     run.add_argument("--plan", type=Path, help="plan file (default: the teaching plan)")
-    run.add_argument("--out-dir", type=Path, required=True,
-                     help="run folder; must not exist unless --resume")
-    run.add_argument("--workers", type=int, default=None,
-                     help="worker processes (default: POSTLAB_WORKERS, else number of "
-                          "cores); results do not depend on it")
     run.add_argument("--resume", action="store_true",
                      help="complete an interrupted run in --out-dir, keeping finished seeds")
     run.add_argument("--registration", type=Path, metavar="FILE",
@@ -238,82 +284,32 @@ def build_parser() -> argparse.ArgumentParser:
                           "into the run folder before the first step and named in the "
                           "record, so reports say its hypotheses were registered before "
                           "training")
-    run.add_argument("--quiet", action="store_true", help="print nothing while training")
-    run.add_argument("--cpu-path", metavar="PATH",
-                     help="CPU code path that decides the bits: portable (default: the widest "
-                          "path every current server of this architecture runs, avx2 on "
-                          "x86-64), native (this machine's best, not pinned), or a path name "
-                          "(default, avx2, avx512); with --resume, default: the run's own")
-    run.add_argument("--allow-large", action="store_true",
-                     help="train even if the plan's estimated cost is over the limits")
-    run.add_argument("--recalibrate", action="store_true",
-                     help="calibrate the cost estimate afresh instead of reusing the "
-                          "figures this machine kept for the plan (for up to 12 hours)")
-    run.add_argument("--device", choices=DEVICE_CHOICES,
-                     help="cpu (default; with --resume, the run's own), cuda, or auto (cuda "
-                          "where torch finds it, else cpu); recorded. CUDA runs one worker")
-    run.add_argument("--engine", choices=ENGINES.names(), default=DEFAULT_ENGINE,
-                     help=f"{DEFAULT_ENGINE} (default): one model per task, the reference's "
-                          "bits; ensemble: every seed and arm as one batched computation "
-                          "with counter-based randomness (same distribution, other bits; "
-                          "gru and transformer policies); recorded, and --resume must use "
-                          "the same")
-    run.add_argument("--log", action="append", choices=_logger_names(), metavar="LOGGER",
-                     help="also write per-step training scalars while training, under "
-                          "OUT_DIR/logs/LOGGER: tensorboard (needs the tensorboard extra); "
-                          "changes no result and is not recorded")
-
-    sweep = sub.add_parser("sweep", help="train plan versions x seeds from a sweep file, "
-                                         "locally or on a Ray cluster")
+    sweep = sub.add_parser("sweep", parents=[_options(
+        _out_dir("sweep folder; must not exist unless --resume"), _training, _engine)],
+        help="train plan versions x seeds from a sweep file, locally or on a Ray cluster")
     sweep.add_argument("sweep_file", type=Path, nargs="?", metavar="SWEEP",
                        help="sweep file (JSON: base, seeds, versions, grid); not needed with "
                             "--resume")
-    sweep.add_argument("--out-dir", type=Path, required=True,
-                       help="sweep folder; must not exist unless --resume")
     sweep.add_argument("--executor", choices=("local", "processes", "ray"),
                        help="where tasks run: local (one at a time, in this process), "
                             "processes (default with --workers above 1) or ray")
     sweep.add_argument("--address", help="with --executor ray: the cluster's address "
                                          "(HOST:PORT, or auto); default: start a local Ray")
-    sweep.add_argument("--workers", type=int, default=None,
-                       help="tasks at a time (default: POSTLAB_WORKERS, else number of "
-                            "cores; with ray: the cluster's CPUs); results do not depend on it")
     sweep.add_argument("--resume", action="store_true",
                        help="complete an interrupted sweep in --out-dir, keeping finished seeds")
-    sweep.add_argument("--quiet", action="store_true", help="print nothing while training")
-    sweep.add_argument("--cpu-path", metavar="PATH",
-                       help="CPU code path, as for run (default: portable; with --resume, "
-                            "the sweep's own)")
-    sweep.add_argument("--allow-large", action="store_true",
-                       help="train even if a version's estimated cost is over the limits")
-    sweep.add_argument("--recalibrate", action="store_true",
-                       help="calibrate the cost estimate afresh instead of reusing the "
-                            "figures this machine kept for the plan (for up to 12 hours)")
-    sweep.add_argument("--device", choices=DEVICE_CHOICES,
-                       help="cpu (default), cuda or auto, as for run; on CUDA each task "
-                            "takes one GPU")
-    sweep.add_argument("--engine", choices=ENGINES.names(), default=DEFAULT_ENGINE,
-                       help="as for run: exact (default) or ensemble (each version's seeds "
-                            "and arms as one batched task)")
-    sweep.add_argument("--log", action="append", choices=_logger_names(), metavar="LOGGER",
-                       help="per-step training scalars, as for run, in each version's "
-                            "folder (VERSION/logs/LOGGER)")
 
-    plot = sub.add_parser("plot", help="write PNG and SVG figures of a run")
-    plot.add_argument("run", type=Path, nargs="?", metavar="RUN",
-                      help="run folder or record (default: the bundled teaching run)")
-    plot.add_argument("--out-dir", type=Path, help="new folder for the figures (default: "
-                                                   "RUN/figures; required for the bundled run)")
-    plot.add_argument("--lang", choices=LANGS, help="label language (default: from locale)")
+
+def _outputs(sub: Commands) -> None:
+    plot = sub.add_parser("plot", parents=[_options(_target, _out_dir(
+        "new folder for the figures (default: RUN/figures; required for the bundled run)",
+        required=False), _lang)], help="write PNG and SVG figures of a run")
     plot.add_argument("--split", default="test", help="split the figures show (default: test)")
     plot.add_argument("--overwrite", action="store_true",
                       help="replace figures an earlier 'postlab plot' wrote in that folder "
                            "(a folder holding anything else is refused; records never are)")
-
-    samples = sub.add_parser("samples", help="show the answers a run recorded: right, gamed "
-                                             "(paid by a lenient contract, wrong) or wrong")
-    samples.add_argument("run", type=Path, nargs="?", metavar="RUN",
-                         help="run folder or record (default: the bundled teaching run)")
+    samples = sub.add_parser("samples", parents=[_options(_target)],
+                             help="show the answers a run recorded: right, gamed (paid by a "
+                                  "lenient contract, wrong) or wrong")
     samples.add_argument("--stage", action="append", default=[], metavar="STAGE",
                          help="initial (the SFT model) or an arm's name (repeatable; default: "
                               "every stage)")
@@ -333,9 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
                          choices=("text", "jsonl"),
                          help="text: distinct answers with counts; jsonl: every matching "
                               "answer, one JSON object a line")
-
-    export = sub.add_parser("export", help="write a run's or a sweep's raw outputs as tidy "
-                                           "tables (Parquet or CSV) into a new folder")
+    export = sub.add_parser("export", parents=[_options(
+        _out_dir("new folder for the tables; must not exist"))],
+        help="write a run's or a sweep's raw outputs as tidy tables (Parquet or CSV) into a "
+             "new folder")
     export.add_argument("run", type=Path, nargs="?", metavar="RUN_OR_SWEEP",
                         help="run folder, record or sweep folder (default: the bundled "
                              "teaching run)")
@@ -343,9 +340,6 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=("parquet", "csv"),
                         help="file format of the tables (default: parquet); the columns are "
                              "in docs/export.md and the folder's schema.json")
-    export.add_argument("--out-dir", type=Path, required=True,
-                        help="new folder for the tables; must not exist")
-
     exercises = sub.add_parser("exercises", help="compute the worked answers arithmetic can show")
     exercises.add_argument("number", type=int, nargs="?", metavar="N",
                            help="one answer's number (default: every answer)")
@@ -353,6 +347,19 @@ def build_parser() -> argparse.ArgumentParser:
                            help="for answer 8: a run (default: the bundled one); for answer "
                                 "9: a run whose arms are pipelines (e.g. of "
                                 "examples/arms-pipelines.json)")
+
+
+#: Each adds its commands; together, in this order, they are ``postlab``'s commands.
+COMMAND_GROUPS = (_plans, _checking, _reports, _training_commands, _outputs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="postlab")
+    parser.add_argument("--version", action="version", version=f"postlab {__version__}",
+                        help="print postlab's version and exit")
+    sub = parser.add_commands("command", "what to do; 'postlab COMMAND --help' explains one")
+    for add_commands in COMMAND_GROUPS:
+        add_commands(sub)
     # Listed from the commands themselves, so --help cannot fall behind them.
     parser.description = (f"RL post-training lab. Commands: {', '.join(sub.choices)}; "
                           "'postlab COMMAND --help' explains each.")

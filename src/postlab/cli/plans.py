@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 
 def freeze(args: argparse.Namespace) -> int:
     from postlab.api.planning import freeze as write
 
     frozen = write(args.path, draft=args.draft, parent=args.parent, settings=args.settings)
-    data = frozen.plan
+    plan = frozen.plan
     if args.draft is not None:
-        section = data["reasoning_gym"]
-        sizes = ", ".join(f"{name} {count}" for name, count in section["sizes"].items())
-        print(f"froze {args.path} (sha256 {frozen.sha256}): {section['dataset']} items "
-              f"({sizes}) from reasoning-gym {section['version']}, items sha256 "
-              f"{section['items_sha256'][:16]}…")
+        section = plan.reasoning_gym
+        sizes = ", ".join(f"{name} {count}" for name, count in section.sizes.items())
+        print(f"froze {args.path} (sha256 {frozen.sha256}): {section.dataset} items "
+              f"({sizes}) from reasoning-gym {section.version}, items sha256 "
+              f"{section.items_sha256[:16]}…")
     elif frozen.parent is None:
         print(f"froze the teaching plan: {args.path} (sha256 {frozen.sha256})")
     else:
-        print(f"froze plan version {data['version']}: {args.path} (sha256 {frozen.sha256}); "
-              f"parent {frozen.parent[:16]}…, changed {', '.join(data['parent']['changes'])}")
+        print(f"froze plan version {plan.version}: {args.path} (sha256 {frozen.sha256}); "
+              f"parent {frozen.parent[:16]}…, changed {', '.join(plan.parent.changes)}")
     return 0
 
 
@@ -37,15 +41,15 @@ def register(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_monitor(data: dict) -> None:
+def _print_monitor(plan: Plan) -> None:
     """The hacking monitor's rule as the plan fixes it, computed now: the drift and threshold
     a calibrated rule chooses for the plan's steps and batch, and what it promises."""
     from postlab.analysis.aggregate import describe_rule, monitor_rule
     from postlab.plan.arms import arm_specs, plan_contracts
 
-    strictest = plan_contracts(data)[0]
-    if any(spec.is_rl and spec.contract != strictest for spec in arm_specs(data)):
-        print(f"hacking monitor: {describe_rule(monitor_rule(data))}")
+    strictest = plan_contracts(plan)[0]
+    if any(spec.is_rl and spec.contract != strictest for spec in arm_specs(plan)):
+        print(f"hacking monitor: {describe_rule(monitor_rule(plan))}")
 
 
 def plan(args: argparse.Namespace) -> int:
@@ -61,6 +65,7 @@ def plan(args: argparse.Namespace) -> int:
         checked = check_plan(args.path)
         if not checked.problems:
             print(f"{args.path}: valid plan (sha256 {checked.sha256})")
+            assert checked.plan is not None
             _print_monitor(checked.plan)
             return 0
         for path, message in checked.problems:

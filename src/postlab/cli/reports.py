@@ -9,12 +9,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from typing import TYPE_CHECKING
 
 from postlab import api
 from postlab.api.environment import did_you_mean
 from postlab.api.reading import analyse, check_split, figure_notices, finding_lines
 from postlab.cli.parser import default_lang
 from postlab.errors import UserError
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 
 def _notices(lang: str) -> None:
@@ -53,20 +57,20 @@ def report(args: argparse.Namespace) -> int:
     opened = open_run(args.run or args.record, args.plan, check_rows=False)
     from postlab.render.labels import starting_words
 
-    with starting_words(opened.plan.data):
+    with starting_words(opened.plan.model):
         if args.split != "all":
             check_split(opened, args.split)
-        require_readable(opened.record, opened.plan.data, opened.source)
+        require_readable(opened.record, opened.plan.model, opened.source)
         check_whole(opened)
-        _check_contract_kinds(args.contracts, opened.plan.data)
+        _check_contract_kinds(args.contracts, opened.plan.model)
         exploratory = api.reading.exploratory_hypotheses(opened, args.hypotheses)
         lang = args.lang or default_lang()
         if args.format_ == "text":
             if lang == "en":
                 sys.stdout.write(_findings_first(opened))
             sys.stdout.write(render_text(build_report(
-                opened.record, opened.plan.data, tables=checked_tables(opened)), lang))
-            if opened.plan.data.get("hypotheses") or opened.registration or exploratory:
+                opened.record, opened.plan.model, tables=checked_tables(opened)), lang))
+            if opened.plan.model.hypotheses or opened.registration or exploratory:
                 sys.stdout.write(_verdict_lines(opened, lang, exploratory))
         if args.format_ != "text" or args.html is not None:
             _rich_report(args, opened, lang, exploratory)
@@ -77,13 +81,13 @@ def report(args: argparse.Namespace) -> int:
 
             contracts = list(dict.fromkeys(args.contracts))
             split = None if args.split == "all" else args.split
-            result = rescore(opened.record, rl_contracts(opened.plan.data), contracts, split,
-                             answer_function(opened.plan.data), checked_tables(opened))
+            result = rescore(opened.record, rl_contracts(opened.plan.model), contracts, split,
+                             answer_function(opened.plan.model), checked_tables(opened))
             sys.stdout.write("\n" + render_rescore(result, lang))
         return 0
 
 
-def _check_contract_kinds(contracts: list[str], plan: dict) -> None:
+def _check_contract_kinds(contracts: list[str], plan: Plan) -> None:
     """Each --contract must read the kind of answer the run's task has."""
     from postlab.tasks.contracts import contract_answers
     from postlab.tasks.registry import task_for
@@ -107,7 +111,7 @@ def _findings_first(opened) -> str:
     from postlab.errors import RecordDoesNotFit
 
     layout = "\nThe counts, in the reference's layout:\n"
-    if "test" not in opened.plan.data["split"]:
+    if "test" not in opened.plan.model.split:
         return ("No findings in words here: they are of the held-out test split, which this "
                 f"plan does not have ('--format table --split S' reports another)\n{layout}")
     try:
@@ -211,7 +215,7 @@ def samples(args: argparse.Namespace) -> int:
             sys.stdout.write(json.dumps(dataclasses.asdict(sample)) + "\n")
         return 0
     limit = 10 if args.limit is None else (None if args.limit == 0 else args.limit)
-    with starting_words(chosen.run.plan.data):
+    with starting_words(chosen.run.plan.model):
         sys.stdout.write(samples_text(chosen.tallies(), chosen.stages, chosen.where, limit))
     return 0
 
@@ -232,11 +236,11 @@ def evaluate(args: argparse.Namespace) -> int:
                          indent=1))
         return 0
     plan = result.plan
-    questions = {split: len(keys) for split, keys in plan["split"].items()}
+    questions = {split: len(keys) for split, keys in plan.split.items()}
     sys.stdout.write(render_baseline(result.figures, plan_name=str(args.plan),
                                      plan_sha256=result.plan_sha256,
-                                     seeds=len(plan["seeds"]), questions=questions,
-                                     samples=plan["eval_samples"]))
+                                     seeds=len(plan.seeds), questions=questions,
+                                     samples=plan.eval_samples))
     if result.out_dir is not None and not args.quiet:
         print(f"kept: {result.out_dir} (plan.json, evaluation.json) in {result.seconds:.1f} s")
     return 0

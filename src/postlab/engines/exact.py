@@ -13,7 +13,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,8 +35,11 @@ from postlab.policies.restore import UNTRAINED, attach_plan_adapters, policy_fro
 from postlab.policies.restore import untrained_weights as untrained_weights
 from postlab.tasks.registry import answer_function
 
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
-def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
+
+def _save_and_check(model: Policy, plan: Plan, seed: int, stage: str,
                     out_dir: Path, rows: dict[str, Any], base: dict[str, str] | None = None,
                     inputs: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Publish the stage's checkpoint, reload it from disk by hash, and re-evaluate it.
@@ -44,7 +47,7 @@ def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
     ``base``: an adapter checkpoint's base (stage and weights digest); ``inputs``: the
     checkpoints it may name, as a record lists them."""
     path = out_dir / checkpoint_name(seed, stage)
-    data = checkpoint_bytes(plan, model.checkpoint_state(), model.kind, base=base)
+    data = checkpoint_bytes(plan.data(), model.checkpoint_state(), model.kind, base=base)
     digest = publish_checkpoint(path, data)
     payload = load_checkpoint(path, digest, kind=policy_kind(plan))
     restored = place_policy(policy_from_checkpoint(plan, payload, seed, out_dir, inputs or {}),
@@ -56,7 +59,7 @@ def _save_and_check(model: Policy, plan: dict[str, Any], seed: int, stage: str,
     return {"file": path.name, "sha256": digest, "reload_equal": equal}
 
 
-def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
+def sft_task(plan: Plan, seed: int, out_dir: Path, every: int,
              emit: Emit, device: str = "cpu", log: tuple[str, ...] = ()) -> dict[str, Any]:
     torch.manual_seed(seed)
     model = build_policy(plan)
@@ -66,7 +69,7 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
     untrained = copy.deepcopy(model.state_dict()) if any(
         arm.from_untrained for arm in arm_specs(plan)) else None
     place_policy(model, device)  # after the CPU initialisation, so it is the same everywhere
-    total = plan["sft_steps"]
+    total = plan.sft_steps
 
     with StepLogs(log, out_dir, seed, SFT_STAGE) as logs:
 
@@ -85,7 +88,7 @@ def sft_task(plan: dict[str, Any], seed: int, out_dir: Path, every: int,
             "compute": sft_compute(plan, total)}
 
 
-def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any],
+def arm_task(plan: Plan, seed: int, arm_name: str, sft: dict[str, Any],
              out_dir: Path, every: int, emit: Emit, device: str = "cpu",
              log: tuple[str, ...] = ()) -> dict[str, Any]:
     arm = next(a for a in arm_specs(plan) if a.name == arm_name)
@@ -95,7 +98,7 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
     else:
         start.load_state_dict(sft["state_dict"])
     base = None
-    if arm.is_rl and plan.get("lora") is not None:
+    if arm.is_rl and plan.lora is not None:
         # adapters on CPU, before placing, so their initial values are the same everywhere
         base = {"stage": UNTRAINED if arm.pipeline == "rl-only" else "initial",
                 "weights_sha256": attach_plan_adapters(start, plan, seed)}
@@ -104,7 +107,7 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
     with StepLogs(log, out_dir, seed, arm.name) as logs:
         if arm.pipeline == "sft-only":
             model = start
-            done = plan["sft_steps"]  # its curve continues the seed's SFT curve
+            done = plan.sft_steps  # its curve continues the seed's SFT curve
 
             def sft_hook(step: int, loss: float) -> None:
                 logs.scalars(done + step, {SFT_LOSS_TAG: loss})
@@ -120,10 +123,10 @@ def arm_task(plan: dict[str, Any], seed: int, arm_name: str, sft: dict[str, Any]
             result["sft_loss"] = supervised(
                 model, plan, seed, (lambda step, loss: logs.scalars(step, {SFT_LOSS_TAG: loss}))
                 if log else None, selection=arm.selection or "random")
-            result["compute"] = sft_compute(plan, plan["sft_steps"])
+            result["compute"] = sft_compute(plan, plan.sft_steps)
         else:
             reference = start.reference_policy()
-            total = plan["rl_steps"]
+            total = plan.rl_steps
             answer = answer_function(plan)
             contracts = plan_contracts(plan)
 
@@ -157,7 +160,7 @@ class CheckpointRef:
 class SftTask:
     """One seed's SFT stage. Its result holds no weights: arms read them from its checkpoint."""
 
-    plan: dict[str, Any]
+    plan: Plan
     seed: int
     out_dir: Path
     every: int
@@ -182,7 +185,7 @@ class ArmTask:
     ``initial`` checkpoint, refused unless its sha256 matches; untrained weights (RL-only arms)
     are rebuilt from the seed exactly as the SFT task built them."""
 
-    plan: dict[str, Any]
+    plan: Plan
     seed: int
     arm: str
     initial: CheckpointRef
@@ -203,7 +206,7 @@ class ArmTask:
         else:
             path = self.out_dir / self.initial.file
             payload = load_checkpoint(path, self.initial.sha256, kind=policy_kind(self.plan))
-            if payload.get("plan") != self.plan:
+            if payload.get("plan") != self.plan.data():
                 raise CheckpointError(f"{path}: a checkpoint of another plan; refusing it")
             start["state_dict"] = payload["state_dict"]
             start["checkpoints"] = {"initial": {"file": self.initial.file,
@@ -228,10 +231,10 @@ class ExactEngine:
     keeps_results = False
     whole_seeds = False
 
-    def problems(self, plan: Mapping[str, Any], log: Sequence[str] = ()) -> list[str]:
+    def problems(self, plan: Plan, log: Sequence[str] = ()) -> list[str]:
         return []
 
-    def batch_key(self, plan: Mapping[str, Any]) -> str:
+    def batch_key(self, plan: Plan) -> str:
         return "each run alone"  # tasks never mix runs: any key will do
 
     def tasks(self, works: Sequence[Work], capacity: int) -> list[EngineTask]:
@@ -253,7 +256,7 @@ class ExactEngine:
             return []
         return _arm_tasks(work, task.seed, results[task.keys[0]])
 
-    def evaluate_many(self, models: Sequence[Policy], plan: dict[str, Any],
+    def evaluate_many(self, models: Sequence[Policy], plan: Plan,
                       seeds: Sequence[int], device: str) -> list[dict[str, Any]]:
         # one model at a time: the exact engine's bits are those of a lone forward pass
         return [evaluate_model(model, plan, seed)

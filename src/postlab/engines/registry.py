@@ -19,6 +19,7 @@ from postlab.errors import UserError
 from postlab.registry import Registry
 
 if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
     from postlab.policies import Policy
 
 #: (run folder, seed, stage): one stage of one seed of one run, the unit results come in.
@@ -32,7 +33,7 @@ class Work:
     """Pending seeds of one run folder for an engine to train, with what an interrupted
     invocation already finished of them: (seed, stage) -> result."""
 
-    plan: dict[str, Any]
+    plan: Plan
     seeds: tuple[int, ...]
     out_dir: Path
     kept: Mapping[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
@@ -68,10 +69,10 @@ class Engine(Protocol):
     #: are dropped, with their checkpoints, and the seed trains again whole
     whole_seeds: bool
 
-    def problems(self, plan: Mapping[str, Any], log: Sequence[str] = ()) -> list[str]:
+    def problems(self, plan: Plan, log: Sequence[str] = ()) -> list[str]:
         """What it cannot train of ``plan`` (with these live loggers); empty: it can."""
 
-    def batch_key(self, plan: Mapping[str, Any]) -> str:
+    def batch_key(self, plan: Plan) -> str:
         """Runs whose plans give equal keys may be trained by the same tasks."""
 
     def tasks(self, works: Sequence[Work], capacity: int) -> list[EngineTask]:
@@ -82,7 +83,7 @@ class Engine(Protocol):
               work: Work) -> list[EngineTask]:
         """Tasks that became ready because ``task`` finished with ``results``."""
 
-    def evaluate_many(self, models: Sequence[Policy], plan: dict[str, Any],
+    def evaluate_many(self, models: Sequence[Policy], plan: Plan,
                       seeds: Sequence[int], device: str) -> list[dict[str, Any]]:
         """Loaded checkpoints' evaluation rows (``seeds[i]`` the seed of ``models[i]``),
         recomputed as this engine computed them, as one computation where the engine can:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from postlab.policies import Policy
 from postlab.policies.decoding import decode_loop, sampler
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 
 def _autocast(model: Policy) -> contextlib.AbstractContextManager[Any]:
@@ -78,19 +81,19 @@ def to_rows(model: Policy, pairs: Sequence[Sequence[int]], tokens: torch.Tensor,
 
 
 @torch.no_grad()
-def evaluate_model(model: Policy, plan: dict[str, Any], seed: int) -> dict[str, Any]:
+def evaluate_model(model: Policy, plan: Plan, seed: int) -> dict[str, Any]:
     """Greedy and sampled rows for every split; one generator per split, seeded
     ``seed + 4000 + split_index`` and shared by both decodings in that order. Evaluation
     runs in evaluation mode (no adapter dropout), and leaves the model so."""
     model.eval()
     result = {}
-    for split_index, (split, pairs) in enumerate(plan["split"].items()):
+    for split_index, (split, pairs) in enumerate(plan.split.items()):
         generator = torch.Generator(model.device).manual_seed(seed + 4000 + split_index)
-        greedy, mask = generate(model, pairs, plan["max_new_tokens"], plan["temperature"],
+        greedy, mask = generate(model, pairs, plan.max_new_tokens, plan.temperature,
                                 generator, greedy=True)
-        repeated = [pair for pair in pairs for _ in range(plan["eval_samples"])]
-        sampled, smask = generate(model, repeated, plan["max_new_tokens"],
-                                  plan["temperature"], generator)
+        repeated = [pair for pair in pairs for _ in range(plan.eval_samples)]
+        sampled, smask = generate(model, repeated, plan.max_new_tokens,
+                                  plan.temperature, generator)
         result[split] = {"greedy": to_rows(model, pairs, greedy, mask),
                          "sampled": to_rows(model, repeated, sampled, smask)}
     return result

@@ -1,4 +1,5 @@
-"""SFT and RL loops for one seed. The exact engine's only calls of ``backward()`` and ``step()``.
+"""SFT and RL loops for one seed: the exact engine's sampling around the shared learning
+(:mod:`postlab.engines.steps`, where every ``backward()`` and ``step()`` is).
 
 Random streams, fixed by the plan's seed so any stage can be re-run alone:
 ``random.Random(seed + 1000)`` draws SFT batches, ``random.Random(seed + 2000)`` draws RL
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -21,6 +22,13 @@ from torch.nn import functional as F
 from postlab.engines.optim import adam_for
 from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
+from postlab.engines.steps import (
+    Check,
+    UpdateRule,
+    advantages,
+    gradient_step,
+    policy_updates,
+)
 from postlab.errors import NonFiniteError
 from postlab.policies import Policy
 from postlab.policies.lora import AdaptersOff
@@ -31,6 +39,9 @@ from postlab.tasks.contracts import CONTRACTS, score
 from postlab.tasks.registry import task_for
 from postlab.tasks.rows import Row
 from postlab.tasks.selection import SELECTIONS, order
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: Called after each RL step with (step, rollout rows); used for progress display.
 StepHook = Callable[[int, list], None]
@@ -53,47 +64,84 @@ def sequence_log_dist(model: Policy, prompts: torch.Tensor,
     return logits.float().log_softmax(-1)
 
 
-def supervised(model: Policy, plan: dict[str, Any], seed: int,
+def sft_loss(model: Policy, demonstration: Callable[[Any], str], pairs: list, *,
+             positions: int | None = None) -> torch.Tensor:
+    """Teacher-forced cross-entropy (0-dim, float32) of the demonstrations of ``pairs``.
+
+    ``positions``: score only the sequences' last ``positions`` positions in one forward pass
+    of as many (the cost estimate's bounded measurement of a long sequence); None, the
+    training step: the whole response after each prompt."""
+    tokenizer = model.tokenizer
+    pad = tokenizer.pad_id
+    targets = [[*tokenizer.encode(demonstration(pair)), tokenizer.eos_id] for pair in pairs]
+    width = max(map(len, targets))
+    target = torch.tensor([t + [pad] * (width - len(t)) for t in targets],
+                          device=model.device)
+    prompts = model.prompts(pairs)
+    if positions is None:
+        with model.autocast():
+            logits = model.continuation(prompts, target)
+        wanted = target
+    else:
+        sequence = torch.cat([prompts, target], dim=1)
+        inputs, wanted = sequence[:, :-1][:, -positions:], sequence[:, 1:][:, -positions:]
+        scored = min(inputs.shape[1], width)
+        with model.autocast():
+            logits = model(inputs)[:, -scored:]
+        wanted = wanted[:, -scored:]
+    logits = logits.float()  # the loss in float32 (a no-op for a float32 forward pass)
+    # the model's output width, which a pretrained model may have wider than its
+    # tokenizer's vocabulary
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), wanted.flatten(),
+                           ignore_index=pad)
+
+
+def _checker(what: str, where: str) -> Check:
+    """The exact engine's finiteness check of a step's loss and gradient norm."""
+    def check(loss: torch.Tensor, norm: torch.Tensor) -> None:
+        _check_finite(loss.item(), what, where)
+        _check_finite(norm.item(), "gradient norm", where)
+    return check
+
+
+def supervised(model: Policy, plan: Plan, seed: int,
                hook: Callable[[int, float], None] | None = None, *, steps: int | None = None,
                rng_offset: int = 1000, selection: str = "random") -> list[float]:
     """Teacher-forced cross-entropy on train pairs, drawn each step by the demonstration
     ``selection`` rule (:mod:`postlab.tasks.selection`); returns the loss of every step."""
     rng = random.Random(seed + rng_offset)
-    optimizer = adam_for(model.parameters(), plan["sft_lr"])
+    optimizer = adam_for(model.parameters(), plan.sft_lr)
     task = task_for(plan)
-    split = order(plan["split"]["train"], task.difficulty, selection)
+    split = order(plan.split["train"], task.difficulty, selection)
     choose = SELECTIONS[selection]
-    tokenizer = model.tokenizer
-    pad = tokenizer.pad_id
     losses = []
-    total = plan["sft_steps"] if steps is None else steps
+    total = plan.sft_steps if steps is None else steps
     for step in range(total):
-        pairs = choose(split, rng, step, total, plan["sft_batch"])
-        targets = [[*tokenizer.encode(task.demonstration(pair)), tokenizer.eos_id]
-                   for pair in pairs]
-        width = max(map(len, targets))
-        target = torch.tensor([t + [pad] * (width - len(t)) for t in targets],
-                              device=model.device)
-        prompts = model.prompts(pairs)
-        with model.autocast():
-            logits = model.continuation(prompts, target)
-        logits = logits.float()  # the loss in float32 (a no-op for a float32 forward pass)
-        # the model's output width, which a pretrained model may have wider than its
-        # tokenizer's vocabulary
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.flatten(),
-                               ignore_index=pad)
-        optimizer.zero_grad()
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), plan["gradient_clip"])
-        optimizer.step()
+        pairs = choose(split, rng, step, total, plan.sft_batch)
+        loss = sft_loss(model, task.demonstration, pairs)
+        gradient_step(loss, optimizer,
+                      lambda: nn.utils.clip_grad_norm_(model.parameters(), plan.gradient_clip),
+                      _checker("SFT loss", f"seed {seed}, SFT step {step + 1}"))
         value = loss.item()
-        where = f"seed {seed}, SFT step {step + 1}"
-        _check_finite(value, "SFT loss", where)
-        _check_finite(grad_norm.item(), "gradient norm", where)
         losses.append(value)
         if hook is not None:
             hook(step + 1, value)
     return losses
+
+
+def reference_log_dist(reference: Policy | AdaptersOff, prompts: torch.Tensor,
+                       tokens: torch.Tensor) -> torch.Tensor:
+    """The KL anchor's log-probabilities at each response position (no gradient)."""
+    with torch.no_grad():
+        return sequence_log_dist(reference, prompts, tokens)
+
+
+def update_rule(plan: Plan, updates: int | None = None) -> UpdateRule:
+    """The plan's RL update settings for one model (``updates``: the plan's by default)."""
+    clip_low, clip_high = clip_range(plan)
+    return UpdateRule(algorithm_of(plan), clip_low, clip_high, plan.kl_beta,
+                      plan.max_new_tokens,
+                      plan.updates_per_rollout if updates is None else updates)
 
 
 def _pad(tokens: torch.Tensor, mask: torch.Tensor, width: int,
@@ -110,22 +158,22 @@ def _pad(tokens: torch.Tensor, mask: torch.Tensor, width: int,
 class _Rollout:
     """One step's batch of groups: pairs, tokens, mask, rows and rewards."""
 
-    def __init__(self, model: Policy, plan: dict[str, Any], pairs: list, rewards_of: Callable,
+    def __init__(self, model: Policy, plan: Plan, pairs: list, rewards_of: Callable,
                  generator: torch.Generator) -> None:
         self.pairs = pairs
-        self.tokens, self.mask = generate(model, pairs, plan["max_new_tokens"],
-                                          plan["temperature"], generator)
+        self.tokens, self.mask = generate(model, pairs, plan.max_new_tokens,
+                                          plan.temperature, generator)
         self.rows = to_rows(model, pairs, self.tokens, self.mask)
         self.rewards = rewards_of(self.rows, self.mask)
 
 
-def _resample_constant_groups(batch: _Rollout, model: Policy, plan: dict[str, Any],
+def _resample_constant_groups(batch: _Rollout, model: Policy, plan: Plan,
                               rng: random.Random, generator: torch.Generator,
                               rewards_of: Callable) -> dict[str, Any]:
     """Dynamic sampling (DAPO): replace groups whose rewards are all equal with fresh mixed
     groups, drawing at most ``max_extra_groups`` extra groups this step."""
-    size = plan["group_size"]
-    budget = plan["dynamic_sampling"]["max_extra_groups"]
+    size = plan.group_size
+    budget = plan.dynamic_sampling.max_extra_groups
     pairs, rows = list(batch.pairs), list(batch.rows)
     tokens, mask, rewards = batch.tokens, batch.mask, batch.rewards.clone()
     constant = [g for g, std in enumerate(objective.group_reward_std(rewards, size).flatten())
@@ -134,7 +182,7 @@ def _resample_constant_groups(batch: _Rollout, model: Policy, plan: dict[str, An
     dropped_rows: list = []
     while constant and drawn < budget:
         count = min(len(constant), budget - drawn)
-        questions = rng.choices(plan["split"]["train"], k=count)
+        questions = rng.choices(plan.split["train"], k=count)
         fresh = _Rollout(model, plan, [q for q in questions for _ in range(size)], rewards_of,
                          generator)
         drawn += count
@@ -177,47 +225,26 @@ def _signal_only(tokens: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor
     return tokens[index], mask[index], rewards[index], [pairs[i] for i in index.tolist()]
 
 
-def _update(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, Any],
-            algorithm: Any, optimizer: Any, trainable: list, tokens: torch.Tensor,
+def _update(model: Policy, reference: Policy | AdaptersOff, plan: Plan,
+            optimizer: Any, trainable: list, tokens: torch.Tensor,
             mask: torch.Tensor, rewards: torch.Tensor, pairs: list, where: str
             ) -> list[dict[str, float]]:
     """The step's ``updates_per_rollout`` clipped policy-gradient updates on one batch of
-    whole groups; each update's statistics."""
-    group_size = plan["group_size"]
-    clip_low, clip_high = clip_range(plan)
-    advantage = algorithm.advantage(rewards.reshape(-1, group_size)).flatten()
+    whole groups (:func:`postlab.engines.steps.policy_updates`); each update's statistics."""
+    rule = update_rule(plan)
+    advantage = advantages(rule.algorithm, rewards, plan.group_size)
     prompts = model.prompts(pairs)
-    with torch.no_grad():
-        ref_log_dist = sequence_log_dist(reference, prompts, tokens)
-    old_logp = None
-    updates = []
+    reference_dist = reference_log_dist(reference, prompts, tokens)
     model.train()
-    for _ in range(plan["updates_per_rollout"]):
-        log_dist = sequence_log_dist(model, prompts, tokens)
-        terms = objective.policy_loss(
-            log_dist, ref_log_dist, tokens, mask, advantage, old_logp, algorithm=algorithm,
-            clip_low=clip_low, clip_high=clip_high, kl_beta=plan["kl_beta"],
-            max_tokens=plan["max_new_tokens"])
-        if old_logp is None:
-            # Before the first update the policy is the one that sampled: its
-            # log-probabilities are this forward pass's, so it is not run twice.
-            old_logp = terms.logp.detach()
-        optimizer.zero_grad()
-        terms.loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(trainable, plan["gradient_clip"])
-        optimizer.step()
-        values = objective.update_statistics(terms, mask, clip_low, clip_high)
-        stats = {"loss": values["loss"].item(),
-                 "gradient_norm_before_clip": grad_norm.item(),
-                 **{key: values[key].item() for key in ("kl", "entropy",
-                                                         "ratio_outside_clip")}}
-        _check_finite(stats["loss"], "RL loss", where)
-        _check_finite(stats["gradient_norm_before_clip"], "gradient norm", where)
-        updates.append(stats)
-    return updates
+    updates = policy_updates(
+        rule, lambda: sequence_log_dist(model, prompts, tokens), reference_dist, tokens, mask,
+        advantage, optimizer=optimizer,
+        clip=lambda: nn.utils.clip_grad_norm_(trainable, plan.gradient_clip),
+        check=_checker("RL loss", where))
+    return [{key: value.item() for key, value in update.items()} for update in updates]
 
 
-def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, Any], seed: int,
+def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: Plan, seed: int,
               contract_name: str, hook: StepHook | None = None, *,
               label: str | None = None, observe: StepObserver | None = None,
               ) -> tuple[Policy, list[dict[str, Any]], dict[str, int]]:
@@ -231,14 +258,13 @@ def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, An
     """
     CONTRACTS[contract_name]  # an unknown contract fails here, before any training
     answer = task_for(plan).answer
-    algorithm = algorithm_of(plan)
     rng = random.Random(seed + 2000)
     generator = torch.Generator(model.device).manual_seed(seed + 3000)
     trainable = model.trainable()  # every weight, or only the adapters
-    optimizer = adam_for(trainable, plan["rl_lr"])
-    group_size = plan["group_size"]
-    dynamic = plan.get("dynamic_sampling") is not None
-    drop_constant = dynamic and plan["dynamic_sampling"].get("constant_groups") == "drop"
+    optimizer = adam_for(trainable, plan.rl_lr)
+    group_size = plan.group_size
+    dynamic = plan.dynamic_sampling is not None
+    drop_constant = dynamic and plan.dynamic_sampling.constant_groups == "drop"
     compute = {"completions": 0, "tokens_generated": 0, "gradient_steps": 0,
                "examples_seen": 0}
 
@@ -252,9 +278,9 @@ def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, An
                             dtype=torch.float32, device=model.device)
 
     history = []
-    for step in range(1, plan["rl_steps"] + 1):
+    for step in range(1, plan.rl_steps + 1):
         where = f"seed {seed}, arm {label or contract_name}, RL step {step}"
-        questions = rng.choices(plan["split"]["train"], k=plan["prompts_per_step"])
+        questions = rng.choices(plan.split["train"], k=plan.prompts_per_step)
         model.eval()  # sampling never runs (adapter) dropout
         batch = _Rollout(model, plan, [q for q in questions for _ in range(group_size)],
                          rewards_of, generator)
@@ -268,8 +294,8 @@ def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, An
                                                         group_size)
         updates = []
         if pairs:
-            updates = _update(model, reference, plan, algorithm, optimizer, trainable,
-                              tokens, mask, rewards, pairs, where)
+            updates = _update(model, reference, plan, optimizer, trainable, tokens, mask,
+                              rewards, pairs, where)
             compute["gradient_steps"] += len(updates)
             compute["examples_seen"] += len(updates) * len(pairs)
         model.eval()
@@ -285,10 +311,10 @@ def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: dict[str, An
     return model, history, compute
 
 
-def sft_compute(plan: dict[str, Any], steps: int) -> dict[str, int]:
+def sft_compute(plan: Plan, steps: int) -> dict[str, int]:
     """What an SFT phase of ``steps`` steps costs, in the units RL arms report."""
     return {"completions": 0, "tokens_generated": 0, "gradient_steps": steps,
-            "examples_seen": steps * plan["sft_batch"]}
+            "examples_seen": steps * plan.sft_batch}
 
 
 def rollout_rates(rows: list, answer: Callable = sum,

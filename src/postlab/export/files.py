@@ -78,10 +78,10 @@ def write_export(folder: Path, runs: Sequence[tuple[str | None, LoadedRun]], fmt
 
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    kinds = {task_for(run.plan.data).answer_kind for _, run in runs}
+    kinds = {task_for(run.plan.model).answer_kind for _, run in runs}
     if len(kinds) > 1:
         raise UserError("these runs' tasks have different kinds of answer; export them apart")
-    names = (export_contracts([run.plan.data for _, run in runs],
+    names = (export_contracts([run.plan.model for _, run in runs],
                               kinds.pop() if kinds else "integer")
              if contracts is None else list(contracts))
     provenance = _provenance(runs)

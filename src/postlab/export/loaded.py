@@ -66,10 +66,10 @@ class LoadedRun:
 
         opened = self.opened
         if opened is None:
-            return Source(self.record, self.plan.data, version)
+            return Source(self.record, self.plan.model, version)
         from postlab.records.opened import checked_tables
 
-        return Source(self.record, self.plan.data, version, lambda: checked_tables(opened))
+        return Source(self.record, self.plan.model, version, lambda: checked_tables(opened))
 
     @functools.cached_property
     def _tables(self) -> dict[str, pa.Table]:
@@ -81,7 +81,7 @@ class LoadedRun:
         from postlab.tasks.registry import task_for
 
         sources = [self.source()]
-        contracts = export_contracts([self.plan.data], task_for(self.plan.data).answer_kind)
+        contracts = export_contracts([self.plan.model], task_for(self.plan.model).answer_kind)
         schemas = {name: arrow_schema(table_columns(name, sources, contracts))
                    for name in TABLES}
         batches: dict[str, list[pa.RecordBatch]] = {name: [] for name in TABLES}
@@ -152,7 +152,7 @@ def load_run(path: str | Path | None = None) -> LoadedRun:
     return LoadedRun(record_path=opened.source, plan_sha256=plan.sha256,
                      record_sha256=opened.record_sha256,
                      seeds=tuple(seeds), stages=tuple(stages),
-                     arms=tuple(arms), rewarded_by=dict(rl_contracts(plan.data)), plan=plan,
+                     arms=tuple(arms), rewarded_by=dict(rl_contracts(plan.model)), plan=plan,
                      record=record, opened=opened)
 
 

@@ -29,6 +29,8 @@ from postlab.tasks.rows import ROLLOUT, Row, iter_rows
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from postlab.plan.schema import Plan
+
 #: The exported tables' schema version: within one version columns are only ever added.
 SCHEMA = "postlab.export/1"
 #: Column types, named as Arrow names them.
@@ -202,7 +204,7 @@ class Source:
     seed checked first, :func:`~postlab.records.columns.record_tables`)."""
 
     record: dict[str, Any]
-    plan: dict[str, Any]
+    plan: Plan
     version: str | None = None
     tables: Callable[[], Iterable[Any]] | None = None
 
@@ -226,7 +228,7 @@ def _eval_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, 
     from postlab.tasks.registry import task_for
 
     task = task_for(source.plan)
-    per_question = {"greedy": 1, "sampled": source.plan["eval_samples"]}
+    per_question = {"greedy": 1, "sampled": source.plan.eval_samples}
     last, position = None, 0
     for place, row in iter_rows(source.record, training=False):
         position = position + 1 if place == last else 0
@@ -241,7 +243,7 @@ def _rollout_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[An
     from postlab.tasks.registry import task_for
 
     task = task_for(source.plan)
-    size = source.plan["group_size"]
+    size = source.plan.group_size
     rewarded_by = rl_contracts(source.plan)
     last, position = None, 0
     for place, row in iter_rows(source.record, evaluations=False):
@@ -290,7 +292,7 @@ def _summary_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[An
 
     first = plan_contracts(source.plan)[0]
     scored = [first, *(name for name in contracts if name != first)]
-    entries = summarize(source.record, source.plan["eval_samples"],
+    entries = summarize(source.record, source.plan.eval_samples,
                         answer_function(source.plan), scored)
     for entry in entries:
         for split, decoded in entry.items():
@@ -387,7 +389,7 @@ def columnar_batches(sources: Sequence[Source], contracts: Sequence[str],
     pending: dict[str, list[pa.Table]] = {name: [] for name in schemas}
     held = dict.fromkeys(schemas, 0)
     for source in sources:
-        if source.plan.get("dynamic_sampling") is not None:
+        if source.plan.dynamic_sampling is not None:
             built = arrow_batches([source], contracts, schemas, batch_rows, sweep=sweep)
             for name, batch in built:
                 pending[name].append(_as_table(batch))
@@ -468,7 +470,7 @@ def _batch_tables(source: Source, tables: Any, contracts: Sequence[str],
 
     built: dict[str, Any] = {}
     if "eval_samples" in schemas:
-        rows = labelled_evaluations(tables, scores, plan["eval_samples"])
+        rows = labelled_evaluations(tables, scores, plan.eval_samples)
         built["eval_samples"] = pa.table({
             **{name: rows.column(name) for name in (
                 "seed", "stage", "split", "decoding", "question", "sample", "a", "b",
@@ -476,7 +478,7 @@ def _batch_tables(source: Source, tables: Any, contracts: Sequence[str],
             **judgements(rows)})
     if "rollout_samples" in schemas:
         rows = labelled_rollouts(tables, scores)
-        size = plan["group_size"]
+        size = plan.group_size
         position = rows.column("position")
         rewarded_by = rl_contracts(plan)
         built["rollout_samples"] = pa.table({
@@ -532,7 +534,7 @@ def _batch_tables(source: Source, tables: Any, contracts: Sequence[str],
         first = plan_contracts(plan)[0]
         scored = [first, *(name for name in contracts if name != first)]
         summary: dict[str, list[Any]] = {}
-        for entry in table_summary(tables, plan["eval_samples"], task.answer, scored):
+        for entry in table_summary(tables, plan.eval_samples, task.answer, scored):
             for split, decoded in entry.items():
                 if split in ("seed", "stage"):
                     continue

@@ -8,7 +8,10 @@ pipeline explicitly, so a plan can compare SFT only, RL only and SFT then RL at 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import ArmSpec, Plan
 
 PIPELINES = {
     "sft-then-rl": "RL from the SFT model, with the SFT model as the KL reference",
@@ -39,35 +42,36 @@ class Arm:
         """Whether the arm starts from the untrained weights (not from the SFT model)."""
         return self.pipeline in ("rl-only", "sft-selected")
 
-    def own_sft_steps(self, plan: dict[str, Any]) -> int:
+    def own_sft_steps(self, plan: Plan) -> int:
         """SFT steps the arm trains itself: an sft-only arm's extra ones, an sft-selected
         arm's (the plan's, matched), none for an RL arm."""
         if self.pipeline == "sft-selected":
-            return plan["sft_steps"]
+            return plan.sft_steps
         return self.sft_steps or 0
 
 
-def parse_arm(entry: str | dict[str, Any]) -> Arm:
+def parse_arm(entry: str | ArmSpec) -> Arm:
+    """A plan's arm: a contract's name (SFT, then RL under it), or an arm object."""
     if isinstance(entry, str):
         return Arm(name=entry, pipeline="sft-then-rl", contract=entry, sft_steps=None)
-    return Arm(name=entry["name"], pipeline=entry["pipeline"], contract=entry.get("contract"),
-               sft_steps=entry.get("sft_steps"), selection=entry.get("selection"))
+    return Arm(name=entry.name, pipeline=entry.pipeline, contract=entry.contract,
+               sft_steps=entry.sft_steps, selection=entry.selection)
 
 
-def arm_specs(plan: dict[str, Any]) -> list[Arm]:
-    return [parse_arm(entry) for entry in plan["arms"]]
+def arm_specs(plan: Plan) -> list[Arm]:
+    return [parse_arm(entry) for entry in plan.arms]
 
 
-def arm_names(plan: dict[str, Any]) -> list[str]:
+def arm_names(plan: Plan) -> list[str]:
     return [arm.name for arm in arm_specs(plan)]
 
 
-def rl_contracts(plan: dict[str, Any]) -> dict[str, str]:
+def rl_contracts(plan: Plan) -> dict[str, str]:
     """Stage name -> the contract it was trained on, for RL arms."""
     return {arm.name: arm.contract for arm in arm_specs(plan) if arm.contract is not None}
 
 
-def plan_contracts(plan: dict[str, Any]) -> tuple[str, ...]:
+def plan_contracts(plan: Plan) -> tuple[str, ...]:
     """The contracts a plan's results are reported under: the task's, in its order, then any
     other contract the plan's arms train on, in arm order."""
     from postlab.tasks.registry import task_for

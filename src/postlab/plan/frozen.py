@@ -13,7 +13,7 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
 from postlab.jsonio import (
@@ -24,6 +24,9 @@ from postlab.jsonio import (
     publish_bytes,
     read_bytes,
 )
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import PlanModel
 
 Pair = tuple[int, int]
 
@@ -100,7 +103,7 @@ class LoadedPlan:
     """A plan as read from disk: the typed fields, the raw dict, and the hash of its bytes."""
 
     path: Path
-    model: Any  # postlab.plan.schema.PlanModel
+    model: PlanModel
     data: dict[str, Any]
     sha256: str
     raw: bytes = b""  # the file's exact bytes, copied into a run folder as they are
@@ -118,7 +121,7 @@ def parse_plan(raw: bytes, source: str, path: Path | None = None) -> LoadedPlan:
     problems = validate_plan(data)
     if problems:
         raise UserError(f"{source}: invalid plan: {describe_problems(problems)}")
-    return LoadedPlan(path=path or Path(source), model=PlanModel.model_validate(data),
+    return LoadedPlan(path=path or Path(source), model=PlanModel.of(data),
                       data=data, sha256=sha256_hex(raw), raw=raw)
 
 
@@ -176,12 +179,12 @@ def complete_draft(draft: dict[str, Any]) -> dict[str, Any]:
             [("reasoning_gym." + ".".join(map(str, e["loc"])), e["msg"])
              for e in exc.errors()])) from None
     fields = draft_fields(section)
-    plan: dict[str, Any] = {}
+    written: dict[str, Any] = {}
     for key, value in draft.items():
-        plan[key] = value
+        written[key] = value
         if key == "reasoning_gym":
-            plan[key] = fields["reasoning_gym"]
-            plan["split"] = fields["split"]
+            written[key] = fields["reasoning_gym"]
+            written["split"] = fields["split"]
     if "vocab" not in draft:
         eos, pad = draft.get("eos"), draft.get("pad")
         if not (isinstance(eos, str) and isinstance(pad, str)):
@@ -190,15 +193,15 @@ def complete_draft(draft: dict[str, Any]) -> dict[str, Any]:
         extra = "".join(dict.fromkeys(c for c in eos + pad if c not in fields["characters"]))
         vocab = fields["characters"] + extra
         ordered: dict[str, Any] = {}
-        for key, value in plan.items():
+        for key, value in written.items():
             ordered[key] = value
             if key == "seeds":
                 ordered["vocab"] = vocab
-        plan = ordered if "vocab" in ordered else {**plan, "vocab": vocab}
-    problems = validate_plan(plan)
+        written = ordered if "vocab" in ordered else {**written, "vocab": vocab}
+    problems = validate_plan(written)
     if problems:
         raise UserError(f"draft: the frozen plan would be invalid: {describe_problems(problems)}")
-    return plan
+    return written
 
 
 #: Keys a derived plan sets itself; ``--set`` may not change them.
@@ -250,7 +253,7 @@ def derive_plan(parent: LoadedPlan, settings: list[str], today: str) -> dict[str
         changes.append(key)
     if not changes:
         raise UserError("a new plan version needs at least one --set key=value")
-    data["version"] = parent.data["version"] + 1
+    data["version"] = parent.model.version + 1
     data["date"] = today
     data["parent"] = {"sha256": parent.sha256, "changes": changes}
     problems = validate_plan(data)

@@ -9,14 +9,26 @@ trains (a margin the metric cannot exceed could never decide); the decision rule
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from postlab.registry import Registry
 
-if TYPE_CHECKING:  # read through its public methods only; computed in a later layer
-    from postlab.analysis.aggregate import Analysis
+
+class Analysis(Protocol):
+    """What a metric reads of a report's analysis (``postlab.analysis.aggregate.Analysis``,
+    computed in a later layer: naming only these members keeps the plan below it)."""
+
+    contracts: Sequence[str]
+    #: pass@k curves with ``stage``, ``split``, ``k`` and ``per_seed`` values
+    pass_at_k: Sequence[Any]
+    #: hacking gaps with ``stage``, ``split`` and a ``gap`` estimate (``.per_seed``)
+    hacking_gaps: Sequence[Any]
+
+    def outcome(self, stage: str, split: str, decoding: str, metric: str) -> Any: ...
+
+    def cells(self, stage: str, split: str, decoding: str, metric: str) -> Any: ...
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,10 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import PlanModel
 
 #: The registration file's format name, first in the file.
 SCHEMA = "postlab.registration/1"
@@ -62,15 +65,21 @@ def make_registration(plan_sha256: str, section: dict[str, Any], now: str) -> di
             "hypotheses": section, "hypotheses_sha256": hypotheses_sha256(section)}
 
 
-def section_problems(plan: dict[str, Any], section: Any) -> list[tuple[str, str]]:
+def section_problems(plan: PlanModel, section: Any) -> list[tuple[str, str]]:
     """Why ``section`` cannot be the hypotheses of ``plan`` (a checked plan): the plan's own
     checks, as if the plan held it."""
-    from postlab.plan.schema import validate_plan
+    from pydantic import ValidationError
 
-    return validate_plan({**plan, "hypotheses": section})
+    from postlab.plan.schema import Hypotheses, field_path, hypothesis_problems
+
+    try:
+        typed = Hypotheses.model_validate(section)
+    except ValidationError as exc:
+        return [(field_path(("hypotheses", *err["loc"])), err["msg"]) for err in exc.errors()]
+    return hypothesis_problems(plan.model_copy(update={"hypotheses": typed}))
 
 
-def registration_problems(registration: Any, plan: dict[str, Any], plan_sha256: str
+def registration_problems(registration: Any, plan: PlanModel, plan_sha256: str
                           ) -> list[str]:
     """Why ``registration`` is not a sound registration for this plan: its form, its hash of
     the hypotheses, the plan it names, and the hypotheses themselves. A plan with hypotheses
@@ -96,8 +105,11 @@ def registration_problems(registration: Any, plan: dict[str, Any], plan_sha256: 
         problems.append("hypotheses_sha256 is not the hash of its hypotheses (changed since "
                         "registration)")
         return problems
-    own = plan.get("hypotheses")
-    if own is not None and hypotheses_sha256(own) != registration["hypotheses_sha256"]:
+    from postlab.plan.schema import section_data
+
+    own = plan.hypotheses
+    if own is not None and \
+            hypotheses_sha256(section_data(own)) != registration["hypotheses_sha256"]:
         problems.append("the plan states hypotheses of its own, and these are others")
     problems += [f"{where}: {message}" for where, message in section_problems(plan, section)]
     return problems

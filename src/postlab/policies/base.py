@@ -22,6 +22,26 @@ from pydantic import BaseModel, ValidationError
 from torch import nn
 
 from postlab.registry import Registry
+from postlab.tasks.registry import TaskPlan
+
+
+class PolicyPlan(TaskPlan, Protocol):
+    """What policies read of a plan. The plan's typed model (``postlab.plan.schema.PlanModel``)
+    has these fields; naming them here keeps policies below the plan layer."""
+
+    vocab: str
+    eos: str
+    pad: str
+    embedding: int
+    hidden: int
+    max_new_tokens: int
+    precision: str | None
+    #: the ``policy`` section (a pydantic model: ``kind`` and the kind's fields), or None
+    policy: Any
+    #: the ``tokenizer`` section (a pydantic model), or None
+    tokenizer: Any
+    lora: Any
+
 
 #: The kind a plan without a ``policy`` section means, and a checkpoint without ``kind`` holds.
 DEFAULT_KIND = "gru"
@@ -204,48 +224,48 @@ def pad_prompt(row: Sequence[int], width: int | None, pad_id: int) -> list[int]:
     return [pad_id] * (width - len(row)) + list(row)
 
 
-def plan_prompt_width(plan: dict[str, Any], tokenizer: Tokenizer) -> int:
+def plan_prompt_width(plan: PolicyPlan, tokenizer: Tokenizer) -> int:
     """The longest prompt of the plan's questions, in the tokenizer's tokens."""
     from postlab.tasks.registry import task_for
 
     task = task_for(plan)
     return max(len(tokenizer.encode(task.prompt(key)))
-               for keys in plan["split"].values() for key in keys)
+               for keys in plan.split.values() for key in keys)
 
 
 @dataclass(frozen=True)
 class PolicyKind:
     """A registered kind: how to build it from a plan, check its plan section, size it."""
 
-    build: Callable[[dict[str, Any]], Policy]
+    build: Callable[[PolicyPlan], Policy]
     #: validates the plan's ``policy`` section less ``kind`` (pydantic; unknown fields refused)
     fields: type[BaseModel]
     #: (parameters, multiply-adds per token) from the plan alone, for the cost estimate, which
     #: must refuse an absurd plan before building anything
-    size: Callable[[dict[str, Any]], tuple[int, int]]
+    size: Callable[[PolicyPlan], tuple[int, int]]
     summary: str
     #: problems that need the rest of the plan, as (field path, message); run after ``fields``
     #: accepted the section
-    plan_problems: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = None
+    plan_problems: Callable[[PolicyPlan], list[tuple[str, str]]] | None = None
     #: the names the plan's ``lora.target_modules`` may use, with their layer kind (see
     #: ``policies.lora.adapter_targets``); None: this kind takes no adapters
-    adapter_targets: Callable[[dict[str, Any]], dict[str, str]] | None = None
+    adapter_targets: Callable[[PolicyPlan], dict[str, str]] | None = None
 
 
 POLICIES: Registry[PolicyKind] = Registry("policy kind")
 
 
-def policy_kind(plan: dict[str, Any]) -> str:
+def policy_kind(plan: PolicyPlan) -> str:
     """The plan's policy kind; the top-level GRU fields mean ``gru`` when no section names one."""
-    section = plan.get("policy")
-    return section["kind"] if isinstance(section, dict) else DEFAULT_KIND
+    section = plan.policy
+    return DEFAULT_KIND if section is None else section.kind
 
 
-def build_policy(plan: dict[str, Any]) -> Policy:
+def build_policy(plan: PolicyPlan) -> Policy:
     """A fresh policy of the plan's kind, initialised on CPU from torch's global generator
     (so its weights do not depend on the device it is moved to), at the plan's precision."""
     policy = POLICIES[policy_kind(plan)].build(plan)
-    policy.precision = plan.get("precision") or "float32"
+    policy.precision = plan.precision or "float32"
     return policy.eval()  # gradient steps switch training mode on (see Policy.train)
 
 
@@ -254,7 +274,7 @@ def place_policy(policy: Policy, device: str) -> Policy:
     return policy.to(torch.device(device))
 
 
-def policy_placement(plan: dict[str, Any]) -> tuple[str, str]:
+def policy_placement(plan: PolicyPlan) -> tuple[str, str]:
     """(parameter dtype, compute dtype) of the plan's policy, for the record; building it here
     leaves torch's global random state as it was, so the run's own initialisation is
     unchanged."""
@@ -263,15 +283,19 @@ def policy_placement(plan: dict[str, Any]) -> tuple[str, str]:
     return str(policy.dtype).removeprefix("torch."), policy.compute_dtype
 
 
-def section_problems(section: dict[str, Any]) -> list[tuple[str, str]]:
+def section_fields(section: Any) -> dict[str, Any]:
+    """A plan's ``policy`` section less its kind: the fields the kind's own model reads."""
+    return dict(section.model_extra or {})
+
+
+def section_problems(section: Any) -> list[tuple[str, str]]:
     """Problems of a plan's ``policy`` section as (field path, message)."""
-    kind = section["kind"]
+    kind = section.kind
     if kind not in POLICIES:
         return [("policy.kind", f"unknown policy kind {kind!r}; known: "
                                 f"{', '.join(POLICIES.names())}")]
-    fields = {key: value for key, value in section.items() if key != "kind"}
     try:
-        POLICIES[kind].fields.model_validate(fields)
+        POLICIES[kind].fields.model_validate(section_fields(section))
     except ValidationError as exc:
         return [(".".join(["policy", *map(str, err["loc"])]), err["msg"])
                 for err in exc.errors()]

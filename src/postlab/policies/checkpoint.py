@@ -16,12 +16,15 @@ import hashlib
 import io
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from postlab.errors import UserError
 from postlab.jsonio import printable, publish_bytes, read_bytes
+
+if TYPE_CHECKING:
+    pass
 
 
 def checkpoint_name(seed: int, stage: str) -> str:
@@ -39,8 +42,11 @@ UNNAMED_KIND = "gru"
 
 def checkpoint_bytes(plan: dict[str, Any], state_dict: dict[str, torch.Tensor],
                      kind: str, base: dict[str, str] | None = None) -> bytes:
-    """``base``: for adapters, the stage whose weights they were trained on and those
-    weights' digest (``policies.restore``); full checkpoints name none and keep their form."""
+    """``plan``: the plan as its file holds it (``Plan.data()``). ``base``: for adapters,
+    the stage whose weights they were trained on and those weights' digest
+    (``policies.restore``); full checkpoints name none and keep their form."""
+    if not isinstance(plan, dict):  # a typed plan would pickle as a model, not the file's form
+        raise TypeError(f"checkpoint_bytes takes the plan's JSON object, not {type(plan)}")
     buffer = io.BytesIO()
     if any(value.device.type != "cpu" for value in state_dict.values()):
         # CPU copies, so the file names no device; a CPU state dict is saved as it is.

@@ -8,7 +8,7 @@ checkpoints from either implementation load into the other.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -23,6 +23,9 @@ from postlab.policies.base import (
     plan_prompt_width,
 )
 from postlab.policies.tokenizers import allowed_tokens, plan_tokenizer, vocab_size
+
+if TYPE_CHECKING:
+    from postlab.policies.base import PolicyPlan
 
 #: Characters an arithmetic policy may emit (a task names its own); the rest of the vocabulary
 #: is masked out of its output.
@@ -54,11 +57,11 @@ class CharGRU(Policy):
         self.register_buffer("allowed", torch.tensor(allowed))
 
     @classmethod
-    def from_plan(cls, plan: dict) -> CharGRU:
+    def from_plan(cls, plan: PolicyPlan) -> CharGRU:
         from postlab.tasks.registry import task_for
 
         task = task_for(plan)
-        gru = cls(plan["vocab"], plan["eos"], plan["pad"], plan["embedding"], plan["hidden"],
+        gru = cls(plan.vocab, plan.eos, plan.pad, plan.embedding, plan.hidden,
                   prompt=task.prompt, answer_characters=task.answer_characters,
                   tokenizer=plan_tokenizer(plan))
         gru.prompt_width = plan_prompt_width(plan, gru.tokenizer)
@@ -96,9 +99,9 @@ class GRUFields(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-def gru_size(plan: dict[str, Any]) -> tuple[int, int]:
+def gru_size(plan: PolicyPlan) -> tuple[int, int]:
     """Parameters, and multiply-adds of one forward step of one sequence."""
-    vocab, emb, hid = vocab_size(plan), plan["embedding"], plan["hidden"]
+    vocab, emb, hid = vocab_size(plan), plan.embedding, plan.hidden
     parameters = vocab * emb + 3 * hid * (emb + hid + 2) + vocab * (hid + 1)
     return parameters, 3 * hid * (emb + hid) + hid * vocab
 

@@ -73,8 +73,7 @@ class LoraSection(BaseModel):
 
 
 def lora_section(plan: Mapping[str, Any]) -> LoraSection | None:
-    section = plan.get("lora")
-    return None if section is None else LoraSection.model_validate(section)
+    return plan.lora
 
 
 def require_peft() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,17 +19,20 @@ from postlab.policies.base import Policy, build_policy, policy_kind
 from postlab.policies.checkpoint import CheckpointError, load_checkpoint
 from postlab.policies.lora import ADAPTER_SEED_OFFSET, lora_section, weights_sha256
 
+if TYPE_CHECKING:
+    from postlab.policies.base import PolicyPlan
+
 #: The base an RL-only arm's adapters train on: the seed's untrained weights (no file).
 UNTRAINED = "untrained"
 
 
-def untrained_weights(plan: dict[str, Any], seed: int) -> dict[str, Any]:
+def untrained_weights(plan: PolicyPlan, seed: int) -> dict[str, Any]:
     """The weights SFT starts from: the model built right after seeding torch with ``seed``."""
     torch.manual_seed(seed)
     return build_policy(plan).state_dict()
 
 
-def attach_plan_adapters(policy: Policy, plan: dict[str, Any], seed: int) -> str:
+def attach_plan_adapters(policy: Policy, plan: PolicyPlan, seed: int) -> str:
     """Put the plan's adapters on ``policy`` (on CPU, before it is placed), their initial
     values drawn from the seed's adapter stream; returns the digest of the base weights."""
     section = lora_section(plan)
@@ -41,7 +44,7 @@ def attach_plan_adapters(policy: Policy, plan: dict[str, Any], seed: int) -> str
     return base
 
 
-def policy_from_checkpoint(plan: dict[str, Any], payload: Mapping[str, Any], seed: int,
+def policy_from_checkpoint(plan: PolicyPlan, payload: Mapping[str, Any], seed: int,
                            folder: Path, checkpoints: Mapping[str, Mapping[str, Any]]) -> Policy:
     """The policy a loaded checkpoint payload holds, on CPU; an adapter checkpoint's base is
     ``checkpoints[stage]`` in ``folder`` (read by sha256) or the seed's untrained weights.

@@ -18,10 +18,13 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
 from postlab.policies.base import CharTokenizer, Tokenizer, plan_prompt_width
+
+if TYPE_CHECKING:
+    from postlab.policies.base import PolicyPlan
 
 #: The file a run keeps a trained tokenizer in, beside its plan.
 TOKENIZER_FILE = "tokenizer.json"
@@ -73,14 +76,14 @@ def _byte_level_table() -> dict[str, int]:
     return table
 
 
-def bpe_corpus(plan: dict[str, Any]) -> list[str]:
+def bpe_corpus(plan: PolicyPlan) -> list[str]:
     """What the BPE is trained on: each training question's prompt, then its demonstration,
     as separate texts (they are encoded separately)."""
     from postlab.tasks.registry import task_for
 
     task = task_for(plan)
     texts = []
-    for key in plan["split"]["train"]:
+    for key in plan.split["train"]:
         texts += [task.prompt(key), task.demonstration(key)]
     return texts
 
@@ -100,37 +103,37 @@ def _train(corpus: tuple[str, ...], vocab_size: int, eos: str, pad: str) -> str:
     return tokenizer.to_str()
 
 
-def trained_bytes(plan: dict[str, Any]) -> bytes:
+def trained_bytes(plan: PolicyPlan) -> bytes:
     """The plan's BPE tokenizer as the JSON a run keeps (trained once per process)."""
-    section = plan["tokenizer"]
-    serialised = _train(tuple(bpe_corpus(plan)), section["vocab_size"], plan["eos"],
-                        plan["pad"])
+    section = plan.tokenizer
+    serialised = _train(tuple(bpe_corpus(plan)), section.vocab_size, plan.eos,
+                        plan.pad)
     return serialised.encode("utf-8")
 
 
-def tokenizer_sha256(plan: dict[str, Any]) -> str | None:
+def tokenizer_sha256(plan: PolicyPlan) -> str | None:
     """sha256 of the tokenizer file a run of the plan keeps; None for character plans."""
     if uses_bpe(plan):
         return hashlib.sha256(trained_bytes(plan)).hexdigest()
     return None
 
 
-def uses_bpe(plan: dict[str, Any]) -> bool:
-    section = plan.get("tokenizer")
-    return isinstance(section, dict) and section.get("kind") == "bpe"
+def uses_bpe(plan: PolicyPlan) -> bool:
+    section = plan.tokenizer
+    return section is not None and section.kind == "bpe"
 
 
-def plan_tokenizer(plan: dict[str, Any]) -> Tokenizer:
+def plan_tokenizer(plan: PolicyPlan) -> Tokenizer:
     """The tokenizer a plan's policy built from a configuration reads and writes with."""
     if uses_bpe(plan):
-        return BPETokenizer(trained_bytes(plan).decode("utf-8"), plan["eos"], plan["pad"])
-    return CharTokenizer(plan["vocab"], plan["eos"], plan["pad"])
+        return BPETokenizer(trained_bytes(plan).decode("utf-8"), plan.eos, plan.pad)
+    return CharTokenizer(plan.vocab, plan.eos, plan.pad)
 
 
-def vocab_size(plan: dict[str, Any]) -> int:
+def vocab_size(plan: PolicyPlan) -> int:
     """The plan's token count before anything is trained: the characters, or the BPE's
     requested size (an upper bound; a small corpus may give fewer merges)."""
-    return plan["tokenizer"]["vocab_size"] if uses_bpe(plan) else len(plan["vocab"])
+    return plan.tokenizer.vocab_size if uses_bpe(plan) else len(plan.vocab)
 
 
 def allowed_tokens(tokenizer: Tokenizer, answer_characters: str) -> list[bool]:
@@ -154,7 +157,7 @@ def allowed_tokens(tokenizer: Tokenizer, answer_characters: str) -> list[bool]:
     return flags
 
 
-def longest_in_tokens(plan: dict[str, Any]) -> tuple[int, int]:
+def longest_in_tokens(plan: PolicyPlan) -> tuple[int, int]:
     """(longest prompt, longest demonstration) of the plan's questions in its tokenizer's
     tokens: characters for the character tokenizer, fewer or more for a BPE (a character
     outside ASCII is several bytes)."""
@@ -164,6 +167,6 @@ def longest_in_tokens(plan: dict[str, Any]) -> tuple[int, int]:
     if not uses_bpe(plan):
         return task.longest_prompt, task.longest_answer
     tokenizer = plan_tokenizer(plan)
-    keys = [key for keys in plan["split"].values() for key in keys]
+    keys = [key for keys in plan.split.values() for key in keys]
     return (plan_prompt_width(plan, tokenizer),
             max(len(tokenizer.encode(task.demonstration(key))) for key in keys))

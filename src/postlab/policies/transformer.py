@@ -33,6 +33,7 @@ from postlab.policies.base import (
     PolicyKind,
     Tokenizer,
     plan_prompt_width,
+    section_fields,
 )
 from postlab.policies.compact import (
     COMPACT_FORWARDS,
@@ -60,6 +61,8 @@ from postlab.policies.tokenizers import (
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from postlab.policies.base import PolicyPlan
 
 #: Eager attention is plain matrix arithmetic on every device; fused kernels chosen at run time
 #: could change the bits between machines.
@@ -232,17 +235,16 @@ class TransformerFields(BaseModel):
         return self
 
 
-def _section(plan: dict[str, Any]) -> TransformerFields:
-    return TransformerFields.model_validate(
-        {k: v for k, v in plan["policy"].items() if k != "kind"})
+def transformer_fields(plan: PolicyPlan) -> TransformerFields:
+    return TransformerFields.model_validate(section_fields(plan.policy))
 
 
-def config_for(plan: dict[str, Any]) -> Any:
+def config_for(plan: PolicyPlan) -> Any:
     """The ``transformers`` configuration the plan describes, dropout off."""
     require_transformers()
     from transformers import GPT2Config, LlamaConfig
 
-    fields, tokenizer = _section(plan), plan_tokenizer(plan)
+    fields, tokenizer = transformer_fields(plan), plan_tokenizer(plan)
     common = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_id,
               "eos_token_id": tokenizer.eos_id, "bos_token_id": tokenizer.eos_id}
     if fields.architecture == "gpt2":
@@ -259,13 +261,13 @@ def config_for(plan: dict[str, Any]) -> Any:
     return config
 
 
-def _with_task(policy: LM, plan: dict[str, Any]) -> LM:
+def _with_task(policy: LM, plan: PolicyPlan) -> LM:
     """The policy with its prompts padded to the plan's longest."""
     policy.prompt_width = plan_prompt_width(plan, policy.tokenizer)
     return policy
 
 
-def build_transformer(plan: dict[str, Any]) -> TransformerPolicy:
+def build_transformer(plan: PolicyPlan) -> TransformerPolicy:
     """Initialised by the model's own init from torch's global generator (seeded by the
     engine), so the same seed gives the same weights."""
     config = config_for(plan)  # first: one line, not an ImportError, without the extra
@@ -276,15 +278,15 @@ def build_transformer(plan: dict[str, Any]) -> TransformerPolicy:
     model = AutoModelForCausalLM.from_config(config)
     tokenizer = plan_tokenizer(plan)
     task = task_for(plan)
-    return _with_task(TransformerPolicy(model, tokenizer, plan["vocab"], plan["eos"],
+    return _with_task(TransformerPolicy(model, tokenizer, plan.vocab, plan.eos,
                                         task.prompt, task.answer_characters,
                                         allowed_tokens(tokenizer, task.answer_characters)),
                       plan)
 
 
-def transformer_size(plan: dict[str, Any]) -> tuple[int, int]:
+def transformer_size(plan: PolicyPlan) -> tuple[int, int]:
     """Parameters counted from the plan; multiply-adds of one token at the longest position."""
-    fields, vocab = _section(plan), vocab_size(plan)
+    fields, vocab = transformer_fields(plan), vocab_size(plan)
     w, n, positions = fields.width, fields.layers, fields.max_positions
     if fields.architecture == "gpt2":
         # blocks: two layer norms, qkv and output projections, a 4x MLP, all with biases;
@@ -299,10 +301,10 @@ def transformer_size(plan: dict[str, Any]) -> tuple[int, int]:
     return parameters, n * (block + 2 * positions * w) + vocab * w
 
 
-def transformer_problems(plan: dict[str, Any]) -> list[tuple[str, str]]:
+def transformer_problems(plan: PolicyPlan) -> list[tuple[str, str]]:
     """Positions must hold the longest sequence a run reads."""
-    needed = longest_in_tokens(plan)[0] + plan["max_new_tokens"]
-    positions = plan["policy"]["max_positions"]
+    needed = longest_in_tokens(plan)[0] + plan.max_new_tokens
+    positions = transformer_fields(plan).max_positions
     if positions < needed:
         return [("policy.max_positions", f"{positions} is fewer than the prompt plus "
                                          f"max_new_tokens ({needed})")]
@@ -319,7 +321,7 @@ def _meta_targets(config: Any) -> dict[str, str]:
     return adapter_targets(model)
 
 
-def transformer_targets(plan: dict[str, Any]) -> dict[str, str]:
+def transformer_targets(plan: PolicyPlan) -> dict[str, str]:
     return _meta_targets(config_for(plan))
 
 
@@ -370,14 +372,13 @@ class PretrainedFields(BaseModel):
         return self
 
 
-def _pretrained(plan: dict[str, Any]) -> PretrainedFields:
-    return PretrainedFields.model_validate(
-        {k: v for k, v in plan["policy"].items() if k != "kind"})
+def pretrained_fields(plan: PolicyPlan) -> PretrainedFields:
+    return PretrainedFields.model_validate(section_fields(plan.policy))
 
 
-def gguf_file(plan: dict[str, Any]) -> Path | None:
+def gguf_file(plan: PolicyPlan) -> Path | None:
     """The plan's GGUF file, checked by digest; None for a folder plan."""
-    fields = _pretrained(plan)
+    fields = pretrained_fields(plan)
     if fields.gguf is None:
         return None
     return checked_file(fields.gguf.locate(), fields.sha256)
@@ -411,9 +412,9 @@ class HFTokenizer:
         return "".join(self.inner.convert_ids_to_tokens(list(ids)))
 
 
-def checked_folder(plan: dict[str, Any]) -> Path:
+def checked_folder(plan: PolicyPlan) -> Path:
     """The plan's folder, refused in one line unless its hash is the plan's."""
-    fields = _pretrained(plan)
+    fields = pretrained_fields(plan)
     assert fields.path is not None
     folder = Path(fields.path)
     if not folder.is_dir():
@@ -425,13 +426,13 @@ def checked_folder(plan: dict[str, Any]) -> Path:
     return folder
 
 
-def build_chat(plan: dict[str, Any]) -> PretrainedPolicy:
+def build_chat(plan: PolicyPlan) -> PretrainedPolicy:
     """A GGUF chat model: its weights dequantised to float32, its own tokenizer, prompts
     rendered through its chat template, any token but the special ones emitted, and the
     prompts' left padding hidden from attention."""
     from postlab.tasks.registry import task_for
 
-    fields = _pretrained(plan)
+    fields = pretrained_fields(plan)
     assert fields.gguf is not None
     require_gguf()
     loaded = loaded_copy(fields.gguf.locate(), fields.sha256)
@@ -445,22 +446,22 @@ def build_chat(plan: dict[str, Any]) -> PretrainedPolicy:
     def prompt(key: Sequence[int]) -> str:
         return tokenizer.render(task.prompt(key).strip(), system)
 
-    policy = PretrainedPolicy(loaded.model, tokenizer, plan["vocab"], plan["eos"], prompt,
+    policy = PretrainedPolicy(loaded.model, tokenizer, plan.vocab, plan.eos, prompt,
                               allowed_ids=tokenizer.allowed())
     policy.hide_padding = True
     policy.prompt_width = chat_prompt_width(plan, policy)
     return policy
 
 
-def chat_prompt_width(plan: dict[str, Any], policy: CausalLMPolicy) -> int:
+def chat_prompt_width(plan: PolicyPlan, policy: CausalLMPolicy) -> int:
     """The longest rendered prompt of the plan's questions, in the model's tokens."""
     return max(len(policy.tokenizer.encode(policy.prompt_text(key)))
-               for keys in plan["split"].values() for key in keys)
+               for keys in plan.split.values() for key in keys)
 
 
-def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
+def build_pretrained(plan: PolicyPlan) -> PretrainedPolicy:
     """Refuses a folder or file whose hash differs from the plan's before loading anything."""
-    if _pretrained(plan).gguf is not None:
+    if pretrained_fields(plan).gguf is not None:
         return build_chat(plan)
     require_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -469,8 +470,8 @@ def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
 
     folder = checked_folder(plan)
     inner = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    tokenizer = HFTokenizer(inner, plan["eos"], plan["pad"])
-    for character in plan["vocab"]:
+    tokenizer = HFTokenizer(inner, plan.eos, plan.pad)
+    for character in plan.vocab:
         tokenizer._single(character)
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True,
                                                  attn_implementation=ATTENTION)
@@ -479,15 +480,15 @@ def build_pretrained(plan: dict[str, Any]) -> PretrainedPolicy:
                         f"({model.config.vocab_size}) is smaller than its tokenizer's "
                         f"({tokenizer.vocab_size})")
     task = task_for(plan)
-    return _with_task(PretrainedPolicy(model, tokenizer, plan["vocab"], plan["eos"],
+    return _with_task(PretrainedPolicy(model, tokenizer, plan.vocab, plan.eos,
                                        task.prompt, task.answer_characters), plan)
 
 
-def pretrained_config(plan: dict[str, Any]) -> Any:
+def pretrained_config(plan: PolicyPlan) -> Any:
     """The configuration of a pretrained plan's model (folder or GGUF), its weights unread."""
     path = gguf_file(plan)
     if path is not None:
-        return gguf_config(path, _pretrained(plan).sha256)
+        return gguf_config(path, pretrained_fields(plan).sha256)
     require_transformers()
     from transformers import AutoConfig
 
@@ -498,7 +499,7 @@ def pretrained_config(plan: dict[str, Any]) -> Any:
         raise UserError(f"policy.path {folder}: no model configuration: {exc}") from None
 
 
-def pretrained_size(plan: dict[str, Any]) -> tuple[int, int]:
+def pretrained_size(plan: PolicyPlan) -> tuple[int, int]:
     """Parameters of the folder's configuration, counted on the meta device (no weights read,
     no random numbers drawn); about one multiply-add per parameter and token."""
     config = pretrained_config(plan)

@@ -1,4 +1,5 @@
 """A record's rows as flat Arrow tables, many seeds at a time, for readers that compute over
+
 all seeds in one columnar pass instead of walking each seed's rows in Python.
 
 A chunk stores a seed's rows nested (evaluation blocks and RL steps, each holding a list of
@@ -19,13 +20,16 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from postlab.records.chunks import ChunkedRuns, _flat, _schema, read_chunk
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: Seeds flattened at once. A report of 64 teaching seeds took 2.4-2.5 s whether batches held
 #: 4, 8, 16 or 64 seeds; its peak memory rose 23, 85, 123 and (when rows still carried their
@@ -373,14 +377,14 @@ def read_ahead(items: Iterator[T]) -> Iterator[T]:
                 close()
 
 
-def proven_tables(record: dict[str, Any], plan: dict[str, Any], folder: Path | None = None,
+def proven_tables(record: dict[str, Any], plan: Plan, folder: Path | None = None,
                   batch: int = BATCH_SEEDS) -> Iterator[RowTables]:
     """:func:`checked_batches`, each made while the caller works on the one before
     (:func:`read_ahead`)."""
     return read_ahead(checked_batches(record, plan, folder, batch))
 
 
-def checked_batches(record: dict[str, Any], plan: dict[str, Any], folder: Path | None = None,
+def checked_batches(record: dict[str, Any], plan: Plan, folder: Path | None = None,
                     batch: int = BATCH_SEEDS) -> Iterator[RowTables]:
     """:func:`row_tables`, each seed checked first. A batch's seeds that the columnar checks
     prove fit their plan (:func:`~postlab.records.fits.unproven_seeds`; ``folder``: the run
@@ -419,7 +423,7 @@ def checked_batches(record: dict[str, Any], plan: dict[str, Any], folder: Path |
         proofs.remember_if_unchanged(key, record, plan, folder, len(runs.seeds))
 
 
-def not_proven(tables: RowTables, plan: dict[str, Any], folder: Path | None
+def not_proven(tables: RowTables, plan: Plan, folder: Path | None
                ) -> tuple[set[int], list[dict[str, Any] | None]]:
     """The seeds of a batch the columnar checks do not prove: that they fit their plan
     (:func:`~postlab.records.fits.unproven_seeds`) and that their digests, recomputed from
@@ -437,7 +441,7 @@ def not_proven(tables: RowTables, plan: dict[str, Any], folder: Path | None
     return unproven, digests
 
 
-def record_tables(record: dict[str, Any], plan: dict[str, Any]) -> Iterator[RowTables]:
+def record_tables(record: dict[str, Any], plan: Plan) -> Iterator[RowTables]:
     """A record's flat tables checked as :func:`proven_tables` checks them, for a caller
     given no tables: a chunked record's seeds pass the checks its readers registered (in its
     run folder, if ``plan.json`` is beside it) before any number is computed from them."""

@@ -1,4 +1,5 @@
 """Which seeds of a chunked record are proven to fit their plan, by array comparisons over a
+
 batch of seeds (:mod:`postlab.records.columns`), so that a reader of many seeds need not
 build each seed's entry in Python to check it.
 
@@ -23,13 +24,16 @@ import math
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow.compute as pc
 
 from postlab.errors import UserError
 from postlab.records.chunks import ROW_LIMITS
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: Parts of a seed's entry every postlab record carries (``record.run_missing_parts``).
 WHOLE_PARTS = frozenset({"seed", "sft_loss", "evaluations", "training", "checkpoints",
@@ -46,21 +50,21 @@ MAX_COUNT = 10**15
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def _stages(plan: dict[str, Any]) -> list[str]:
+def _stages(plan: Plan) -> list[str]:
     from postlab.plan.arms import arm_names
 
     return ["initial", *arm_names(plan)]
 
 
-def _template(plan: dict[str, Any]) -> dict[str, Any]:
+def _template(plan: Plan) -> dict[str, Any]:
     """What every seed of the plan holds, as arrays to compare a batch with."""
     from postlab.plan.arms import arm_specs
 
     stages = _stages(plan)
     labels, a, b, block_of_row = [], [], [], []
     for stage in stages:
-        for split, pairs in plan["split"].items():
-            for decoding, times in (("greedy", 1), ("sampled", plan["eval_samples"])):
+        for split, pairs in plan.split.items():
+            for decoding, times in (("greedy", 1), ("sampled", plan.eval_samples)):
                 block_of_row += [len(labels)] * (times * len(pairs))
                 labels.append((stage, split, decoding))
                 for pair in pairs:
@@ -72,7 +76,7 @@ def _template(plan: dict[str, Any]) -> dict[str, Any]:
     return {"stages": stages, "labels": labels, "a": np.array(a, dtype=np.int64),
             "block_of_row": np.array(block_of_row, dtype=np.int64),
             "b": np.array(b, dtype=np.int64), "rl_arms": rl_arms, "sft_only": sft_only,
-            "steps": np.arange(1, plan["rl_steps"] + 1, dtype=np.int64)}
+            "steps": np.arange(1, plan.rl_steps + 1, dtype=np.int64)}
 
 
 def _rows_in_range(a: Any, b: Any, text: Any, terminated: Any) -> bool:
@@ -89,12 +93,12 @@ def _finite(values: np.ndarray, low: float = -math.inf, high: float = math.inf) 
     return bool(np.all(np.isfinite(values) & (values >= low) & (values <= high)))
 
 
-def unproven_seeds(tables: Any, plan: dict[str, Any], folder: Path | None) -> list[int]:
+def unproven_seeds(tables: Any, plan: Plan, folder: Path | None) -> list[int]:
     """The seeds of a batch (:class:`~postlab.records.columns.RowTables`) this check cannot
     prove fit their plan; ``folder``: the run folder, whose checkpoint files must be there
     (None: a record read alone)."""
     seeds = list(tables.seeds)
-    if plan.get("dynamic_sampling") is not None or not seeds:
+    if plan.dynamic_sampling is not None or not seeds:
         return seeds
     template = _template(plan)
     count = len(seeds)
@@ -114,7 +118,7 @@ def unproven_seeds(tables: Any, plan: dict[str, Any], folder: Path | None) -> li
     return unproven
 
 
-def _batch_fits(tables: Any, plan: dict[str, Any], template: dict[str, Any],
+def _batch_fits(tables: Any, plan: Plan, template: dict[str, Any],
                 count: int) -> bool:
     """Everything a batch's rows, blocks and steps must be, for all its seeds at once."""
     evaluations, rollouts, steps = tables.evaluations, tables.rollouts, tables.steps
@@ -141,8 +145,8 @@ def _batch_fits(tables: Any, plan: dict[str, Any], template: dict[str, Any],
     if not _rows_in_range(*(evaluations.column(k) for k in ("a", "b", "text", "terminated"))):
         return False
 
-    arms, rl_steps = template["rl_arms"], plan["rl_steps"]
-    per_step = plan["prompts_per_step"] * plan["group_size"]
+    arms, rl_steps = template["rl_arms"], plan.rl_steps
+    per_step = plan.prompts_per_step * plan.group_size
     if steps.num_rows != count * len(arms) * rl_steps:
         return False
     if steps.column("arm").to_pylist() != [arm for _ in range(count) for arm in arms
@@ -161,7 +165,7 @@ def _batch_fits(tables: Any, plan: dict[str, Any], template: dict[str, Any],
     updates = steps.column("updates").combine_chunks()
     lengths = updates.value_lengths().to_numpy(zero_copy_only=False)
     # (a plan that samples dynamically, whose steps may have no update, is not proven here)
-    expected = np.full(len(lengths), plan["updates_per_rollout"])
+    expected = np.full(len(lengths), plan.updates_per_rollout)
     if updates.null_count or not np.array_equal(lengths, expected):
         return False
     flat = updates.flatten()
@@ -181,7 +185,7 @@ def _batch_fits(tables: Any, plan: dict[str, Any], template: dict[str, Any],
                           np.repeat(np.arange(steps.num_rows), per_step)):
         return False
     for name in ("a", "b"):
-        grouped = rollouts.column(name).to_numpy().reshape(-1, plan["group_size"])
+        grouped = rollouts.column(name).to_numpy().reshape(-1, plan.group_size)
         if not np.all(grouped == grouped[:, :1]):
             return False
     return _rows_in_range(*(rollouts.column(k) for k in ("a", "b", "text", "terminated")))
@@ -192,7 +196,7 @@ def _is_sha(value: str) -> bool:
     return SHA256.fullmatch(value) is not None
 
 
-def _seed_fits(run: dict[str, Any], plan: dict[str, Any], template: dict[str, Any],
+def _seed_fits(run: dict[str, Any], plan: Plan, template: dict[str, Any],
                stages: list[str], folder: Path | None) -> bool:
     """Everything one seed's small parts must be."""
     from postlab.jsonio import parse_json
@@ -214,7 +218,7 @@ def _seed_fits(run: dict[str, Any], plan: dict[str, Any], template: dict[str, An
     if run["arms"] != template["rl_arms"]:
         return False
     losses = run["sft_loss"]
-    if len(losses) != plan["sft_steps"] or not all(math.isfinite(v) for v in losses):
+    if len(losses) != plan.sft_steps or not all(math.isfinite(v) for v in losses):
         return False
     extra = [(entry["arm"], len(entry["losses"])) for entry in run["arm_sft_loss"]]
     if extra != template["sft_only"] or not all(

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.plan.arms import plan_contracts
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
 from postlab.tasks.contracts import CONTRACTS, Answer, scored
 from postlab.tasks.registry import answer_function
 from postlab.tasks.rows import Row, iter_run_rows, rows_by_place
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 __all__ = ["Answer", "count_text", "count_under", "coverage", "evaluate", "metrics",
            "question_groups", "summarize", "summary_for", "summary_of", "table_summary"]
@@ -183,7 +186,7 @@ def table_summary(tables: Any, samples: int, answer: Answer = sum,
     return list(entries.values())
 
 
-def summary_of(record: dict[str, Any], plan: dict[str, Any],
+def summary_of(record: dict[str, Any], plan: Plan,
                tables: Iterable[Any] | None = None) -> list[dict[str, Any]]:
     """:func:`summary_for`, computed columnar (:func:`table_summary`) from ``tables``, the
     record's flat tables as a reader checked them (None: the record's own, each seed checked
@@ -192,17 +195,17 @@ def summary_of(record: dict[str, Any], plan: dict[str, Any],
 
     answer, contracts = answer_function(plan), plan_contracts(plan)
     return [entry for batch in (record_tables(record, plan) if tables is None else tables)
-            for entry in table_summary(batch, plan["eval_samples"], answer, contracts)]
+            for entry in table_summary(batch, plan.eval_samples, answer, contracts)]
 
 
-def summary_for(record: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, Any]]:
+def summary_for(record: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
     """The summary a plan's run writes: its samples, its task's answers, its contracts."""
-    return summarize(record, plan["eval_samples"], answer_function(plan), plan_contracts(plan))
+    return summarize(record, plan.eval_samples, answer_function(plan), plan_contracts(plan))
 
 
-def run_summary_for(run: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, Any]]:
+def run_summary_for(run: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
     """:func:`summary_for` of one seed."""
-    return summarize_run(run, plan["eval_samples"], answer_function(plan), plan_contracts(plan))
+    return summarize_run(run, plan.eval_samples, answer_function(plan), plan_contracts(plan))
 
 
 #: Per-step training series after the rollout reward rates (one ``<contract>_reward`` per

@@ -38,6 +38,7 @@ from postlab.records.record import (
 )
 
 if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
     from postlab.records.columns import RowTables
 
 
@@ -92,7 +93,7 @@ def registration_of(record: dict[str, Any], plan: LoadedPlan, folder: Path
         registration = parse_json(raw, str(path))
     except MalformedJSON as exc:
         return None, [str(exc)]
-    problems = [f"{path}: {p}" for p in registration_problems(registration, plan.data,
+    problems = [f"{path}: {p}" for p in registration_problems(registration, plan.model,
                                                              plan.sha256)]
     if not problems:
         if registration["hypotheses_sha256"] != named["hypotheses_sha256"] or \
@@ -121,7 +122,7 @@ def refuse_each(record: dict[str, Any], problems_of: Callable[[dict[str, Any]], 
                                                      error=error))
 
 
-def require_readable(record: dict[str, Any], plan: dict[str, Any], source: Path) -> None:
+def require_readable(record: dict[str, Any], plan: Plan, source: Path) -> None:
     """Every seed readable under the plan (``reading_problems``), or refused."""
     refuse_each(record, functools.partial(run_reading_problems, plan=plan), source,
                 "record does not fit the plan")
@@ -141,12 +142,12 @@ def check_whole(opened: OpenedRun) -> None:
     if made_by_postlab(opened.record):
         # the seed list at once (a chunked record names its seeds in record.json): a reader
         # that decides what to print from it has then not printed anything yet
-        refuse(seed_order_problems(seeds_of(opened.record), opened.plan.data["seeds"]),
+        refuse(seed_order_problems(seeds_of(opened.record), opened.plan.model.seeds),
                opened.source, "not a whole record of its plan")
         # a record read alone (no plan.json beside it) has no checkpoint files to look for
         folder = opened.source.parent if opened.files.plan.is_file() else None
         refuse_each(opened.record, functools.partial(
-            whole_problems, plan=opened.plan.data, folder=folder),
+            whole_problems, plan=opened.plan.model, folder=folder),
             opened.source, "not a whole record of its plan")
 
 
@@ -166,7 +167,7 @@ def made_by_postlab(record: dict[str, Any]) -> bool:
     return "postlab_version" in record
 
 
-def whole_problems(run: dict[str, Any], plan: dict[str, Any], folder: Path | None
+def whole_problems(run: dict[str, Any], plan: Plan, folder: Path | None
                    ) -> list[str]:
     """What a seed of a postlab record lacks or holds beyond its plan (see
     :func:`check_whole`, which checks the seed list), and, in its run ``folder`` (None: a
@@ -194,7 +195,7 @@ def checked_tables(opened: OpenedRun) -> Iterator[RowTables]:
     from postlab.records.columns import proven_tables
 
     folder = opened.source.parent if opened.files.plan.is_file() else None
-    return proven_tables(opened.record, opened.plan.data, folder)
+    return proven_tables(opened.record, opened.plan.model, folder)
 
 
 def open_run(target: Path | None, plan_path: Path | None = None, *,
@@ -223,6 +224,6 @@ def open_run(target: Path | None, plan_path: Path | None = None, *,
     opened = OpenedRun(files=files, record=record, record_sha256=hashlib.sha256(raw).hexdigest(),
                        plan=plan, registration=registration)
     if check_rows:
-        require_readable(record, plan.data, files.record)
+        require_readable(record, plan.model, files.record)
         check_whole(opened)
     return opened

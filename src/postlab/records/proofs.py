@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
 from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
 from postlab.machine.cache import cache_dir
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: Versions the memo's key and layout.
 MEMO_VERSION = 1
@@ -42,7 +45,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def proof_key(record: dict[str, Any], plan: dict[str, Any], folder: Path | None) -> str | None:
+def proof_key(record: dict[str, Any], plan: Plan, folder: Path | None) -> str | None:
     """One sha256 over everything proving a chunked record's seeds depends on (see the
     module's docstring), or None for a record that is not chunked or a folder that cannot be
     listed (then the proofs run)."""
@@ -73,7 +76,7 @@ def proof_key(record: dict[str, Any], plan: dict[str, Any], folder: Path | None)
         "chunks": record["chunks"],
         "rows": str(runs.folder.absolute()),
         "seeds": list(runs.seeds),
-        "plan": _sha256(dump_json(plan)),
+        "plan": _sha256(dump_json(plan.data())),
         "folder": None if folder is None else str(folder.absolute()),
         "checkpoints": checkpoints,
         "source": source,
@@ -103,7 +106,7 @@ def remembered(key: str | None) -> bool:
         return False  # unreadable or not a memo: the proofs simply run
 
 
-def remember_if_unchanged(key: str | None, record: dict[str, Any], plan: dict[str, Any],
+def remember_if_unchanged(key: str | None, record: dict[str, Any], plan: Plan,
                           folder: Path | None, seeds: int) -> None:
     """:func:`remember` the state ``key`` named before a pass, if it names it still: a
     checkpoint file removed (or added) while the pass ran leaves the proof unremembered."""

@@ -16,13 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
 from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
 from postlab.plan.frozen import LoadedPlan
 from postlab.records.chunks import ROW_LIMITS, ChunkedRuns, check_manifest
 from postlab.tasks.rows import Row, pairs_of
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: The most worker processes a record may name (and so a run may use).
 MAX_WORKERS = 4096
@@ -501,7 +504,7 @@ def check_plan_link(record: dict[str, Any], plan: LoadedPlan, source: str) -> No
                         f"but {plan.path} has sha256 {plan.sha256}")
 
 
-def reading_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+def reading_problems(record: dict[str, Any], plan: Plan) -> list[str]:
     """Where a record cannot be read under its plan: stages, splits, arms or checkpoint
     entries the plan does not name, or sampled rows that do not form groups of
     ``eval_samples`` answers to one question. A record may hold fewer parts than the plan
@@ -509,7 +512,7 @@ def reading_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     return [p for run in record["runs"] for p in run_reading_problems(run, plan)]
 
 
-def run_reading_problems(run: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+def run_reading_problems(run: dict[str, Any], plan: Plan) -> list[str]:
     """:func:`reading_problems` of one seed."""
     from postlab.plan.arms import arm_names, rl_contracts
     from postlab.records.metrics import question_groups
@@ -527,11 +530,11 @@ def run_reading_problems(run: dict[str, Any], plan: dict[str, Any]) -> list[str]
     for stage, splits in run["evaluations"].items():
         for split, decoded in splits.items():
             where = f"seed {seed}, stage {stage}, split {split}"
-            if split not in plan["split"]:
+            if split not in plan.split:
                 problems.append(f"{where}: the plan has no such split")
                 continue
             try:
-                question_groups(decoded["sampled"], plan["eval_samples"])
+                question_groups(decoded["sampled"], plan.eval_samples)
             except ValueError as exc:
                 problems.append(f"{where}: {exc}")
     return problems
@@ -607,68 +610,68 @@ def _fail_on(problems_of: Callable[[dict[str, Any]], list[str]],
         fail(problems)
 
 
-def _sampling_problem(step: dict[str, Any], plan: dict[str, Any]) -> bool:
+def _sampling_problem(step: dict[str, Any], plan: Plan) -> bool:
     """A step's dynamic-sampling record is there exactly when the plan samples dynamically,
     and its counts agree with its rows: groups kept fill the step, every group drawn beyond
     them was dropped (its rows kept), within the plan's budget."""
-    dynamic = plan.get("dynamic_sampling")
+    dynamic = plan.dynamic_sampling
     if ("sampling" in step) != (dynamic is not None):
         return True
     if dynamic is None:
         return False
-    sampling, size = step["sampling"], plan["group_size"]
+    sampling, size = step["sampling"], plan.group_size
     return (sampling["kept"] * size != len(step["rows"])
             or sampling["drawn"] != sampling["kept"] + sampling["dropped"]
             or len(sampling["dropped_rows"]) != sampling["dropped"] * size
-            or not sampling["replaced"] <= sampling["dropped"] <= dynamic["max_extra_groups"])
+            or not sampling["replaced"] <= sampling["dropped"] <= dynamic.max_extra_groups)
 
 
-def _updates_expected(step: dict[str, Any], plan: dict[str, Any]) -> int:
+def _updates_expected(step: dict[str, Any], plan: Plan) -> int:
     """A step's updates: the plan's, or none where dynamic sampling drops the groups whose
     rewards are all equal from the update and every group of the step was such a group."""
-    dynamic = plan.get("dynamic_sampling") or {}
-    if dynamic.get("constant_groups") == "drop" and \
-            step["zero_variance_groups"] * plan["group_size"] == len(step["rows"]):
+    dynamic = plan.dynamic_sampling
+    if dynamic is not None and dynamic.constant_groups == "drop" and \
+            step["zero_variance_groups"] * plan.group_size == len(step["rows"]):
         return 0
-    return plan["updates_per_rollout"]
+    return plan.updates_per_rollout
 
 
-def record_plan_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+def record_plan_problems(record: dict[str, Any], plan: Plan) -> list[str]:
     """Where a (structurally valid) record does not fit its plan: seeds, stages, splits,
     questions, samples per question, RL steps, rows per step, groups and updates."""
     return [*seed_list_problems(record, plan),
             *(p for run in record["runs"] for p in run_plan_problems(run, plan))]
 
 
-def seed_list_problems(record: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+def seed_list_problems(record: dict[str, Any], plan: Plan) -> list[str]:
     """The record's seeds against the plan's (without reading a chunked record's rows)."""
     seeds = seeds_of(record)
-    return [] if seeds == plan["seeds"] else [f"seeds {seeds}, plan has {plan['seeds']}"]
+    return [] if seeds == plan.seeds else [f"seeds {seeds}, plan has {plan.seeds}"]
 
 
-def run_plan_problems(run: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+def run_plan_problems(run: dict[str, Any], plan: Plan) -> list[str]:
     """:func:`record_plan_problems` of one seed, less the seed list."""
     from postlab.plan.arms import arm_names, arm_specs
 
     problems: list[str] = []
     stages = ["initial", *arm_names(plan)]
     rl_arms = [arm.name for arm in arm_specs(plan) if arm.is_rl]
-    per_step = plan["prompts_per_step"] * plan["group_size"]
+    per_step = plan.prompts_per_step * plan.group_size
     seed = run["seed"]
-    if len(run.get("sft_loss", [])) != plan["sft_steps"]:
+    if len(run.get("sft_loss", [])) != plan.sft_steps:
         problems.append(f"seed {seed}: {len(run.get('sft_loss', []))} SFT losses, plan "
-                        f"has {plan['sft_steps']} steps")
+                        f"has {plan.sft_steps} steps")
     if list(run["evaluations"]) != stages:
         problems.append(f"seed {seed}: stages {list(run['evaluations'])}, expected {stages}")
     for stage, splits in run["evaluations"].items():
-        if list(splits) != list(plan["split"]):
+        if list(splits) != list(plan.split):
             problems.append(f"seed {seed}, stage {stage}: splits {list(splits)}")
             continue
-        for split, pairs in plan["split"].items():
+        for split, pairs in plan.split.items():
             greedy = pairs_of(splits[split]["greedy"])
             wanted = [(a, b) for a, b in pairs]
             sampled = pairs_of(splits[split]["sampled"])
-            expected = [p for p in wanted for _ in range(plan["eval_samples"])]
+            expected = [p for p in wanted for _ in range(plan.eval_samples)]
             if greedy != wanted or sampled != expected:
                 problems.append(f"seed {seed}, stage {stage}, split {split}: questions or "
                                 f"samples per question differ from the plan")
@@ -688,16 +691,16 @@ def run_plan_problems(run: dict[str, Any], plan: dict[str, Any]) -> list[str]:
         problems.append(f"seed {seed}: RL arms {list(training)}, plan has {rl_arms}")
         return problems
     for arm, history in training.items():
-        if [step.get("step") for step in history] != list(range(1, plan["rl_steps"] + 1)):
+        if [step.get("step") for step in history] != list(range(1, plan.rl_steps + 1)):
             problems.append(f"seed {seed}, arm {arm}: {len(history)} RL steps, plan has "
-                            f"{plan['rl_steps']}")
+                            f"{plan.rl_steps}")
             continue
         for step in history:
             rows = step["rows"]
             questions = pairs_of(rows)
             bad_rows = len(rows) != per_step or _sampling_problem(step, plan)
-            bad_groups = any(len(set(questions[i:i + plan["group_size"]])) != 1
-                             for i in range(0, len(questions), plan["group_size"]))
+            bad_groups = any(len(set(questions[i:i + plan.group_size])) != 1
+                             for i in range(0, len(questions), plan.group_size))
             if bad_rows or bad_groups or len(step["updates"]) != _updates_expected(step, plan):
                 problems.append(f"seed {seed}, arm {arm}, step {step['step']}: rows, "
                                 "groups or updates do not fit the plan")

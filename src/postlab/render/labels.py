@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING
 
 from postlab.tasks.contracts import CONTRACTS, describe
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: Whether the report being written is of a plan with no SFT (``sft_steps`` 0), whose first
 #: stage is the model it starts from (a pretrained model's baseline): its words then say "the
@@ -34,10 +37,10 @@ _START_STAGE = {"en": "start", "zh": "起点"}
 
 
 @contextlib.contextmanager
-def starting_words(plan: Mapping[str, Any]) -> Iterator[None]:
+def starting_words(plan: Plan) -> Iterator[None]:
     """Within it, reports of ``plan`` name its first stage as the plan trains it: "SFT", or,
     with no SFT steps, the starting model."""
-    token = _STARTING.set(plan.get("sft_steps") == 0)
+    token = _STARTING.set(plan.sft_steps == 0)
     try:
         yield
     finally:

@@ -6,11 +6,14 @@ the words are in :data:`OVERVIEW_WORDS`, so both languages show the same facts.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.plan.arms import arm_specs, plan_contracts
 from postlab.records.record import seeds_of
 from postlab.tasks.registry import task_for
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 OVERVIEW_WORDS: dict[str, dict[str, str]] = {
     "en": {
@@ -98,24 +101,26 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
 }
 
 
-def _policy(plan: dict[str, Any], record: dict[str, Any], words: dict[str, str]) -> str:
-    section = plan.get("policy")
-    if section is None or section.get("kind") == "gru":
-        shape = f"GRU, embedding {plan['embedding']}, hidden {plan['hidden']}"
+def _policy(plan: Plan, record: dict[str, Any], words: dict[str, str]) -> str:
+    from postlab.policies.base import section_fields
+
+    section = plan.policy
+    if section is None or section.kind == "gru":
+        shape = f"GRU, embedding {plan.embedding}, hidden {plan.hidden}"
     else:
-        details = ", ".join(f"{key} {value}" for key, value in section.items() if key != "kind")
-        shape = f"{section['kind']}: {details}"
+        details = ", ".join(f"{key} {value}" for key, value in section_fields(section).items())
+        shape = f"{section.kind}: {details}"
     if "parameters" in record:
         shape += "; " + words["parameters"].format(n=record["parameters"])
-    if plan.get("precision"):
-        shape += f"; {plan['precision']}"
-    if plan.get("tokenizer"):
-        shape += "; " + words["bpe"].format(n=plan["tokenizer"]["vocab_size"])
-    if plan.get("lora"):
-        lora = plan["lora"]
+    if plan.precision:
+        shape += f"; {plan.precision}"
+    if plan.tokenizer:
+        shape += "; " + words["bpe"].format(n=plan.tokenizer.vocab_size)
+    if plan.lora:
+        lora = plan.lora
         shape += "; " + words["lora"].format(
-            rank=lora["rank"], alpha=lora["alpha"], dropout=lora["dropout"],
-            targets=", ".join(lora["target_modules"]))
+            rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
+            targets=", ".join(lora.target_modules))
     return shape
 
 
@@ -137,34 +142,35 @@ OPTION_WORDS_ZH = {
 }
 
 
-def _option(plan: dict[str, Any], field: str, lang: str) -> str:
+def _option(plan: Plan, field: str, lang: str) -> str:
     """An algorithm option as the plan states it, or in Chinese by its registry entry."""
+    stated = getattr(plan, field)
     if lang != "zh":
-        return plan[field]
+        return stated
     from postlab.rl.algorithms import resolve
 
-    return OPTION_WORDS_ZH.get(resolve(field, plan[field]), plan[field])
+    return OPTION_WORDS_ZH.get(resolve(field, stated), stated)
 
 
-def _task_words(plan: dict[str, Any], task: Any, words: dict[str, str]) -> str:
+def _task_words(plan: Plan, task: Any, words: dict[str, str]) -> str:
     """The task's name and what its questions are: operands, or a dataset's items."""
     if task.operand_limit is not None:
         return f"{task.name} ({words['operands'].format(top=task.operand_limit - 1)})"
-    section = plan["reasoning_gym"]
-    config = ", ".join(f"{key} {value}" for key, value in section.get("config", {}).items())
-    return (f"{task.name}: {section['dataset']}"
+    section = plan.reasoning_gym
+    config = ", ".join(f"{key} {value}" for key, value in section.config.items())
+    return (f"{task.name}: {section.dataset}"
             + (f" ({config})" if config else "")
-            + f"; {words['gym_items'].format(version=section['version'], seed=section['seed'])}")
+            + f"; {words['gym_items'].format(version=section.version, seed=section.seed)}")
 
 
-def overview_rows(plan: dict[str, Any], record: dict[str, Any], written: str | None,
+def overview_rows(plan: Plan, record: dict[str, Any], written: str | None,
                   lang: str) -> list[tuple[str, str]]:
     """(label, value) rows of what was trained, for the report's first screen."""
     words = OVERVIEW_WORDS[lang]
     task = task_for(plan)
     counted = words["pairs"] if task.operand_limit is not None else words["questions"]
     splits = ", ".join(counted.format(split=name, n=len(pairs))
-                       for name, pairs in plan["split"].items())
+                       for name, pairs in plan.split.items())
     arms = []
     for arm in arm_specs(plan):
         selection = words.get(f"selection_{arm.selection}", arm.selection or "")
@@ -172,33 +178,33 @@ def overview_rows(plan: dict[str, Any], record: dict[str, Any], written: str | N
                                                             steps=arm.sft_steps,
                                                             selection=selection)
         arms.append(words["arm_value"].format(name=arm.name, pipeline=pipeline))
-    clip = f"{plan['clip']:g}" + (f"/{plan['clip_high']:g}" if plan.get("clip_high") else "")
+    clip = f"{plan.clip:g}" + (f"/{plan.clip_high:g}" if plan.clip_high else "")
     options = [_option(plan, field, lang) for field in ("advantage", "loss_reduction", "kl")]
-    if plan.get("dynamic_sampling"):
+    if plan.dynamic_sampling:
         options.append(words["dynamic_sampling"].format(
-            extra=plan["dynamic_sampling"]["max_extra_groups"]))
-    options.append(OPTION_WORDS_ZH.get(plan["selection"], plan["selection"]) if lang == "zh"
-                   else plan["selection"])
+            extra=plan.dynamic_sampling.max_extra_groups))
+    options.append(OPTION_WORDS_ZH.get(plan.selection, plan.selection) if lang == "zh"
+                   else plan.selection)
     numerics = record.get("numerics", {})
     separator = "；" if lang == "zh" else "; "
     rows = [
         (words["task"], f"{_task_words(plan, task, words)}; {splits}"),
         (words["policy"], _policy(plan, record, words)),
-        (words["sft"], words["sft_value"].format(steps=plan["sft_steps"],
-                                                 batch=plan["sft_batch"], lr=plan["sft_lr"])),
+        (words["sft"], words["sft_value"].format(steps=plan.sft_steps,
+                                                 batch=plan.sft_batch, lr=plan.sft_lr)),
         (words["rl"], words["rl_value"].format(
-            steps=plan["rl_steps"], prompts=plan["prompts_per_step"], group=plan["group_size"],
-            updates=plan["updates_per_rollout"], lr=plan["rl_lr"], clip=clip,
-            beta=plan["kl_beta"], grad=plan["gradient_clip"], temperature=plan["temperature"],
-            tokens=plan["max_new_tokens"])),
+            steps=plan.rl_steps, prompts=plan.prompts_per_step, group=plan.group_size,
+            updates=plan.updates_per_rollout, lr=plan.rl_lr, clip=clip,
+            beta=plan.kl_beta, grad=plan.gradient_clip, temperature=plan.temperature,
+            tokens=plan.max_new_tokens)),
         (words["arms"], separator.join(arms)),
         (words["options"], separator.join(options)),
         (words["evaluation"], words["evaluation_value"].format(
-            samples=plan["eval_samples"], contracts=", ".join(plan_contracts(plan)))),
+            samples=plan.eval_samples, contracts=", ".join(plan_contracts(plan)))),
         (words["seeds"], ", ".join(str(seed) for seed in seeds_of(record))),
-        (words["plan"], words["plan_value"].format(version=plan["version"], date=plan["date"],
+        (words["plan"], words["plan_value"].format(version=plan.version, date=plan.date,
                                                    sha=record["plan_sha256"][:16] + "…")),
-        (words["when"], words["when_value"].format(date=plan["date"],
+        (words["when"], words["when_value"].format(date=plan.date,
                                                    written=written or "—")),
         (words["machine"], words["machine_value"].format(
             device=record.get("device", "cpu"), cpu=numerics.get("cpu_model", "?"),

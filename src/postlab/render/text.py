@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.plan.arms import plan_contracts
 from postlab.records.metrics import count_text, summary_of
 from postlab.rl.groups import contrast_probability
 from postlab.tasks.contracts import describe
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: Success probabilities at which the report shows the chance of a mixed group.
 REPORT_PROBABILITIES = (0.01, 0.5, 0.99)
@@ -40,13 +43,13 @@ class Report:
     held_out: tuple[HeldOutRow, ...]
 
 
-def build_report(record: dict[str, Any], plan: dict[str, Any],
+def build_report(record: dict[str, Any], plan: Plan,
                  split: str = "test", tables: Iterable[Any] | None = None) -> Report:
     """The reference's text report of ``split`` (``tables``: the record's flat tables, as
     :func:`~postlab.records.metrics.summary_of` takes them)."""
     # The chance of a mixed group at the plan's own group size (the teaching plan's 8 gives the
     # reference's lines byte for byte).
-    group_size = plan["group_size"]
+    group_size = plan.group_size
     contrast = tuple((p, contrast_probability(p, group_size)) for p in REPORT_PROBABILITIES)
     contracts = plan_contracts(plan)
     rows = []
@@ -57,7 +60,7 @@ def build_report(record: dict[str, Any], plan: dict[str, Any],
             greedy_correct=greedy[contracts[0]], greedy_n=greedy["n"],
             sampled_accepted=tuple(sampled[name] for name in contracts),
             sampled_n=sampled["n"], covered=sampled["covered"], questions=sampled["questions"]))
-    return Report(group_size=group_size, eval_samples=plan["eval_samples"],
+    return Report(group_size=group_size, eval_samples=plan.eval_samples,
                   contracts=contracts, contrast=contrast, held_out=tuple(rows))
 
 

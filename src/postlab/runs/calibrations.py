@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
 from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
@@ -32,6 +32,9 @@ from postlab.machine import numerics
 from postlab.machine.cache import cache_dir
 from postlab.machine.resources import process_seconds, usable_cores
 from postlab.runs.estimate import Calibration, ComputeEstimate, Line, calibrate, check_size
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: Versions the key and the layout: a later layout never reads an earlier one's files.
 STORE_VERSION = 2
@@ -42,7 +45,7 @@ MAX_AGE_SECONDS = 12 * 3600
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 
 
-def calibration_key(plan: dict[str, Any]) -> str:
+def calibration_key(plan: Plan) -> str:
     """One sha256 over everything a calibration's figures depend on: the plan (every field:
     sizes, tasks and the share of the run the engine's steps are timed within) and the
     machine and code that time it."""
@@ -52,7 +55,7 @@ def calibration_key(plan: dict[str, Any]) -> str:
 
     parts = {
         "store": STORE_VERSION,
-        "plan": hashlib.sha256(dump_json(plan)).hexdigest(),
+        "plan": hashlib.sha256(dump_json(plan.data())).hexdigest(),
         "source": hashlib.sha256(dump_json(source_hashes())).hexdigest(),
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -99,7 +102,7 @@ def _from_json(data: dict[str, Any]) -> Calibration:
     return Calibration(**values)
 
 
-def stored_calibration(plan: dict[str, Any]) -> Calibration | None:
+def stored_calibration(plan: Plan) -> Calibration | None:
     """This plan's calibration kept on this machine, fresh enough to reuse, as a run that
     starts now would use it; None where there is none."""
     key = calibration_key(plan)
@@ -122,7 +125,7 @@ def stored_calibration(plan: dict[str, Any]) -> Calibration | None:
                    started_seconds=process_seconds(), reused_from=data["measured_at"])
 
 
-def keep_calibration(plan: dict[str, Any], calibration: Calibration) -> None:
+def keep_calibration(plan: Plan, calibration: Calibration) -> None:
     """Keep a fresh calibration for later runs of the plan; a folder that cannot be written
     costs the next run its calibration, nothing more."""
     key = calibration_key(plan)
@@ -141,7 +144,7 @@ def keep_calibration(plan: dict[str, Any], calibration: Calibration) -> None:
         pass
 
 
-def calibration_for(plan: dict[str, Any], *, recalibrate: bool = False) -> Calibration:
+def calibration_for(plan: Plan, *, recalibrate: bool = False) -> Calibration:
     """The plan's calibration: kept from an earlier run on this machine where there is one
     (and ``recalibrate`` is not asked), else measured now and kept."""
     if not recalibrate:
@@ -153,7 +156,7 @@ def calibration_for(plan: dict[str, Any], *, recalibrate: bool = False) -> Calib
     return fresh
 
 
-def check_size_here(plan: dict[str, Any], allow_large: bool, *, recalibrate: bool = False
+def check_size_here(plan: Plan, allow_large: bool, *, recalibrate: bool = False
                     ) -> ComputeEstimate:
     """:func:`postlab.runs.estimate.check_size` priced by this machine's kept calibration
     (or a fresh one, then kept): what ``run`` and ``sweep`` print before they train."""

@@ -31,16 +31,20 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from postlab.engines.optim import Adam
-from postlab.engines.options import algorithm_of, clip_range
 from postlab.engines.rollout import generate, to_rows
-from postlab.engines.train import sequence_log_dist
+from postlab.engines.steps import gradient_step, policy_updates
+from postlab.engines.train import (
+    reference_log_dist,
+    sequence_log_dist,
+    sft_loss,
+    update_rule,
+)
 from postlab.errors import UserError
 from postlab.machine.resources import (
     peak_growth,
@@ -52,10 +56,12 @@ from postlab.plan.arms import arm_specs
 from postlab.policies import POLICIES, Policy, build_policy, policy_kind
 from postlab.policies.tokenizers import vocab_size
 from postlab.records.chunks import chunk_bytes
-from postlab.rl import objective
 from postlab.tasks.contracts import score
 from postlab.tasks.registry import task_for
 from postlab.tasks.rows import Row
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 GIB = 2**30
 
@@ -184,7 +190,7 @@ class ComputeEstimate:
 
 # --- counts --------------------------------------------------------------------------------
 
-def _vocab(plan: dict[str, Any]) -> int:
+def _vocab(plan: Plan) -> int:
     """The width of the policy's output: the plan's tokens, or a pretrained model's own
     vocabulary (SmolLM2's 49,152, where its plan's characters are about 30)."""
     if policy_kind(plan) == "pretrained":
@@ -194,7 +200,7 @@ def _vocab(plan: dict[str, Any]) -> int:
     return vocab_size(plan)
 
 
-def _shape(plan: dict[str, Any]) -> dict[str, int]:
+def _shape(plan: Plan) -> dict[str, int]:
     """Sizes the counts and the calibration share."""
     task = task_for(plan)
     prompt = task.longest_prompt  # prompts are padded to one width
@@ -205,46 +211,46 @@ def _shape(plan: dict[str, Any]) -> dict[str, int]:
         # inputs of one SFT step: the prompt and the target (answer and EOS) less its last
         "sft_positions": prompt + task.longest_answer,
         # positions a full decode reads, and an RL forward over prompt and response
-        "decode_positions": prompt + plan["max_new_tokens"] - 1,
+        "decode_positions": prompt + plan.max_new_tokens - 1,
         "parameters": parameters,
         # multiply-adds of one forward step of one sequence
         "work": work,
     }
 
 
-def _train_bytes(plan: dict[str, Any], rows: int, positions: int, vocab_tensors: int) -> int:
-    per_position = (plan["embedding"] + HIDDEN_TENSORS * plan["hidden"]
+def _train_bytes(plan: Plan, rows: int, positions: int, vocab_tensors: int) -> int:
+    per_position = (plan.embedding + HIDDEN_TENSORS * plan.hidden
                     + vocab_tensors * _vocab(plan))
     return rows * positions * per_position * FLOAT_BYTES * 2  # activations and their gradients
 
 
-def _decode_bytes(plan: dict[str, Any], rows: int, prompt: int) -> int:
+def _decode_bytes(plan: Plan, rows: int, prompt: int) -> int:
     """A decode keeps the prompt pass, a few per-step tensors, the emitted tokens and masks
     (as tensors and as Python lists) and one row per sequence."""
-    emb, hid, vocab = plan["embedding"], plan["hidden"], _vocab(plan)
+    emb, hid, vocab = plan.embedding, plan.hidden, _vocab(plan)
     floats = prompt * (emb + 4 * hid) + 4 * vocab + 4 * hid
-    return rows * (floats * FLOAT_BYTES + 40 * plan["max_new_tokens"] + ROW_BYTES)
+    return rows * (floats * FLOAT_BYTES + 40 * plan.max_new_tokens + ROW_BYTES)
 
 
-def estimate_counts(plan: dict[str, Any]) -> ComputeEstimate:
+def estimate_counts(plan: Plan) -> ComputeEstimate:
     """Everything that follows from the plan alone; builds nothing and times nothing."""
     shape = _shape(plan)
     arms = arm_specs(plan)
-    seeds = len(plan["seeds"])
+    seeds = len(plan.seeds)
     rl_arms = sum(arm.is_rl for arm in arms)
     stages = 1 + len(arms)
-    group = plan["group_size"]
-    per_step = plan["prompts_per_step"] * group
-    dynamic = plan.get("dynamic_sampling")
-    extra = dynamic["max_extra_groups"] * group if dynamic else 0
-    split_sizes = [len(pairs) for pairs in plan["split"].values()]
-    per_evaluation = sum(split_sizes) * (1 + plan["eval_samples"])  # greedy, then sampled
+    group = plan.group_size
+    per_step = plan.prompts_per_step * group
+    dynamic = plan.dynamic_sampling
+    extra = dynamic.max_extra_groups * group if dynamic else 0
+    split_sizes = [len(pairs) for pairs in plan.split.values()]
+    per_evaluation = sum(split_sizes) * (1 + plan.eval_samples)  # greedy, then sampled
     # each stage is evaluated, saved, reloaded and evaluated again
     evaluations = seeds * stages * 2 * per_evaluation
-    rl_completions = seeds * rl_arms * plan["rl_steps"] * (per_step + extra)
+    rl_completions = seeds * rl_arms * plan.rl_steps * (per_step + extra)
     completions = rl_completions + evaluations
-    sft_steps = seeds * (plan["sft_steps"] + sum(a.own_sft_steps(plan) for a in arms))
-    rl_updates = seeds * rl_arms * plan["rl_steps"] * plan["updates_per_rollout"]
+    sft_steps = seeds * (plan.sft_steps + sum(a.own_sft_steps(plan) for a in arms))
+    rl_updates = seeds * rl_arms * plan.rl_steps * plan.updates_per_rollout
     # the record keeps every rollout (dropped groups included) and one evaluation per stage;
     # a run holds one seed's entry until it is written into a chunk, never the whole record
     record_rows = rl_completions + seeds * stages * per_evaluation
@@ -253,11 +259,11 @@ def estimate_counts(plan: dict[str, Any]) -> ComputeEstimate:
 
     positions = shape["decode_positions"]
     evaluation_bytes = 2 * per_evaluation * ROW_BYTES  # a stage's rows and the reload check's
-    sampled = max(split_sizes) * plan["eval_samples"]
+    sampled = max(split_sizes) * plan.eval_samples
     batches = [("evaluation", sampled, positions,
                 _decode_bytes(plan, sampled, shape["prompt"]) + evaluation_bytes),
-               ("SFT", plan["sft_batch"], shape["sft_positions"],
-                _train_bytes(plan, plan["sft_batch"], shape["sft_positions"],
+               ("SFT", plan.sft_batch, shape["sft_positions"],
+                _train_bytes(plan, plan.sft_batch, shape["sft_positions"],
                              SFT_VOCAB_TENSORS))]
     if rl_arms:
         batches.append(("RL step", per_step, positions,
@@ -267,13 +273,13 @@ def estimate_counts(plan: dict[str, Any]) -> ComputeEstimate:
             batches.append(("dynamic sampling", extra, positions,
                             _decode_bytes(plan, extra, shape["prompt"])))
     kind, sequences, batch_positions, batch_bytes = max(batches, key=lambda b: b[3])
-    frozen = plan.get("lora") is not None and plan["sft_steps"] == 0 and not any(
+    frozen = plan.lora is not None and plan.sft_steps == 0 and not any(
         arm.own_sft_steps(plan) for arm in arms)
     model_bytes = shape["parameters"] * FLOAT_BYTES * (FROZEN_BASE_COPIES if frozen
                                                        else MODEL_COPIES)
     return ComputeEstimate(
         seeds=seeds, arms=len(arms), completions=completions, rl_completions=rl_completions,
-        tokens=completions * plan["max_new_tokens"], gradient_steps=sft_steps + rl_updates,
+        tokens=completions * plan.max_new_tokens, gradient_steps=sft_steps + rl_updates,
         parameters=shape["parameters"], batch_kind=kind, batch_sequences=sequences,
         batch_positions=batch_positions, batch_bytes=batch_bytes, record_rows=record_rows,
         memory_bytes=batch_bytes + model_bytes + seed_bytes,
@@ -356,45 +362,41 @@ def _fit(measure: Callable[[int], tuple[float, ...]], high: int) -> list[Line]:
     return lines
 
 
-def _pairs(plan: dict[str, Any], count: int) -> list[list[int]]:
-    return random.Random(CALIBRATION_SEED).choices(plan["split"]["train"], k=count)
+def _pairs(plan: Plan, count: int) -> list[list[int]]:
+    return random.Random(CALIBRATION_SEED).choices(plan.split["train"], k=count)
 
 
-def _time_sft(model: Policy, plan: dict[str, Any], shape: dict[str, int]) -> Line:
-    """An SFT step as :func:`postlab.engines.train.supervised` takes it, without the optimizer."""
-    rows, positions = _bounded(plan["sft_batch"], shape["sft_positions"], 1, 3 * shape["work"],
+def _time_sft(model: Policy, plan: Plan, shape: dict[str, int]) -> Line:
+    """An SFT step as the exact engine takes it (its own loss,
+    :func:`postlab.engines.train.sft_loss`, and gradient step), without the optimizer."""
+    rows, positions = _bounded(plan.sft_batch, shape["sft_positions"], 1, 3 * shape["work"],
                                TRAIN_ROW_CAP)
     demonstration = task_for(plan).demonstration
-    tokenizer = model.tokenizer
     pool = _pairs(plan, rows)
 
+    tokenizer = model.tokenizer
+
     def measure(count: int) -> tuple[float]:
-        start = time.perf_counter()
         pairs = pool[:count]
-        targets = [[*tokenizer.encode(demonstration(pair)), tokenizer.eos_id] for pair in pairs]
-        width = max(map(len, targets))
-        target = torch.tensor([t + [tokenizer.pad_id] * (width - len(t)) for t in targets],
-                              device=model.device)
-        sequence = torch.cat([model.prompts(pairs), target], dim=1)
-        inputs, wanted = sequence[:, :-1][:, -positions:], sequence[:, 1:][:, -positions:]
-        scored = min(inputs.shape[1], width)
-        logits = model(inputs)[:, -scored:]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                               wanted[:, -scored:].flatten(), ignore_index=tokenizer.pad_id)
+        # the positions the bounded forward pass reads (outside the timing)
+        width = max(len(tokenizer.encode(demonstration(pair))) + 1 for pair in pairs)
+        read = min(positions, model.prompts(pairs).shape[1] + width - 1)
+        start = time.perf_counter()
+        loss = sft_loss(model, demonstration, pairs, positions=positions)
         model.zero_grad(set_to_none=True)
-        loss.backward()
+        gradient_step(loss, None, None, None)
         loss.item()
-        return ((time.perf_counter() - start) / inputs.shape[1],)
+        return ((time.perf_counter() - start) / read,)
 
     return _fit(measure, rows)[0]
 
 
-def _time_decode(model: Policy, plan: dict[str, Any],
+def _time_decode(model: Policy, plan: Plan,
                  shape: dict[str, int]) -> tuple[Line, float, float, float | None]:
     """One call of :func:`postlab.engines.rollout.generate` (its time and its peak memory
     per sequence); then rows and rewards per row, and the record's writing per row."""
-    largest = max(len(pairs) for pairs in plan["split"].values()) * plan["eval_samples"]
-    largest = max(largest, plan["prompts_per_step"] * plan["group_size"])
+    largest = max(len(pairs) for pairs in plan.split.values()) * plan.eval_samples
+    largest = max(largest, plan.prompts_per_step * plan.group_size)
     rows, positions = _bounded(largest, shape["decode_positions"], shape["prompt"],
                                shape["work"], DECODE_ROW_CAP)
     steps = positions - shape["prompt"] + 1
@@ -405,7 +407,7 @@ def _time_decode(model: Policy, plan: dict[str, Any],
     def measure(count: int) -> tuple[float]:
         pairs = pool[:count]
         start = time.perf_counter()
-        tokens, mask = generate(model, pairs, steps, plan["temperature"], generator)
+        tokens, mask = generate(model, pairs, steps, plan.temperature, generator)
         elapsed = time.perf_counter() - start
         output.update(pairs=pairs, tokens=tokens, mask=mask)
         return (elapsed / (shape["prompt"] + tokens.shape[1] - 1),)
@@ -434,21 +436,22 @@ def _time_decode(model: Policy, plan: dict[str, Any],
     return line, row_seconds, write_seconds, row_bytes
 
 
-def _time_rl(model: Policy, plan: dict[str, Any], shape: dict[str, int],
+def _time_rl(model: Policy, plan: Plan, shape: dict[str, int],
              generator: torch.Generator) -> tuple[Line, Line]:
-    """The reference pass and one update of an RL step, as :func:`postlab.engines.train.reinforce`
-    computes them (without the optimizer)."""
-    rows, positions = _bounded(plan["prompts_per_step"] * plan["group_size"],
+    """The reference pass and one update of an RL step: the engines' own functions
+    (:func:`postlab.engines.train.reference_log_dist`,
+    :func:`postlab.engines.steps.policy_updates`), without the optimizer."""
+    rows, positions = _bounded(plan.prompts_per_step * plan.group_size,
                                shape["decode_positions"], 1, 4 * shape["work"], TRAIN_ROW_CAP)
     full = positions == shape["decode_positions"]
-    length = plan["max_new_tokens"] if full else positions
+    length = plan.max_new_tokens if full else positions
     pool = _pairs(plan, rows)
     # the built tokenizer's ids: a BPE may have learnt fewer tokens than the plan allows
     tokens_all = torch.randint(0, model.tokenizer.vocab_size, (rows, length),
                                generator=generator).to(model.device)
     advantage_all = torch.randn(rows, generator=generator).to(model.device)
-    algorithm = algorithm_of(plan)
-    low, high = clip_range(plan)
+
+    rule = update_rule(plan, updates=1)
 
     def measure(count: int) -> tuple[float, float]:
         tokens, advantage = tokens_all[:count], advantage_all[:count]
@@ -457,18 +460,13 @@ def _time_rl(model: Policy, plan: dict[str, Any], shape: dict[str, int],
         prompts = model.prompts(pool[:count])
         if not full:  # a bounded number of positions: one prompt column, fewer tokens
             prompts = prompts[:, :1]
-        with torch.no_grad():
-            reference = sequence_log_dist(model, prompts, tokens)
+        reference = reference_log_dist(model, prompts, tokens)
         middle = time.perf_counter()
-        log_dist = sequence_log_dist(model, prompts, tokens)
-        terms = objective.policy_loss(log_dist, reference, tokens, mask, advantage, None,
-                                      algorithm=algorithm, clip_low=low, clip_high=high,
-                                      kl_beta=plan["kl_beta"],
-                                      max_tokens=plan["max_new_tokens"])
         model.zero_grad(set_to_none=True)
-        terms.loss.backward()
-        for value in objective.update_statistics(terms, mask, low, high).values():
-            value.item()
+        for update in policy_updates(rule, lambda: sequence_log_dist(model, prompts, tokens),
+                                     reference, tokens, mask, advantage, optimizer=None):
+            for value in update.values():
+                value.item()
         end = time.perf_counter()
         read = prompts.shape[1] + tokens.shape[1] - 1
         return (middle - start) / read, (end - middle) / read
@@ -477,7 +475,7 @@ def _time_rl(model: Policy, plan: dict[str, Any], shape: dict[str, int],
     return reference, update
 
 
-def _time_optimizer(model: Policy, plan: dict[str, Any], parameters: int,
+def _time_optimizer(model: Policy, plan: Plan, parameters: int,
                     generator: torch.Generator) -> float:
     """Gradient clipping and Adam's arithmetic, tensor by tensor, on the model's shapes, or
     on a bounded flat proxy scaled to the parameter count."""
@@ -491,11 +489,11 @@ def _time_optimizer(model: Policy, plan: dict[str, Any], parameters: int,
     for p in params:
         p.grad = torch.randn(p.shape, generator=generator)
     # the engines' own optimizer, on tensors of their own (the model is left as it is)
-    optimizer = Adam(params, plan["rl_lr"])
+    optimizer = Adam(params, plan.rl_lr)
 
     def step() -> float:
         start = time.perf_counter()
-        nn.utils.clip_grad_norm_(params, plan["gradient_clip"]).item()
+        nn.utils.clip_grad_norm_(params, plan.gradient_clip).item()
         optimizer.step()
         return time.perf_counter() - start
 
@@ -525,7 +523,16 @@ def _typical_seconds(call: Callable[[], Any], until: float,
     return statistics.median(seconds)
 
 
-def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration
+def _steps_within(budget: float, seconds: float, most: int) -> int:
+    """Steps per call such that REAL_REPEATS calls of ``seconds`` a step fit ``budget``: at
+    most ``most``, and 0 (none) once an earlier kind has overrun the budget and left it
+    negative."""
+    if seconds <= 0:
+        return most
+    return max(0, min(most, int(budget / (REAL_REPEATS * seconds))))
+
+
+def _time_real_paths(model: Policy, plan: Plan, unit: Calibration
                      ) -> tuple[tuple[float, float, float], int | None]:
     """Run the engine's own code for a few steps where that is affordable, and return real
     over modelled seconds for an SFT step, an evaluation and an RL step (1.0 where a step
@@ -544,9 +551,9 @@ def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration
 
     # an RL step priced as the calibration's untrained policy may take it: with dynamic
     # sampling's whole budget of extra groups
-    dynamic = plan.get("dynamic_sampling")
+    dynamic = plan.dynamic_sampling
     most = replace(RLWork.expected(plan),
-                   extra_groups=dynamic["max_extra_groups"] if dynamic else 0.0)
+                   extra_groups=dynamic.max_extra_groups if dynamic else 0.0)
     sft_step, _, rl_step = _unit_seconds(plan, unit, most)
     parts = _work_parts(plan, unit)
     budget = min(REAL_PATH_MAX_SECONDS,
@@ -556,16 +563,15 @@ def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration
         # modelled the least reliably, so a share of its modelled run bounds nothing
         budget = REAL_PATH_SECONDS
     # the evaluation of a few questions per split, against its modelled cost
-    questions = max(1, DECODE_ROW_CAP // plan["eval_samples"])
-    few = {**plan, "split": {name: pairs[:questions] for name, pairs in plan["split"].items()}}
+    questions = max(1, DECODE_ROW_CAP // plan.eval_samples)
+    few = plan.replace(split={name: pairs[:questions] for name, pairs in plan.split.items()})
     few_evaluation = _unit_seconds(few, unit)[1]
     rl = next((arm for arm in arm_specs(plan) if arm.is_rl), None)
     factors = {"sft": 1.0, "evaluation": 1.0, "rl": 1.0}
     step_bytes = None
 
     def steps_within(seconds: float, most: int) -> int:
-        """Steps per call such that REAL_REPEATS calls fit the budget left (0: none)."""
-        return min(most, int(budget / (REAL_REPEATS * seconds))) if seconds > 0 else most
+        return _steps_within(budget, seconds, most)
 
     for kind in sorted(factors, key=lambda k: parts[k], reverse=True):
         began = time.perf_counter()
@@ -578,10 +584,10 @@ def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration
                 model, few, CALIBRATION_SEED), began + budget) / few_evaluation
         elif (kind == "rl" and rl is not None and parts["rl"]
               and (steps := steps_within(rl_step, REAL_STEPS))):
-            some = {**plan, "rl_steps": steps}
+            some = plan.replace(rl_steps=steps)
             done: list[RLWork] = []
 
-            def train(some: dict[str, Any] = some, contract: str = rl.contract,
+            def train(some: Plan = some, contract: str = rl.contract,
                       steps: int = steps, done: list[RLWork] = done) -> None:
                 model.train()
                 compute = reinforce(model, model.reference_policy(), some, CALIBRATION_SEED,
@@ -602,7 +608,7 @@ def _time_real_paths(model: Policy, plan: dict[str, Any], unit: Calibration
     return (factors["sft"], factors["evaluation"], factors["rl"]), step_bytes
 
 
-def calibrate(plan: dict[str, Any]) -> Calibration:
+def calibrate(plan: Plan) -> Calibration:
     """Time the real code paths at bounded sizes on this machine.
 
     Leaves torch's global random state and thread count as it found them, so a run after a
@@ -615,7 +621,7 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
     threads = torch.get_num_threads()
     try:
         # More threads than cores would only slow the run further; time what the cores give.
-        torch.set_num_threads(max(1, min(plan["threads"], usable_cores())))
+        torch.set_num_threads(max(1, min(plan.threads, usable_cores())))
         shape = _shape(plan)
         generator = torch.Generator().manual_seed(CALIBRATION_SEED)
         model = build_policy(plan)
@@ -641,7 +647,7 @@ def calibrate(plan: dict[str, Any]) -> Calibration:
                    decode_row_bytes=row_bytes, step_bytes=step_bytes)
 
 
-def expected_extra_groups(plan: dict[str, Any]) -> float:
+def expected_extra_groups(plan: Plan) -> float:
     """Extra groups dynamic sampling is expected to draw per RL step, for the time (counts
     and memory keep the whole budget, ``max_extra_groups``, as their bound).
 
@@ -656,14 +662,14 @@ def expected_extra_groups(plan: dict[str, Any]) -> float:
     dynamic-sampling example at 1.13-1.35 times its run (medians of three invocations of
     bench/bench_estimate.py), whose steps drew 0.5-1.2 extra groups of 8 (this model: 2.3).
     """
-    dynamic = plan.get("dynamic_sampling")
+    dynamic = plan.dynamic_sampling
     if not dynamic:
         return 0.0
-    budget = dynamic["max_extra_groups"]
-    group = plan["group_size"]
+    budget = dynamic.max_extra_groups
+    group = plan.group_size
     if group < 2:  # one answer per group: every group is constant
         return float(budget)
-    return min(float(budget), plan["prompts_per_step"] * 2 / (group - 1))
+    return min(float(budget), plan.prompts_per_step * 2 / (group - 1))
 
 
 @dataclass(frozen=True)
@@ -677,24 +683,24 @@ class RLWork:
     updates: float
 
     @classmethod
-    def expected(cls, plan: dict[str, Any]) -> RLWork:
+    def expected(cls, plan: Plan) -> RLWork:
         """A run's step: the groups it is expected to draw, every update over the whole batch
         (dynamic sampling replaces most constant groups, so dropping the rest spares little)."""
-        return cls(expected_extra_groups(plan), plan["prompts_per_step"] * plan["group_size"],
-                   plan["updates_per_rollout"])
+        return cls(expected_extra_groups(plan), plan.prompts_per_step * plan.group_size,
+                   plan.updates_per_rollout)
 
     @classmethod
-    def observed(cls, plan: dict[str, Any], compute: dict[str, int], steps: int) -> RLWork:
+    def observed(cls, plan: Plan, compute: dict[str, int], steps: int) -> RLWork:
         """What ``steps`` steps did, from their ``compute`` counts. An untrained policy's
         groups are nearly all constant: dynamic sampling then draws its whole budget, and a
         plan that drops constant groups may update on nothing at all."""
-        batch = plan["prompts_per_step"] * plan["group_size"]
+        batch = plan.prompts_per_step * plan.group_size
         updates = compute["gradient_steps"]
-        return cls(max(0.0, compute["completions"] / steps - batch) / plan["group_size"],
+        return cls(max(0.0, compute["completions"] / steps - batch) / plan.group_size,
                    compute["examples_seen"] / updates if updates else 0.0, updates / steps)
 
 
-def _unit_seconds(plan: dict[str, Any], c: Calibration,
+def _unit_seconds(plan: Plan, c: Calibration,
                   rl: RLWork | None = None) -> tuple[float, float, float]:
     """Modelled seconds of an SFT step, a stage's evaluation (every split, greedy and
     sampled) and an RL step doing ``rl`` (default: :meth:`RLWork.expected`), each times its
@@ -705,25 +711,25 @@ def _unit_seconds(plan: dict[str, Any], c: Calibration,
     def decode(rows: float) -> float:
         return c.decode.seconds(rows, positions) + c.row_seconds * rows
 
-    sft_step = c.sft.seconds(plan["sft_batch"], shape["sft_positions"]) + c.optimizer_seconds
-    evaluation = sum(decode(len(pairs)) + decode(len(pairs) * plan["eval_samples"])
-                     for pairs in plan["split"].values())
-    group = plan["group_size"]
+    sft_step = c.sft.seconds(plan.sft_batch, shape["sft_positions"]) + c.optimizer_seconds
+    evaluation = sum(decode(len(pairs)) + decode(len(pairs) * plan.eval_samples)
+                     for pairs in plan.split.values())
+    group = plan.group_size
     work = RLWork.expected(plan) if rl is None else rl
-    rl_step = decode(plan["prompts_per_step"] * group)
+    rl_step = decode(plan.prompts_per_step * group)
     if work.extra_groups:  # one more decode call, or a few
         rl_step += decode(work.extra_groups * group)
     if work.trained_rows:
         rows = work.trained_rows
         # one reference pass per step that updates, each followed by updates_per_rollout
-        passes = work.updates / plan["updates_per_rollout"]
+        passes = work.updates / plan.updates_per_rollout
         rl_step += (passes * c.reference.seconds(rows, positions)
                     + work.updates * (c.update.seconds(rows, positions) + c.optimizer_seconds))
     sft_factor, evaluation_factor, rl_factor = c.factors
     return sft_step * sft_factor, evaluation * evaluation_factor, rl_step * rl_factor
 
 
-def _work_parts(plan: dict[str, Any], calibration: Calibration) -> dict[str, float]:
+def _work_parts(plan: Plan, calibration: Calibration) -> dict[str, float]:
     """The engine's work on one worker, all seeds, priced by the calibration: its SFT
     steps, evaluations, RL steps, and the rest (checkpoints, the record's writing)."""
     shape = _shape(plan)
@@ -731,10 +737,10 @@ def _work_parts(plan: dict[str, Any], calibration: Calibration) -> dict[str, flo
     sft_step, evaluation, rl_step = _unit_seconds(plan, c)
     arms = arm_specs(plan)
     stages = 1 + len(arms)
-    seeds = len(plan["seeds"])
+    seeds = len(plan.seeds)
     checkpoint = shape["parameters"] * FLOAT_BYTES * 3 / CHECKPOINT_BYTES_PER_SECOND
-    sft_steps = plan["sft_steps"] + sum(arm.own_sft_steps(plan) for arm in arms)
-    rl_steps = plan["rl_steps"] * sum(arm.is_rl for arm in arms)
+    sft_steps = plan.sft_steps + sum(arm.own_sft_steps(plan) for arm in arms)
+    rl_steps = plan.rl_steps * sum(arm.is_rl for arm in arms)
     # each seed's rows are written once, into a chunk (record.json is a small manifest)
     writing = c.write_seconds * estimate_counts(plan).record_rows
     return {"sft": seeds * sft_steps * sft_step,
@@ -744,7 +750,7 @@ def _work_parts(plan: dict[str, Any], calibration: Calibration) -> dict[str, flo
             "other": seeds * stages * checkpoint + writing}
 
 
-def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
+def wall_seconds(plan: Plan, calibration: Calibration) -> float:
     """The run's time on one worker, from its process's start: the engine's work
     (:func:`_work_parts`), priced by the calibration.
 
@@ -762,7 +768,7 @@ def wall_seconds(plan: dict[str, Any], calibration: Calibration) -> float:
     return started + c.seconds + sum(_work_parts(plan, c).values()) + FINISH_SECONDS
 
 
-def estimate(plan: dict[str, Any], *, calibrated: bool = True) -> ComputeEstimate:
+def estimate(plan: Plan, *, calibrated: bool = True) -> ComputeEstimate:
     """Counts, and with ``calibrated`` the wall time from a calibration on this machine."""
     counts = estimate_counts(plan)
     if not calibrated:
@@ -770,7 +776,7 @@ def estimate(plan: dict[str, Any], *, calibrated: bool = True) -> ComputeEstimat
     return priced(counts, plan, calibrate(plan))
 
 
-def priced(counts: ComputeEstimate, plan: dict[str, Any],
+def priced(counts: ComputeEstimate, plan: Plan,
            calibration: Calibration) -> ComputeEstimate:
     """The counts with this machine's figures: the wall time, and the process's own memory
     added to the plan's."""
@@ -783,7 +789,7 @@ def priced(counts: ComputeEstimate, plan: dict[str, Any],
                    base_bytes=calibration.base_bytes)
 
 
-def measured_batch_bytes(plan: dict[str, Any], counts: ComputeEstimate,
+def measured_batch_bytes(plan: Plan, counts: ComputeEstimate,
                          calibration: Calibration) -> int:
     """The largest batch's memory from what the calibration measured where it could: a
     decode's peak per sequence times the plan's largest decode, the engine's RL step at the
@@ -791,8 +797,8 @@ def measured_batch_bytes(plan: dict[str, Any], counts: ComputeEstimate,
     and put a small GPT-2's evaluation at a fifth of its measured 160 MiB."""
     if calibration.decode_row_bytes is None and calibration.step_bytes is None:
         return counts.batch_bytes
-    sampled = max(len(pairs) for pairs in plan["split"].values()) * plan["eval_samples"]
-    per_evaluation = sum(len(p) for p in plan["split"].values()) * (1 + plan["eval_samples"])
+    sampled = max(len(pairs) for pairs in plan.split.values()) * plan.eval_samples
+    per_evaluation = sum(len(p) for p in plan.split.values()) * (1 + plan.eval_samples)
     measured = [counts.batch_bytes if counts.batch_kind == "SFT" else 0]
     if calibration.decode_row_bytes is not None:
         measured.append(int(calibration.decode_row_bytes * sampled)

@@ -1,4 +1,5 @@
 """Orchestration of a training run: the run folder, its record, resume, and the tasks an
+
 engine makes, handed to an executor.
 
 The engine (:data:`postlab.engines.registry.ENGINES`, by the run's ``engine`` name) turns the
@@ -20,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -89,6 +90,9 @@ from postlab.runs.executors import TaskExecutor, configure_torch, default_kind, 
 from postlab.runs.progress import Quiet
 from postlab.version import __version__, source_hashes
 
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
+
 PLAN_FILE = "plan.json"
 RECORD_FILE = "record.json"
 SUMMARY_FILE = "summary.json"
@@ -154,14 +158,14 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
         publish_bytes(out_dir / PLAN_FILE, raw_plan)
         if registration is not None:
             publish_bytes(out_dir / REGISTRATION_FILE, registration)
-        if uses_bpe(plan.data):
-            publish_bytes(out_dir / TOKENIZER_FILE, trained_bytes(plan.data))
+        if uses_bpe(plan.model):
+            publish_bytes(out_dir / TOKENIZER_FILE, trained_bytes(plan.model))
         return plan, None
     stored, record = checked or check_resumable(out_dir, plan, registration)
     kept_tokenizer = out_dir / TOKENIZER_FILE
-    if uses_bpe(stored.data) and not kept_tokenizer.exists():
+    if uses_bpe(stored.model) and not kept_tokenizer.exists():
         # interrupted between the plan and the tokenizer
-        publish_bytes(kept_tokenizer, trained_bytes(stored.data))
+        publish_bytes(kept_tokenizer, trained_bytes(stored.model))
     for leftover in [*out_dir.glob(".*.partial"), *(out_dir / CHUNK_DIR).glob(".*.partial")]:
         # an interrupted atomic write (a file) or folder publication (a folder, e.g. a
         # killed 'postlab plot RUN'); what it was writing was never published
@@ -203,8 +207,8 @@ def check_resumable(out_dir: Path, plan: LoadedPlan | None = None,
         registration_entry(stored, out_dir, record)  # the registration it names, checked
     _check_resumed_registration(out_dir, registration)
     kept_tokenizer = out_dir / TOKENIZER_FILE
-    if uses_bpe(stored.data) and kept_tokenizer.exists() and \
-            read_bytes(kept_tokenizer, "tokenizer") != trained_bytes(stored.data):
+    if uses_bpe(stored.model) and kept_tokenizer.exists() and \
+            read_bytes(kept_tokenizer, "tokenizer") != trained_bytes(stored.model):
         raise UserError(f"{kept_tokenizer}: not the tokenizer the plan trains; cannot resume")
     return stored, record
 
@@ -215,11 +219,11 @@ def _check_resumed_seeds(out_dir: Path, record: dict[str, Any], stored: LoadedPl
     record_path = out_dir / RECORD_FILE
     if record.get("plan_sha256") != stored.sha256:
         raise UserError(f"{record_path}: not a record of the plan in {out_dir / PLAN_FILE}")
-    stages = ["initial", *arm_names(stored.data)]
+    stages = ["initial", *arm_names(stored.model)]
     seen = set()
     for run in record["runs"]:
         seed = run["seed"]
-        if seed not in stored.data["seeds"] or seed in seen:
+        if seed not in stored.model.seeds or seed in seen:
             raise UserError(f"{record_path}: seed {seed} is not a pending seed of the plan; "
                             "cannot resume from this record")
         seen.add(seed)
@@ -281,16 +285,16 @@ def new_record(plan: LoadedPlan, workers: int, device: str = "cpu",
     """The record's provenance: the device is the run's, the dtype the weights' (float32);
     ``numerics.dtype`` is what forward passes compute in (bfloat16 under a bf16 plan). The
     engine is named only when it is not the exact one, so exact records keep their form."""
-    dtype, compute_dtype = policy_placement(plan.data)
+    dtype, compute_dtype = policy_placement(plan.model)
     named = {} if engine == DEFAULT_ENGINE else {"engine": engine}
-    if uses_bpe(plan.data):
-        named["tokenizer_sha256"] = tokenizer_sha256(plan.data)
+    if uses_bpe(plan.model):
+        named["tokenizer_sha256"] = tokenizer_sha256(plan.model)
     return {"plan_sha256": plan.sha256, **named, "source_sha256": source_hashes(),
             "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform(), "device": device, "dtype": dtype,
-            "postlab_version": __version__, "threads": plan.data["threads"],
+            "postlab_version": __version__, "threads": plan.model.threads,
             "workers": workers,
-            "numerics": numerics.describe(plan.data["threads"], numerics.current_pin(),
+            "numerics": numerics.describe(plan.model.threads, numerics.current_pin(),
                                           device=device, dtype=compute_dtype),
             "chunks": [], "seeds": []}
 
@@ -350,7 +354,7 @@ def _write_record(run: OpenRun) -> None:
     ``MAX_CHUNK_SEEDS`` each), then replace ``record.json`` with the manifest naming them: a
     crash between the two leaves chunks no record names, removed on resume."""
     out_dir, record = run.options.out_dir, run.record
-    order = {seed: i for i, seed in enumerate(run.data["seeds"])}
+    order = {seed: i for i, seed in enumerate(run.typed.seeds)}
     entries = sorted(run.unwritten, key=lambda entry: order[entry["seed"]])
     for first in range(0, len(entries), MAX_CHUNK_SEEDS):
         part = entries[first:first + MAX_CHUNK_SEEDS]
@@ -391,8 +395,8 @@ class OpenRun:
         return {*self.record["seeds"], *(entry["seed"] for entry in self.unwritten)}
 
     @property
-    def data(self) -> dict[str, Any]:
-        return self.plan.data
+    def typed(self) -> Plan:
+        return self.plan.model
 
     @property
     def engine(self) -> Engine:
@@ -401,7 +405,7 @@ class OpenRun:
     def work(self, seeds: list[int]) -> Work:
         """These pending seeds, as the engine is asked to train them."""
         options = self.options
-        return Work(self.data, tuple(seeds), options.out_dir,
+        return Work(self.typed, tuple(seeds), options.out_dir,
                     {key: value for key, value in self.kept.items() if key[0] in seeds},
                     options.progress_every, options.device, options.log)
 
@@ -411,10 +415,10 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
     check_loggers(options.log)  # in tasks it would be too late: refused before any write
     plan, previous = prepare_out_dir(plan, raw_plan, options.out_dir, options.resume,
                                      options.registration, options.checked)
-    data = plan.data
+    data = plan.model
     start = time.monotonic()
     # Before the record describes the numeric settings.
-    configure_torch(data["threads"], options.device)
+    configure_torch(data.threads, options.device)
     record = new_record(plan, options.workers, options.device, options.engine)
     registered = registration_entry(plan, options.out_dir, previous)
     if registered is not None:
@@ -440,7 +444,7 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
         # a record of the earlier layout: its seeds go into chunks with the next write
         unwritten = list(previous["runs"])
     done = {*record["seeds"], *(entry["seed"] for entry in unwritten)}
-    pending = [seed for seed in data["seeds"] if seed not in done]
+    pending = [seed for seed in data.seeds if seed not in done]
     if done:
         options.display.message(f"resuming: seeds {sorted(done)} already complete")
     run = OpenRun(plan, options, record, pending, start, unwritten=unwritten)
@@ -522,12 +526,12 @@ def _kept_results(run: OpenRun) -> dict[tuple[int, str], dict[str, Any]]:
         return kept
     for leftover in folder.glob(".*.partial"):
         leftover.unlink()
-    for seed in run.data["seeds"]:
+    for seed in run.typed.seeds:
         if seed not in run.pending:
             _drop_kept(run, seed)
     expected = run.record["numerics"]["cpu_capability"]
     for seed in run.pending:
-        for stage in ["initial", *arm_names(run.data)]:
+        for stage in ["initial", *arm_names(run.typed)]:
             path = kept_result_path(out, seed, stage)
             if not path.is_file():
                 continue
@@ -550,13 +554,13 @@ def _kept_results(run: OpenRun) -> dict[tuple[int, str], dict[str, Any]]:
 
 
 def _drop_kept(run: OpenRun, seed: int) -> None:
-    for stage in ["initial", *arm_names(run.data)]:
+    for stage in ["initial", *arm_names(run.typed)]:
         kept_result_path(run.options.out_dir, seed, stage).unlink(missing_ok=True)
 
 
 def finish_run(run: OpenRun) -> dict[str, Any]:
     """Write the wall time, the summary and the fingerprint of a run whose seeds are done."""
-    options, data, record = run.options, run.data, run.record
+    options, data, record = run.options, run.typed, run.record
     if run.pending or "wall_seconds" not in record:
         # Wall time of the invocation that finished the run (a resumed run's last part).
         record["wall_seconds"] = time.monotonic() - run.started
@@ -602,7 +606,7 @@ def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
     run = open_run(plan, raw_plan, options)
     if run.pending:
         kind = options.executor or default_kind(options.workers)
-        with make_executor(kind, workers=options.workers, threads=run.data["threads"],
+        with make_executor(kind, workers=options.workers, threads=run.typed.threads,
                            sink=options.display.handle) as executor:
             run_tasks(executor, [run])
     return finish_run(run)
@@ -644,7 +648,7 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
     ready: deque[tuple[EngineTask, list[OpenRun]]] = deque()
     groups: dict[tuple[str, str, str], list[tuple[OpenRun, list[int]]]] = {}
     for run in runs:
-        run.assemblies = {seed: _SeedAssembly(arm_names(run.data)) for seed in run.pending}
+        run.assemblies = {seed: _SeedAssembly(arm_names(run.typed)) for seed in run.pending}
         # Stages an interrupted invocation finished, of seeds whose SFT it finished too: an
         # SFT that trains again makes every later stage of its seed train again.
         run.kept = {(seed, stage): result for (seed, stage), result in run.kept.items()
@@ -655,7 +659,7 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
         # write for all); the others train, without their kept stages.
         training = _finish_kept_seeds(run)
         if training:
-            key = (run.options.engine, run.engine.batch_key(run.data), run.options.device)
+            key = (run.options.engine, run.engine.batch_key(run.typed), run.options.device)
             groups.setdefault(key, []).append((run, training))
     for (name, _, _), group in groups.items():
         works = {id(run): run.work(seeds) for run, seeds in group}
@@ -669,7 +673,7 @@ def run_tasks(executor: TaskExecutor, runs: list[OpenRun], watch: TaskWatcher = 
     def sort_key(future: cf.Future) -> tuple[bool, int, tuple[int, int]]:
         task, owners = running[future]
         return (future.exception() is not None, order[id(owners[0])],
-                _task_order(task, owners[0].data))
+                _task_order(task, owners[0].typed))
 
     try:
         while first or ready or running:
@@ -762,7 +766,7 @@ def _whole_seeds_kept(run: OpenRun) -> dict[tuple[int, str], dict[str, Any]]:
     what is kept of the others is dropped, and so are their checkpoint files (no record or
     kept result names them, and they are trained again in another company, which on a GPU
     may give other bits than the file holds)."""
-    stages = ["initial", *arm_names(run.data)]
+    stages = ["initial", *arm_names(run.typed)]
     whole = {seed for seed in run.pending if all((seed, s) in run.kept for s in stages)}
     replaced = 0
     for seed in run.pending:
@@ -802,7 +806,7 @@ def _finish_seeds(run: OpenRun, seeds: list[int]) -> None:
     for seed in seeds:
         _drop_kept(run, seed)
         run.assemblies[seed].release()
-        for stage in ["initial", *arm_names(run.data)]:
+        for stage in ["initial", *arm_names(run.typed)]:
             run.kept.pop((seed, stage), None)
 
 
@@ -821,8 +825,8 @@ def _check_capability(run: OpenRun, result: dict[str, Any]) -> None:
                         f"the main process {expected}")
 
 
-def _task_order(task: EngineTask, data: dict[str, Any]) -> tuple[int, int]:
+def _task_order(task: EngineTask, data: Plan) -> tuple[int, int]:
     """Plan order, so tasks finishing together are handled the same way on every run."""
     _, seed, stage = task.keys[0]
     stages = ["initial", *arm_names(data)]
-    return data["seeds"].index(seed), stages.index(stage)
+    return data.seeds.index(seed), stages.index(stage)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -59,6 +59,9 @@ from postlab.records.record import (
     summary_piece,
 )
 from postlab.tasks.registry import answer_function
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 Status = Literal["pass", "fail", "warn", "skip"]
 
@@ -122,7 +125,7 @@ class _Loaded:
     reload_equal: bool
 
 
-def _seed_checkpoints(run: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
+def _seed_checkpoints(run: dict[str, Any], plan: Plan | None, folder: Path,
                      device: str, seen: _Walk, waiting: list[_Loaded], *,
                      quick: bool = False,
                      recorded: Callable[[str], dict[str, Any] | None] | None = None) -> None:
@@ -163,7 +166,7 @@ def _seed_checkpoints(run: dict[str, Any], plan: dict[str, Any] | None, folder: 
                                reload_equal=info.get("reload_equal", False)))
 
 
-def _reevaluate(waiting: list[_Loaded], plan: dict[str, Any], device: str, engine: Any,
+def _reevaluate(waiting: list[_Loaded], plan: Plan, device: str, engine: Any,
                 seen: _Walk) -> None:
     """Re-evaluate the loaded checkpoints, together where the engine can, and compare each
     one's rows with the recorded ones. Weights that cannot be evaluated (an overflow to inf,
@@ -197,7 +200,7 @@ QUICK = ("--quick: no checkpoint was re-evaluated (verify without --quick reload
          "compares its rows)")
 
 
-def _check_checkpoints(seen: _Walk, plan: dict[str, Any] | None, *,
+def _check_checkpoints(seen: _Walk, plan: Plan | None, *,
                        quick: bool = False) -> tuple[Check, Check]:
     total = seen.checkpoints
     hashes = Check(name="checkpoint hashes",
@@ -267,7 +270,7 @@ class _SummaryStream:
         return stored[:self.offset] + rest + summary_closing(self.count)
 
 
-def _check_summary(seen: _Walk, plan: dict[str, Any] | None, folder: Path) -> Check:
+def _check_summary(seen: _Walk, plan: Plan | None, folder: Path) -> Check:
     path = folder / "summary.json"
     try:
         stored = read_bytes(path, "summary")
@@ -375,17 +378,17 @@ def _check_completeness(record: dict[str, Any], seen: _Walk) -> Check:
                         "entry for every stage of every seed")
 
 
-def _check_provenance(record: dict[str, Any], plan: dict[str, Any] | None) -> Check:
+def _check_provenance(record: dict[str, Any], plan: Plan | None) -> Check:
     """Provenance values must be the ones this plan can produce."""
     if plan is None:
         return Check(name="provenance", status="skip", detail="needs the record's plan")
     problems = []
-    if "threads" in record and record["threads"] != plan["threads"]:
-        problems.append(f"threads {record['threads']}, the plan sets {plan['threads']}")
+    if "threads" in record and record["threads"] != plan.threads:
+        problems.append(f"threads {record['threads']}, the plan sets {plan.threads}")
     recorded = record.get("numerics")
-    if isinstance(recorded, dict) and recorded["threads"] != plan["threads"]:
+    if isinstance(recorded, dict) and recorded["threads"] != plan.threads:
         problems.append(f"numerics.threads {recorded['threads']}, the plan sets "
-                        f"{plan['threads']}")
+                        f"{plan.threads}")
     if isinstance(recorded, dict) and not recorded["deterministic"]:
         problems.append("deterministic algorithms were off, which postlab never does")
     if "parameters" in record:
@@ -512,32 +515,33 @@ def _check_registration(record: dict[str, Any], plan: LoadedPlan | None,
         f"{REGISTRATION_FILE} has the recorded sha256 {named['sha256'][:16]}…"))
 
 
-def _check_model_file(plan_data: dict[str, Any] | None) -> Check | None:
+def _check_model_file(typed: Plan | None) -> Check | None:
     """A pretrained plan's GGUF file has the sha256 the plan pins (a file that differs is
     refused in one line, as a run refuses it); None (no line) for other policies."""
-    if plan_data is None or policy_kind(plan_data) != "pretrained" \
-            or plan_data["policy"].get("gguf") is None:
+    if typed is None or policy_kind(typed) != "pretrained":
         return None
-    from postlab.policies.transformer import gguf_file
+    from postlab.policies.transformer import gguf_file, pretrained_fields
 
-    path = gguf_file(plan_data)
+    if pretrained_fields(typed).gguf is None:
+        return None
+    path = gguf_file(typed)
     assert path is not None
     return Check(name="model file", status="pass", detail=(
-        f"{path.name} has the plan's sha256 {plan_data['policy']['sha256'][:16]}…; its "
+        f"{path.name} has the plan's sha256 {pretrained_fields(typed).sha256[:16]}…; its "
         "dequantised weights are the base every adapter checkpoint names"))
 
 
-def _check_tokenizer(record: dict[str, Any], plan_data: dict[str, Any] | None,
+def _check_tokenizer(record: dict[str, Any], typed: Plan | None,
                      folder: Path) -> Check | None:
     """A trained tokenizer's file is the one the record names and the plan trains; None (no
     line) for a run that reads characters."""
     from postlab.policies.tokenizers import TOKENIZER_FILE, tokenizer_sha256, uses_bpe
 
     recorded = record.get("tokenizer_sha256")
-    trains = plan_data is not None and uses_bpe(plan_data)
+    trains = typed is not None and uses_bpe(typed)
     if recorded is None and not trains:
         return None
-    if plan_data is None:
+    if typed is None:
         return Check(name="tokenizer", status="skip", detail="needs the record's plan")
     if recorded is None or not trains:
         return Check(name="tokenizer", status="fail", detail=(
@@ -551,7 +555,7 @@ def _check_tokenizer(record: dict[str, Any], plan_data: dict[str, Any] | None,
         return Check(name="tokenizer", status="fail", detail=(
             f"{TOKENIZER_FILE} has sha256 {actual[:16]}…, the record names {recorded[:16]}…: "
             "changed after the run"))
-    trained = tokenizer_sha256(plan_data)
+    trained = tokenizer_sha256(typed)
     if trained != recorded:
         return Check(name="tokenizer", status="fail", detail=(
             f"the plan trains a tokenizer with sha256 {str(trained)[:16]}… here, not the "
@@ -584,7 +588,7 @@ class _Walk:
     evaluation_seconds: float = 0.0
 
 
-def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
+def _walk(record: dict[str, Any], plan: Plan | None, folder: Path,
           device: str, *, quick: bool = False) -> _Walk:
     try:  # compared with the summary as it is recomputed, so that is never held whole
         stored_summary: bytes | None = read_bytes(folder / "summary.json", "summary")
@@ -656,7 +660,7 @@ def _walk(record: dict[str, Any], plan: dict[str, Any] | None, folder: Path,
         proven_all = proven_all and not unproven
         summary: dict[int, list[dict[str, Any]]] = {}
         if len(unproven) < len(tables.seeds):
-            for entry in table_summary(tables, plan["eval_samples"], answer, contracts):
+            for entry in table_summary(tables, plan.eval_samples, answer, contracts):
                 summary.setdefault(entry["seed"], []).append(entry)
         checkpoints = tables.runs.column("checkpoints").to_pylist()
         for index, seed in enumerate(tables.seeds):
@@ -733,25 +737,25 @@ def verify_walked(files: RunFiles, record: dict[str, Any], *,
                 Check(name=name, status="skip", detail="needs the row files intact")
                 for name in ("record", "checkpoint hashes", "checkpoint re-evaluation",
                              "summary", "counts", "raw rows", "fingerprint"))])
-    plan_data = plan.data if plan is not None else None
+    typed = plan.model if plan is not None else None
     device = device_here(record)
-    configure_torch(plan_data["threads"] if plan_data is not None else 1, device)
-    model = _check_model_file(plan_data)  # before the walk rebuilds the model from it
-    seen = _walk(record, plan_data, folder, device, quick=quick)
+    configure_torch(typed.threads if typed is not None else 1, device)
+    model = _check_model_file(typed)  # before the walk rebuilds the model from it
+    seen = _walk(record, typed, folder, device, quick=quick)
     checks = [_check_completeness(record, seen), plan_check]
     if model is not None:
         checks.append(model)
     if "chunks" in record:
         checks.append(row_files)
-    tokenizer = _check_tokenizer(record, plan_data, folder)
+    tokenizer = _check_tokenizer(record, typed, folder)
     if tokenizer is not None:
         checks.append(tokenizer)
     registration = _check_registration(record, plan, folder)
     if registration is not None:
         checks.append(registration)
-    checks += list(_check_checkpoints(seen, plan_data, quick=quick))
-    checks.append(_check_summary(seen, plan_data, folder))
-    if plan_data is None:
+    checks += list(_check_checkpoints(seen, typed, quick=quick))
+    checks.append(_check_summary(seen, typed, folder))
+    if typed is None:
         checks.append(Check(name="counts", status="skip", detail="needs the record's plan"))
     else:
         problems = seen.plan_problems
@@ -759,11 +763,11 @@ def verify_walked(files: RunFiles, record: dict[str, Any], *,
                             detail="; ".join(problems[:5]) if problems else
                             "seeds, arms, steps, rows per step and samples per question "
                             "fit the plan"))
-    checks.append(_check_provenance(record, plan_data))
+    checks.append(_check_provenance(record, typed))
     checks.append(_check_digests(record, seen))
     checks.append(_check_fingerprint(files, record, folder, expect, seen))
-    threads = plan_data["threads"] if plan_data is not None else 1
-    bf16 = plan_data is not None and plan_data.get("precision") == "bf16"
+    threads = typed.threads if typed is not None else 1
+    bf16 = typed is not None and typed.precision == "bf16"
     dtype = "bfloat16" if bf16 else "float32"
     environment = _check_environment(record, numerics.describe(
         threads, numerics.current_pin(), device=device, dtype=dtype))

@@ -64,7 +64,7 @@ def load_versions(spec_path: Path, today: str) -> tuple[bytes, list[Version]]:
     path = base_path(spec, spec_path)
     base: LoadedPlan = load_plan(path) if path is not None else teaching_plan_loaded()
     versions = expand(spec, base, today, str(spec_path))
-    threads = {v.plan["threads"] for v in versions}
+    threads = {v.plan.threads for v in versions}
     if len(threads) > 1:
         raise UserError(f"{spec_path}: versions differ in threads ({sorted(threads)}); a sweep "
                         "runs every task on the same number of threads")
@@ -125,14 +125,14 @@ def run_sweep(spec_path: Path | None, options: SweepOptions, today: str,
                 out / SWEEP_FILE, "sweep file"):
             raise UserError(f"{out}: the sweep folder was made from another sweep file")
         first = out / read_index(out)[1][0].name / PLAN_FILE
-        threads = parse_plan(read_bytes(first, "plan"), str(first), first).data["threads"]
+        threads = parse_plan(read_bytes(first, "plan"), str(first), first).model.threads
     else:
         if spec_path is None:
             raise UserError("a new sweep needs its sweep file")
         if out.exists():
             raise UserError(f"{out}: already exists; choose a new --out-dir, or pass --resume "
                             "to complete an interrupted sweep there")
-        threads = load_versions(spec_path, today)[1][0].plan["threads"]
+        threads = load_versions(spec_path, today)[1][0].plan.threads
     kind = options.executor or default_kind(options.workers)
     with make_executor(kind, workers=options.workers, threads=threads, sink=Quiet().handle,
                        **dict(options.executor_settings)) as executor:
@@ -140,7 +140,7 @@ def run_sweep(spec_path: Path | None, options: SweepOptions, today: str,
             create_sweep(spec_path, out, today)
         # the record says how many tasks ran at once, whatever asked for it
         runs = _open_versions(out, options, executor.capacity)
-        total = sum(len(run.pending) * (1 + len(arm_names(run.data))) - len(run.kept)
+        total = sum(len(run.pending) * (1 + len(arm_names(run.typed))) - len(run.kept)
                     for run in runs)
         progress = progress or SweepProgress(total)
         progress.total = total

@@ -21,12 +21,13 @@ to it is that version, not a copy.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -41,6 +42,9 @@ from postlab.plan.frozen import (
     sha256_hex,
 )
 from postlab.sweeps.folder import RESERVED_NAMES
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: Version names become folder names.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]{0,79}$")
@@ -115,11 +119,18 @@ class Version:
 
     name: str
     changes: dict[str, Any]
-    plan: dict[str, Any]
+    #: the plan as its file will hold it
+    data: dict[str, Any]
+
+    @functools.cached_property
+    def plan(self) -> Plan:
+        from postlab.plan.schema import Plan
+
+        return Plan.of(self.data)
 
     @property
     def raw(self) -> bytes:
-        return plan_bytes(self.plan)
+        return plan_bytes(self.data)
 
     @property
     def sha256(self) -> str:
@@ -161,7 +172,7 @@ def expand(spec: SweepSpec, base: LoadedPlan, today: str, source: str) -> list[V
     """
     from postlab.plan.schema import PlanModel, validate_plan
 
-    if base.data.get("seeds") != spec.seeds:
+    if base.model.seeds != spec.seeds:
         base_data = _derive(base.data, base.sha256, {"seeds": spec.seeds}, today)
         problems = validate_plan(base_data)
         if problems:

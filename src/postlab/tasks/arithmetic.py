@@ -14,9 +14,12 @@ plan's arms train on. The registry and the surface every task shares are in
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from postlab.tasks.registry import TaskPlan
 
 DIGITS = "0123456789"
 
@@ -92,16 +95,16 @@ class Task:
     def required_characters(self) -> str:
         return DIGITS + self.symbol + "="
 
-    def plan_problems(self, plan: Mapping[str, Any]) -> list[tuple[str, str]]:
+    def plan_problems(self, plan: TaskPlan) -> list[tuple[str, str]]:
         """Operands in range, and no unordered pair in two splits (answer 6)."""
         problems: list[tuple[str, str]] = []
-        if plan.get("operand_digits") is not None and self.name != "multi_digit_addition":
+        if plan.operand_digits is not None and self.name != "multi_digit_addition":
             problems.append(("operand_digits", "only multi_digit_addition has operand_digits"))
-        if plan.get("reasoning_gym") is not None:
+        if plan.reasoning_gym is not None:
             problems.append(("reasoning_gym", f"only the reasoning_gym task takes this "
                                               f"section, not {self.name}"))
         owner: dict[tuple[int, int], str] = {}
-        for name, pairs in plan["split"].items():
+        for name, pairs in plan.split.items():
             for index, pair in enumerate(pairs):
                 if not all(0 <= v < self.operand_limit for v in pair):
                     problems.append((f"split.{name}.{index}", f"{pair} has an operand outside "
@@ -115,16 +118,16 @@ class Task:
         return problems
 
 
-def single_digit_addition(plan: dict[str, Any]) -> Task:
+def single_digit_addition(plan: TaskPlan) -> Task:
     """a+b= for digits a, b: the teaching task."""
     return Task("single_digit_addition", "+", operator.add, 1)
 
 
-def multi_digit_addition(plan: dict[str, Any]) -> Task:
+def multi_digit_addition(plan: TaskPlan) -> Task:
     """a+b= for ``operand_digits``-digit operands (zero-padded), with carries."""
-    return Task("multi_digit_addition", "+", operator.add, plan.get("operand_digits") or 2)
+    return Task("multi_digit_addition", "+", operator.add, plan.operand_digits or 2)
 
 
-def single_digit_multiplication(plan: dict[str, Any]) -> Task:
+def single_digit_multiplication(plan: TaskPlan) -> Task:
     """a*b= for digits a, b: answers up to two digits, a different rule on the same operands."""
     return Task("single_digit_multiplication", "*", operator.mul, 1)

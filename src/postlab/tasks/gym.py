@@ -43,9 +43,12 @@ import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
+
+if TYPE_CHECKING:
+    from postlab.tasks.registry import TaskPlan
 
 #: The prompt template every reasoning-gym question is asked in.
 TEMPLATE = "{question}\n"
@@ -266,10 +269,10 @@ class GymTask:
     def longest_prompt(self) -> int:
         return max(len(prompt_of(item)) for item in self.items)
 
-    def plan_problems(self, plan: Mapping[str, Any]) -> list[tuple[str, str]]:
+    def plan_problems(self, plan: TaskPlan) -> list[tuple[str, str]]:
         """The pins match the regenerated items, and the split is the one freeze writes."""
         section = self.section
-        if plan.get("operand_digits") is not None:
+        if plan.operand_digits is not None:
             return [("operand_digits", "only multi_digit_addition has operand_digits")]
         if section.get("items_sha256") is None or section.get("version") is None:
             return [("reasoning_gym", "not frozen: `postlab freeze PLAN --draft DRAFT` "
@@ -285,7 +288,7 @@ class GymTask:
                      f"the items were made by reasoning-gym {section['version']}; "
                      f"reasoning-gym {library_version()} regenerates different ones (sha256 "
                      f"{found[:16]}…, the plan pins {section['items_sha256'][:16]}…)")]
-        if plan["split"] != split_keys(section["sizes"]):
+        if plan.split != split_keys(section["sizes"]):
             return [("split", "differs from the items' split (train, dev, test as "
                               "`postlab freeze --draft` writes them from the sizes)")]
         if self.answer_format == "final-number":
@@ -298,9 +301,10 @@ class GymTask:
         return []
 
 
-def reasoning_gym(plan: Mapping[str, Any]) -> GymTask:
+def reasoning_gym(plan: TaskPlan) -> GymTask:
     """The plan's reasoning-gym dataset as a task (its items generated once per process)."""
-    section = plan["reasoning_gym"]
+    # The section as its file gave it: generated items and their pins are of this content.
+    section = plan.reasoning_gym.model_dump(mode="json", exclude_unset=True)
     return GymTask(section, generate_items(section))
 
 

@@ -12,12 +12,23 @@ optional extra (reasoning-gym) is imported only by a plan that names it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from postlab.registry import Registry
 
 Key = Sequence[int]
+
+
+class TaskPlan(Protocol):
+    """What a task reads of a plan. The plan's typed model (``postlab.plan.schema.PlanModel``)
+    has these fields; naming them here keeps tasks below the plan layer."""
+
+    task: str
+    split: dict[str, list[list[int]]]
+    operand_digits: int | None
+    #: the reasoning_gym section (a pydantic model), or None
+    reasoning_gym: Any
 
 
 class Task(Protocol):
@@ -58,19 +69,19 @@ class Task(Protocol):
         """How hard the question is, compared as a tuple (larger: harder), for choosing SFT
         demonstrations by difficulty (:mod:`postlab.tasks.selection`)."""
 
-    def plan_problems(self, plan: Mapping[str, Any]) -> list[tuple[str, str]]:
+    def plan_problems(self, plan: TaskPlan) -> list[tuple[str, str]]:
         """Problems of the plan's split and task fields, as (field path, message)."""
 
 
-TASKS: Registry[Callable[[dict[str, Any]], Task]] = Registry("task")
+TASKS: Registry[Callable[[TaskPlan], Task]] = Registry("task")
 for _name in ("single_digit_addition", "multi_digit_addition", "single_digit_multiplication"):
     TASKS.register_lazy(_name, f"postlab.tasks.arithmetic:{_name}")
 TASKS.register_lazy("reasoning_gym", "postlab.tasks.gym:reasoning_gym")
 
 
-def task_for(plan: Mapping[str, Any]) -> Task:
-    return TASKS[plan["task"]](plan)  # type: ignore[arg-type]
+def task_for(plan: TaskPlan) -> Task:
+    return TASKS[plan.task](plan)  # type: ignore[arg-type]
 
 
-def answer_function(plan: Mapping[str, Any]) -> Callable[[Key], Any]:
+def answer_function(plan: TaskPlan) -> Callable[[Key], Any]:
     return task_for(plan).answer

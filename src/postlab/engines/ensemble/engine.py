@@ -16,7 +16,8 @@ torch's generators in a fixed order, this one from counters.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +27,7 @@ from postlab.engines.ensemble.optim import clip_per_member
 from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS, Answers
 from postlab.engines.optim import Optimizer, adam_for
 from postlab.engines.options import algorithm_of, clip_range
+from postlab.engines.steps import Check, UpdateRule, advantages, gradient_step, policy_updates
 from postlab.errors import NonFiniteError
 from postlab.policies.base import CharTokenizer, Tokenizer
 from postlab.policies.decoding import decode_loop
@@ -34,11 +36,15 @@ from postlab.tasks.contracts import CONTRACTS, score
 from postlab.tasks.registry import task_for
 from postlab.tasks.rows import Row
 
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
-def per_member(plans: Sequence[Mapping[str, Any]], key: str,
+
+def per_member(plans: Sequence[Plan], key: str,
                device: torch.device) -> torch.Tensor:
     """One plan setting per member, as a float32 tensor [members]."""
-    return torch.tensor([float(p[key]) for p in plans], dtype=torch.float32, device=device)
+    return torch.tensor([float(getattr(p, key)) for p in plans], dtype=torch.float32,
+                        device=device)
 
 
 class Tables:
@@ -46,12 +52,12 @@ class Tables:
     and the digit value of every token, in the ids of the policy's ``tokenizer`` (default:
     one token per character of the plan's vocab)."""
 
-    def __init__(self, plan: Mapping[str, Any], device: torch.device,
+    def __init__(self, plan: Plan, device: torch.device,
                  tokenizer: Tokenizer | None = None) -> None:
-        task = task_for(dict(plan))
-        self.tokenizer = tokenizer or CharTokenizer(plan["vocab"], plan["eos"], plan["pad"])
+        task = task_for(plan)
+        self.tokenizer = tokenizer or CharTokenizer(plan.vocab, plan.eos, plan.pad)
         tok = self.tokenizer
-        self.splits = {name: [tuple(p) for p in pairs] for name, pairs in plan["split"].items()}
+        self.splits = {name: [tuple(p) for p in pairs] for name, pairs in plan.split.items()}
         self.train = self.splits["train"]
         self.device = device
 
@@ -62,7 +68,7 @@ class Tables:
 
         self.prompts = {name: table([tok.encode(task.prompt(p)) for p in pairs])
                         for name, pairs in self.splits.items()}
-        self.targets = table([tok.encode(f"{task.answer(p)}{plan['eos']}") for p in self.train])
+        self.targets = table([tok.encode(f"{task.answer(p)}{plan.eos}") for p in self.train])
         width = task.longest_answer
         self.expected = {name: self._digits([task.answer(p) for p in pairs], width)
                          for name, pairs in self.splits.items()}
@@ -72,7 +78,7 @@ class Tables:
         self.answers = {name: [task.answer(p) for p in pairs]
                         for name, pairs in self.splits.items()}
         digit = [-1] * tok.vocab_size
-        for character in plan["vocab"]:
+        for character in plan.vocab:
             if character.isdigit():
                 digit[tok.encode(character)[0]] = int(character)
         self.digit_of = torch.tensor(digit, device=device)
@@ -82,15 +88,16 @@ class Tables:
         return torch.tensor(rows, device=self.device)
 
 
-def check_finite(seeds: torch.Tensor, loss: torch.Tensor, norms: torch.Tensor,
-                 where: str) -> None:
+def _checker(seeds: torch.Tensor, where: str) -> Check:
     """A member whose loss or gradient norm is NaN or infinite stops the batch before any
     weight moves or is saved, naming the seed: as the exact engine stops that seed."""
-    bad = ~(torch.isfinite(loss) & torch.isfinite(norms))
-    if bool(bad.any()):
-        seed = int(seeds[bad.nonzero()[0, 0]])
-        raise NonFiniteError(f"non-finite loss or gradient norm at seed {seed}, {where} "
-                             f"({int(bad.sum())} of {len(seeds)} members)")
+    def check(loss: torch.Tensor, norms: torch.Tensor) -> None:
+        bad = ~(torch.isfinite(loss) & torch.isfinite(norms))
+        if bool(bad.any()):
+            seed = int(seeds[bad.nonzero()[0, 0]])
+            raise NonFiniteError(f"non-finite loss or gradient norm at seed {seed}, {where} "
+                                 f"({int(bad.sum())} of {len(seeds)} members)")
+    return check
 
 
 def _cross_entropy(logits: torch.Tensor, target: torch.Tensor, pad: int) -> torch.Tensor:
@@ -100,10 +107,10 @@ def _cross_entropy(logits: torch.Tensor, target: torch.Tensor, pad: int) -> torc
     return -(log_p * valid).sum((1, 2)) / valid.sum((1, 2))
 
 
-def shared(plans: Sequence[Mapping[str, Any]], key: str) -> float:
+def shared(plans: Sequence[Plan], key: str) -> float:
     """A setting every member of the batch shares (a learning rate: Adam takes one per
     optimizer, and its tensors are stacked over all members)."""
-    values = {float(p[key]) for p in plans}
+    values = {float(getattr(p, key)) for p in plans}
     if len(values) != 1:
         raise ValueError(f"members of one ensemble batch must share {key}; got {sorted(values)}")
     return values.pop()
@@ -116,7 +123,7 @@ def optimizer_for(params: Mapping[str, torch.Tensor], lr: float) -> Optimizer:
 
 
 def supervised(params: dict[str, torch.Tensor], net: Net, tables: Tables,
-               plan: Mapping[str, Any], seeds: torch.Tensor, lr: float,
+               plan: Plan, seeds: torch.Tensor, lr: float,
                gradient_clip: torch.Tensor, steps: int, stream: int = counter.SFT_BATCH,
                stage: str = "SFT") -> list[list[float]]:
     """Teacher-forced SFT of every member on train pairs drawn by its own counter stream;
@@ -124,7 +131,7 @@ def supervised(params: dict[str, torch.Tensor], net: Net, tables: Tables,
     for tensor in params.values():
         tensor.requires_grad_(True)
     optimizer = optimizer_for(params, lr)
-    batch = plan["sft_batch"]
+    batch = plan.sft_batch
     positions = torch.arange(batch, device=seeds.device)[None, :]
     prompt_length = tables.prompts["train"].shape[1]
     losses = []
@@ -135,11 +142,8 @@ def supervised(params: dict[str, torch.Tensor], net: Net, tables: Tables,
         tokens = torch.cat([prompts, target[..., :-1]], dim=2)
         logits = net.run(params, tokens, None)[0][:, :, prompt_length - 1:]
         loss = _cross_entropy(logits, target, tables.tokenizer.pad_id)
-        optimizer.zero_grad()
-        loss.sum().backward()  # members share no parameter: each gets its own gradient
-        norms = clip_per_member(params, gradient_clip)
-        check_finite(seeds, loss.detach(), norms, f"{stage} step {step + 1}")
-        optimizer.step()
+        gradient_step(loss, optimizer, lambda: clip_per_member(params, gradient_clip),
+                      _checker(seeds, f"{stage} step {step + 1}"))
         losses.append(loss.detach())
     for tensor in params.values():
         tensor.requires_grad_(False)
@@ -165,6 +169,12 @@ def continuation(params: Mapping[str, torch.Tensor], net: Net, prompts: torch.Te
         return first[:, :, None]
     rest, _ = net.run(params, tokens[..., :-1], cache)
     return torch.cat([first[:, :, None], rest], dim=2)
+
+
+def log_dist(params: Mapping[str, torch.Tensor], net: Net, prompts: torch.Tensor,
+             tokens: torch.Tensor, repeat: int) -> torch.Tensor:
+    """Log-probabilities at each answer position (:func:`continuation`'s logits)."""
+    return continuation(params, net, prompts, tokens, repeat).log_softmax(-1)
 
 
 @torch.no_grad()
@@ -294,7 +304,7 @@ def rewards_for(contracts: Sequence[str], answers: Answers, rows: list[list[list
 
 
 def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Tensor],
-              net: Net, tables: Tables, plans: Sequence[Mapping[str, Any]],
+              net: Net, tables: Tables, plans: Sequence[Plan],
               seeds: torch.Tensor, contracts: Sequence[str], on_step=None,
               keep_rows: bool = True
               ) -> list[list[dict[str, Any]]]:
@@ -306,28 +316,29 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
     """
     plan = plans[0]
     device = seeds.device
-    algorithm = algorithm_of(plan)
     for name in contracts:
         CONTRACTS[name]  # an unknown contract fails before any training
-    beta = per_member(plans, "kl_beta", device)
     # double precision, as a lone model's Python floats: the core rounds the clip range once
-    clip_low = torch.tensor([clip_range(p)[0] for p in plans], dtype=torch.float64,
-                            device=device)
-    clip_high = torch.tensor([clip_range(p)[1] for p in plans], dtype=torch.float64,
-                             device=device)
+    rule = UpdateRule(algorithm_of(plan),
+                      torch.tensor([clip_range(p)[0] for p in plans], dtype=torch.float64,
+                                   device=device),
+                      torch.tensor([clip_range(p)[1] for p in plans], dtype=torch.float64,
+                                   device=device),
+                      per_member(plans, "kl_beta", device), plan.max_new_tokens,
+                      plan.updates_per_rollout)
     temperature = per_member(plans, "temperature", device)
     gradient_clip = per_member(plans, "gradient_clip", device)
-    group, prompts_per_step = plan["group_size"], plan["prompts_per_step"]
-    max_new = plan["max_new_tokens"]
+    group, prompts_per_step = plan.group_size, plan.prompts_per_step
+    max_new = plan.max_new_tokens
     eos, pad = tables.tokenizer.eos_id, tables.tokenizer.pad_id
     members = seeds.shape[0]
-    task = task_for(dict(plan))
+    task = task_for(plan)
     for tensor in params.values():
         tensor.requires_grad_(True)
     optimizer = optimizer_for(params, shared(plans, "rl_lr"))
     question = torch.arange(prompts_per_step, device=device)[None, :]
     histories: list[list[dict[str, Any]]] = [[] for _ in range(members)]
-    for step in range(1, plan["rl_steps"] + 1):
+    for step in range(1, plan.rl_steps + 1):
         chosen = counter.integers(seeds[:, None], counter.RL_PROMPTS, step, question,
                                   len(tables.train))
         index = chosen.repeat_interleave(group, dim=1)  # [members, prompts x group]
@@ -342,32 +353,18 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
             pairs = [[tables.train[i] for i in row] for row in index.tolist()]
             rows = all_rows(tables, tokens, mask, pairs)
         rewards = rewards_for(contracts, answers, rows, task.answer)
-        advantage = algorithm.advantage(rewards.reshape(members, -1, group))
-        advantage = advantage.reshape(members, -1)
+        advantage = advantages(rule.algorithm, rewards, group)
         std = objective.group_reward_std(rewards, group)
         with torch.no_grad():
-            ref_log = continuation(reference, net, prompts, tokens, group).log_softmax(-1)
-        old_logp = None
-        updates: list[list[dict[str, float]]] = [[] for _ in range(members)]
-        for _ in range(plan["updates_per_rollout"]):
-            log_dist = continuation(params, net, prompts, tokens, group).log_softmax(-1)
-            terms = objective.policy_loss(
-                log_dist, ref_log, tokens, mask, advantage, old_logp, algorithm=algorithm,
-                clip_low=clip_low, clip_high=clip_high, kl_beta=beta, max_tokens=max_new)
-            if old_logp is None:
-                old_logp = terms.logp.detach()
-            optimizer.zero_grad()
-            terms.loss.sum().backward()  # members share no parameter
-            norms = clip_per_member(params, gradient_clip)
-            check_finite(seeds, terms.loss.detach(), norms, f"RL step {step}")
-            optimizer.step()
-            stats = objective.update_statistics(terms, mask, clip_low, clip_high)
-            listed = {"loss": stats["loss"].tolist(),
-                      "gradient_norm_before_clip": norms.tolist(),
-                      **{key: stats[key].tolist() for key in ("kl", "entropy",
-                                                               "ratio_outside_clip")}}
-            for m in range(members):
-                updates[m].append({key: listed[key][m] for key in listed})
+            ref_log = log_dist(reference, net, prompts, tokens, group)
+        stacked = policy_updates(
+            rule, partial(log_dist, params, net, prompts, tokens, group),
+            ref_log, tokens, mask, advantage, optimizer=optimizer,
+            clip=lambda: clip_per_member(params, gradient_clip),
+            check=_checker(seeds, f"RL step {step}"))
+        listed = [{key: value.tolist() for key, value in update.items()} for update in stacked]
+        updates = [[{key: values[m] for key, values in update.items()} for update in listed]
+                   for m in range(members)]
         zero_variance = (std == 0).sum((-2, -1)).tolist()
         for m in range(members):
             histories[m].append({"step": step, "rows": rows[m],
@@ -382,7 +379,7 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
 
 @torch.no_grad()
 def evaluate(params: Mapping[str, torch.Tensor], net: Net, tables: Tables,
-             plans: Sequence[Mapping[str, Any]], seeds: torch.Tensor,
+             plans: Sequence[Plan], seeds: torch.Tensor,
              keep_rows: bool = True) -> list[dict[str, Any]]:
     """Greedy and sampled answers of every member on every split, in the exact engine's
     record form; the sampled draws come from stream EVALUATION + split index, step 0: every
@@ -396,11 +393,11 @@ def evaluate(params: Mapping[str, torch.Tensor], net: Net, tables: Tables,
     results: list[dict[str, Any]] = [{} for _ in range(members)]
     for split_index, (split, pairs) in enumerate(tables.splits.items()):
         prompts = tables.prompts[split][None].expand(members, -1, -1)
-        greedy, gmask = decode(params, net, prompts, plan["max_new_tokens"], temperature,
+        greedy, gmask = decode(params, net, prompts, plan.max_new_tokens, temperature,
                                seeds, counter.EVALUATION + split_index, 0, eos, pad,
                                greedy=True)
-        samples = plan["eval_samples"]
-        sampled, smask = decode(params, net, prompts, plan["max_new_tokens"],
+        samples = plan.eval_samples
+        sampled, smask = decode(params, net, prompts, plan.max_new_tokens,
                                 temperature, seeds, counter.EVALUATION + split_index,
                                 0, eos, pad, repeat=samples)
         repeated_pairs = [p for p in pairs for _ in range(samples)]

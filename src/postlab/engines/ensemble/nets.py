@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
@@ -31,6 +31,9 @@ from postlab.policies.base import Policy, Tokenizer, build_policy, policy_kind
 from postlab.policies.compact import COMPACT_FORWARDS, KeyValues, Ops, gelu_new
 from postlab.policies.gru import MASKED_LOGIT
 from postlab.registry import Registry
+
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
 
 #: Stacked parameters by name, each [members, ...].
 Params = dict[str, torch.Tensor]
@@ -191,19 +194,24 @@ NETS.register("pretrained")(TransformerNet)
 TRANSFORMER_KINDS = ("transformer", "pretrained")
 
 
-def configuration(plan: Mapping[str, Any], check_folder: bool = True) -> Any:
+def configuration(plan: Plan, check_folder: bool = True) -> Any:
     """The ``transformers`` configuration of a transformer plan's model, without its weights.
     A pretrained folder is refused in one line if its hash differs (unless ``check_folder``
     is off: the caller checked it already) or it holds no configuration ``transformers``
     reads."""
-    from postlab.policies.transformer import checked_folder, config_for, require_transformers
+    from postlab.policies.transformer import (
+        checked_folder,
+        config_for,
+        pretrained_fields,
+        require_transformers,
+    )
 
     require_transformers()
-    if policy_kind(dict(plan)) == "transformer":
-        return config_for(dict(plan))
+    if policy_kind(plan) == "transformer":
+        return config_for(plan)
     from transformers import AutoConfig
 
-    folder = checked_folder(dict(plan)) if check_folder else Path(plan["policy"]["path"])
+    folder = checked_folder(plan) if check_folder else Path(pretrained_fields(plan).path or "")
     try:
         return AutoConfig.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as exc:
@@ -212,13 +220,15 @@ def configuration(plan: Mapping[str, Any], check_folder: bool = True) -> Any:
                         f"read ({first[:160]})") from None
 
 
-def configuration_problem(plan: Mapping[str, Any]) -> str | None:
+def configuration_problem(plan: Plan) -> str | None:
     """Why the plan's transformer configuration has no member form, read from the
     configuration alone (no weights); None when it has one, or the policy is no transformer."""
-    kind = policy_kind(dict(plan))
+    kind = policy_kind(plan)
     if kind not in TRANSFORMER_KINDS:
         return None
-    if kind == "pretrained" and plan["policy"].get("gguf") is not None:
+    from postlab.policies.transformer import pretrained_fields
+
+    if kind == "pretrained" and pretrained_fields(plan).gguf is not None:
         return ("a GGUF chat model (its prompts' left padding is hidden from attention, "
                 "which the ensemble's members do not compute; use --engine exact)")
     config = configuration(plan)
@@ -229,13 +239,13 @@ def configuration_problem(plan: Mapping[str, Any]) -> str | None:
             "Llama configurations postlab's compact forward covers; use --engine exact)")
 
 
-def net_for(plan: Mapping[str, Any], device: str | torch.device) -> Net:
+def net_for(plan: Plan, device: str | torch.device) -> Net:
     """The plan's policy as an ensemble net on ``device``; building its template leaves
     torch's global random state as it was."""
-    kind = policy_kind(dict(plan))
+    kind = policy_kind(plan)
     if kind not in NETS:
         raise UserError(f"the ensemble engine cannot train the {kind!r} policy (it trains "
                         f"{', '.join(NETS.names())}); use --engine exact")
     with torch.random.fork_rng(devices=[]):
-        template = build_policy(dict(plan))
+        template = build_policy(plan)
     return NETS[kind](template, torch.device(device))

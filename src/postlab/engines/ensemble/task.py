@@ -1,4 +1,5 @@
 """A run's pending seeds trained as one ensemble: SFT of every seed, then every arm of every
+
 seed, each stage's members stacked; results in the form the exact engine's tasks return, so
 the run folder, record and every tool downstream are the same.
 
@@ -13,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -38,16 +39,19 @@ from postlab.policies.checkpoint import (
 from postlab.records.record import keep_results
 from postlab.tasks.registry import task_for
 
+if TYPE_CHECKING:
+    from postlab.plan.schema import Plan
+
 NAME = "ensemble"
 
 
-def problems(plan: dict[str, Any]) -> list[str]:
+def problems(plan: Plan) -> list[str]:
     """What the ensemble engine cannot train in a plan (empty: it can)."""
     found = []
     if task_for(plan).operand_limit is None:
-        found.append(f"the {plan['task']} task (the ensemble engine trains the arithmetic "
+        found.append(f"the {plan.task} task (the ensemble engine trains the arithmetic "
                      "tasks, whose prompts it builds from operand pairs; use --engine exact)")
-    if plan.get("tokenizer") is not None:
+    if plan.tokenizer is not None:
         found.append("a trained tokenizer (the ensemble engine reads the plan's characters; "
                      "use --engine exact)")
     if policy_kind(plan) not in NETS:
@@ -55,24 +59,24 @@ def problems(plan: dict[str, Any]) -> list[str]:
                      f"{', '.join(NETS.names())}; use --engine exact)")
     elif (problem := configuration_problem(plan)) is not None:
         found.append(problem)
-    if plan.get("lora") is not None:
+    if plan.lora is not None:
         found.append("lora (the ensemble engine trains every weight of its members; use "
                      "--engine exact)")
-    if plan.get("dynamic_sampling"):
+    if plan.dynamic_sampling:
         found.append("dynamic_sampling (its resampling loop is per model; use --engine exact)")
     if any(arm.pipeline == "sft-selected" for arm in arm_specs(plan)):
         found.append("sft-selected arms (demonstrations chosen by difficulty are drawn from "
                      "the plan's random stream per model; use --engine exact)")
-    if plan.get("precision") == "bf16":
+    if plan.precision == "bf16":
         found.append("precision bf16 (the ensemble engine computes in float32)")
-    if plan["threads"] > 1:
-        found.append(f"threads {plan['threads']} (with more than one thread torch splits "
+    if plan.threads > 1:
+        found.append(f"threads {plan.threads} (with more than one thread torch splits "
                      "large sums by size, so a member's bits would depend on its company; "
                      "the ensemble runs one thread per worker)")
     return found
 
 
-def evaluate_alone(state: dict[str, torch.Tensor], plan: dict[str, Any], seed: int,
+def evaluate_alone(state: dict[str, torch.Tensor], plan: Plan, seed: int,
                    device: str = "cpu", net: Net | None = None) -> dict[str, Any]:
     """One checkpoint's evaluation rows, as the ensemble engine computed them in company
     (``net``: the plan's, if the caller has it; else built, which reads a pretrained folder
@@ -80,7 +84,7 @@ def evaluate_alone(state: dict[str, torch.Tensor], plan: dict[str, Any], seed: i
     return evaluate_together([state], plan, [seed], device, net)[0]
 
 
-def evaluate_together(states: Sequence[dict[str, torch.Tensor]], plan: dict[str, Any],
+def evaluate_together(states: Sequence[dict[str, torch.Tensor]], plan: Plan,
                       seeds: Sequence[int], device: str = "cpu", net: Net | None = None
                       ) -> list[dict[str, Any]]:
     """Checkpoints' evaluation rows (``seeds[i]`` the seed of ``states[i]``), computed as
@@ -93,9 +97,9 @@ def evaluate_together(states: Sequence[dict[str, torch.Tensor]], plan: dict[str,
                            stacked)
 
 
-def _compute_of(history: list[dict[str, Any]], plan: dict[str, Any]) -> dict[str, int]:
+def _compute_of(history: list[dict[str, Any]], plan: Plan) -> dict[str, int]:
     rows = [row for step in history for row in step["rows"]]
-    steps = len(history) * plan["updates_per_rollout"]
+    steps = len(history) * plan.updates_per_rollout
     return {"completions": len(rows),
             "tokens_generated": sum(len(r[2]) + int(r[3]) for r in rows),
             "gradient_steps": steps,
@@ -106,7 +110,7 @@ def _compute_of(history: list[dict[str, Any]], plan: dict[str, Any]) -> dict[str
 class _Saved:
     """One member's checkpoint to publish: where it goes and the rows it gave in company."""
 
-    plan: dict[str, Any]
+    plan: Plan
     seed: int
     stage: str
     out_dir: Path
@@ -124,7 +128,7 @@ def _save_all(params: dict[str, torch.Tensor], net: Net, tables: engine.Tables,
     for item in items:
         state = net.unstack(params, item.member)
         path = item.out_dir / checkpoint_name(item.seed, item.stage)
-        digest = publish_checkpoint(path, checkpoint_bytes(item.plan, state, net.kind))
+        digest = publish_checkpoint(path, checkpoint_bytes(item.plan.data(), state, net.kind))
         published.append({"file": path.name, "sha256": digest, "reload_equal": True})
         restored.append(load_checkpoint(path, digest, kind=net.kind)["state_dict"])
     order = list(reversed(range(len(items))))
@@ -146,7 +150,7 @@ def _save_all(params: dict[str, torch.Tensor], net: Net, tables: engine.Tables,
 class Part:
     """Seeds of one run folder (a plan version) for the ensemble to train."""
 
-    plan: dict[str, Any]
+    plan: Plan
     seeds: tuple[int, ...]
     out_dir: Path
 
@@ -160,25 +164,25 @@ BATCHABLE_KEYS = frozenset({"kl_beta", "clip", "clip_high", "temperature", "grad
                             "hacking_monitor"})
 
 
-def batch_key(plan: dict[str, Any]) -> str:
+def batch_key(plan: Plan) -> str:
     """Plans with equal keys can train as members of one batch."""
     import json
 
-    return json.dumps({k: v for k, v in plan.items() if k not in BATCHABLE_KEYS},
+    return json.dumps({k: v for k, v in plan.data().items() if k not in BATCHABLE_KEYS},
                       sort_keys=True)
 
 
-def member_bytes(plan: dict[str, Any]) -> int:
+def member_bytes(plan: Plan) -> int:
     """A generous estimate of one RL member's peak memory in bytes: its weights, gradients,
     Adam state, reference and starting copies, and the activations of one update (kept for
     the backward pass) or of evaluation, whichever is larger."""
     from postlab.policies.gru import gru_size
 
     prompt = task_for(plan).longest_prompt
-    time_steps = prompt + plan["max_new_tokens"]
+    time_steps = prompt + plan.max_new_tokens
     if policy_kind(plan) == "gru":
         parameters, _ = gru_size(plan)
-        hidden, vocab = plan["hidden"], len(plan["vocab"])
+        hidden, vocab = plan.hidden, len(plan.vocab)
         per_token = 12 * hidden + 8 * vocab
         per_decoded = 5 * hidden + 4 * vocab
     else:  # a transformer: per layer and token, the residual stream's tensors, the MLP's
@@ -191,9 +195,9 @@ def member_bytes(plan: dict[str, Any]) -> int:
         per_layer = 12 * hidden + 3 * inner + 2 * heads * time_steps
         per_token = config.num_hidden_layers * per_layer + 8 * config.vocab_size
         per_decoded = per_token // 2
-    rollout = plan["prompts_per_step"] * plan["group_size"] * time_steps * per_token * 3
-    questions = max(len(pairs) for pairs in plan["split"].values())
-    evaluation = questions * plan["eval_samples"] * time_steps * per_decoded
+    rollout = plan.prompts_per_step * plan.group_size * time_steps * per_token * 3
+    questions = max(len(pairs) for pairs in plan.split.values())
+    evaluation = questions * plan.eval_samples * time_steps * per_decoded
     return 4 * (8 * parameters + max(rollout, evaluation))
 
 
@@ -214,7 +218,7 @@ def free_bytes(device: str) -> int:
 MIN_CACHE_SEEDS = 8
 
 
-def cache_seeds(plan: dict[str, Any]) -> int | None:
+def cache_seeds(plan: Plan) -> int | None:
     """How many seeds of a GRU plan train fastest at once on a CPU: as many as keep one RL
     pass's gate activations (rollouts x 3 x hidden floats a member) within a core's L2 cache.
     None for other policies and for plans without RL (not measured).
@@ -230,11 +234,11 @@ def cache_seeds(plan: dict[str, Any]) -> int | None:
         return None
     from postlab.machine.resources import l2_cache_bytes
 
-    per_member = plan["prompts_per_step"] * plan["group_size"] * 3 * plan["hidden"] * 4
+    per_member = plan.prompts_per_step * plan.group_size * 3 * plan.hidden * 4
     return max(MIN_CACHE_SEEDS, l2_cache_bytes() // (per_member * rl_members))
 
 
-def chunk_seeds(plan: dict[str, Any], device: str, members_per_seed: int,
+def chunk_seeds(plan: Plan, device: str, members_per_seed: int,
                 shares: int = 1) -> int:
     """How many seeds train at once: as many as half the free memory holds, shared by the
     ``shares`` ensemble tasks that run at the same time; on a CPU, no more than
@@ -271,7 +275,7 @@ def train_parts(parts: list[Part], device: str, emit: Emit, chunk: int | None = 
     results: dict[tuple[str, int, str], dict[str, Any]] = {}
     started = time.monotonic()
     threads = torch.get_num_threads()
-    torch.set_num_threads(plan["threads"])
+    torch.set_num_threads(plan.threads)
     try:
         for first in range(0, len(members), size):
             part_results = _train_members(members[first:first + size], device)
@@ -307,7 +311,7 @@ def _train_members(members: list[tuple[Part, int]], device: str
     losses = engine.supervised(params, net, tables, plan, seed_tensor,
                                engine.shared(plans, "sft_lr"),
                                engine.per_member(plans, "gradient_clip", where),
-                               plan["sft_steps"])
+                               plan.sft_steps)
     sft_params = {k: v.detach().clone() for k, v in params.items()}
     evaluations = engine.evaluate(sft_params, net, tables, plans, seed_tensor)
     results: dict[tuple[str, int, str], dict[str, Any]] = {}
@@ -318,7 +322,7 @@ def _train_members(members: list[tuple[Part, int]], device: str
         results[(str(part.out_dir), seed, "initial")] = {
             "seed": seed, "sft_loss": losses[m], "evaluation": evaluations[m],
             "checkpoint": saved[m], "parameters": parameters, "capability": cpu_capability(),
-            "compute": sft_compute(part.plan, part.plan["sft_steps"])}
+            "compute": sft_compute(part.plan, part.plan.sft_steps)}
     untrained_params = net.stack(untrained)
     arms = arm_specs(plan)
     rl = [(arm, m) for arm in arms if arm.is_rl for m in range(len(members))]
@@ -407,16 +411,16 @@ class EnsembleEngine:
     keeps_results = True  # each chunk of members keeps its seeds' results as it finishes
     whole_seeds = True  # a seed trains whole: what is kept of one in part is trained again
 
-    def problems(self, plan: Mapping[str, Any], log: Sequence[str] = ()) -> list[str]:
-        found = problems(dict(plan))
+    def problems(self, plan: Plan, log: Sequence[str] = ()) -> list[str]:
+        found = problems(plan)
         if log:
             found.append(f"with --log {log[0]}: it writes no live logs yet (its members "
                          "train as one computation); use --engine exact to watch training, "
                          "or read the finished run's dynamics in its report")
         return found
 
-    def batch_key(self, plan: Mapping[str, Any]) -> str:
-        return batch_key(dict(plan))
+    def batch_key(self, plan: Plan) -> str:
+        return batch_key(plan)
 
     def tasks(self, works: Sequence[Work], capacity: int) -> list[EngineTask]:
         # As many tasks as the executor runs at once, each a share of the seeds, and more
@@ -438,7 +442,7 @@ class EnsembleEngine:
               work: Work) -> list[EngineTask]:
         return []
 
-    def evaluate_many(self, models: Sequence[Policy], plan: dict[str, Any],
+    def evaluate_many(self, models: Sequence[Policy], plan: Plan,
                       seeds: Sequence[int], device: str) -> list[dict[str, Any]]:
         return evaluate_together([model.state_dict() for model in models], plan, seeds,
                                  device)
