@@ -30,7 +30,8 @@ def assemble(trained: Path, out: Path, copies: int) -> Path:
 
     from postlab.jsonio import dump_json, parse_json
     from postlab.plan.frozen import freeze, load_plan
-    from postlab.records.chunks import FORMAT, FORMAT_KEY, chunk_entry, chunk_name, read_chunk
+    from postlab.records.chunk_codec import FORMAT, FORMAT_KEY
+    from postlab.records.chunks import chunk_entry, chunk_name, read_chunk
     from postlab.records.fingerprint import (
         FINGERPRINT_FILE,
         fingerprint_file_bytes,

@@ -285,7 +285,7 @@ def main() -> None:
         parser.error("--checks takes numbers from 1 to 5, comma-separated")
     from postlab.plan.frozen import load_plan, teaching_plan
     from postlab.plan.schema import Plan
-    from postlab.runs.orchestration import configure_torch
+    from postlab.runs.executors import configure_torch
 
     if args.plan is not None:
         plan, name = load_plan(args.plan).model, str(args.plan)

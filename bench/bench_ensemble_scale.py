@@ -162,7 +162,7 @@ def main() -> None:
 
     prepare(args.device)  # the cuBLAS workspace setting, before torch touches CUDA
     from postlab.plan.frozen import teaching_plan
-    from postlab.runs.orchestration import configure_torch
+    from postlab.runs.executors import configure_torch
 
     data = teaching_plan() | ({} if args.rl_steps is None else {"rl_steps": args.rl_steps})
     if args.policy != "gru":

@@ -84,12 +84,14 @@ def main() -> int:
           f"x{best['alone'][1] / best['together'][1]:.2f} on the whole verification")
     if args.json is not None:
         history = json.loads(args.json.read_text()) if args.json.is_file() else []
-        history.append({"date": datetime.date.today().isoformat(), "machine": cpu_model(),
-                        "cores": os.cpu_count(), "seeds": seeds, "repeats": args.repeats,
-                        "alone_s_per_seed": best["alone"][0],
-                        "together_s_per_seed": best["together"][0],
-                        "alone_verify_s": best["alone"][1],
-                        "together_verify_s": best["together"][1]})
+        history.insert(0, {"date": datetime.date.today().isoformat(), "machine": cpu_model(),
+                           "cores": os.cpu_count(),
+                           "command": " ".join(["bench/bench_verify.py", *sys.argv[1:]]),
+                           "seeds": seeds, "repeats": args.repeats,
+                           "alone_s_per_seed": best["alone"][0],
+                           "together_s_per_seed": best["together"][0],
+                           "alone_verify_s": best["alone"][1],
+                           "together_verify_s": best["together"][1]})  # newest first
         args.json.write_text(json.dumps(history, indent=1) + "\n")
     return 0
 

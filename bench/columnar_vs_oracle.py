@@ -35,14 +35,9 @@ def main() -> None:
     import pyarrow as pa
 
     from postlab.analysis.aggregate import analyse, oracle_facts, record_facts
-    from postlab.export.tables import (
-        TABLES,
-        Source,
-        arrow_batches,
-        arrow_schema,
-        columnar_batches,
-        table_columns,
-    )
+    from postlab.export.columnar import columnar_batches
+    from postlab.export.rows import arrow_batches
+    from postlab.export.tables import TABLES, Source, arrow_schema, table_columns
     from postlab.records.metrics import summary_for, summary_of
     from postlab.records.opened import checked_tables, open_run
     from postlab.render.tables import to_json

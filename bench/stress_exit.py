@@ -116,9 +116,10 @@ def main() -> int:
     print(f"total: {abnormal} abnormal exits of {total} (goal: 0)")
     if args.json is not None:  # the history: one entry per invocation
         history = json.loads(args.json.read_text()) if args.json.is_file() else []
-        history.append({"date": datetime.date.today().isoformat(), "machine": cpu_model(),
-                        "platform": platform.platform(), "cores": os.cpu_count(),
-                        "rows": rows, "total": total, "abnormal": abnormal})
+        history.insert(0, {"date": datetime.date.today().isoformat(), "machine": cpu_model(),
+                           "command": " ".join(["bench/stress_exit.py", *sys.argv[1:]]),
+                           "platform": platform.platform(), "cores": os.cpu_count(),
+                           "rows": rows, "total": total, "abnormal": abnormal})  # newest first
         args.json.write_text(json.dumps(history, indent=1) + "\n")
     return 0 if abnormal == 0 else 1
 

@@ -136,13 +136,9 @@ def assert_export_as_oracle(sources: list, contracts: list[str], batch_rows: int
     record batches."""
     import pyarrow as pa
 
-    from postlab.export.tables import (
-        TABLES,
-        arrow_batches,
-        arrow_schema,
-        columnar_batches,
-        table_columns,
-    )
+    from postlab.export.columnar import columnar_batches
+    from postlab.export.rows import arrow_batches
+    from postlab.export.tables import TABLES, arrow_schema, table_columns
 
     schemas = {name: arrow_schema(table_columns(name, sources, contracts)) for name in TABLES}
     for name in TABLES:
@@ -167,7 +163,7 @@ def write_pretrained(folder: Path, *, characters: list[str] | None = None,
     from tokenizers.models import WordLevel
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from postlab.policies.transformer import folder_sha256
+    from postlab.policies.pretrained import folder_sha256
 
     plan = teaching_plan()
     characters = list(characters or plan["vocab"])

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from postlab.version import __version__
 
 __all__ = ["Plan", "__version__", "check_plan", "compare", "diff_plans", "evaluate", "exercises",
-           "export", "freeze", "load_run", "plot", "register", "report", "reproduce", "run",
-           "samples", "sweep", "verify"]
+           "export", "freeze", "load_run", "plan_schema", "plot", "register", "report",
+           "reproduce", "run", "samples", "sweep", "verify"]
 
 if TYPE_CHECKING:
     from postlab.api import (
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         export,
         freeze,
         load_run,
+        plan_schema,
         plot,
         register,
         report,

@@ -4,7 +4,9 @@ import pytest
 from conftest import tiny_record
 from plans import typed
 
-from postlab.analysis.aggregate import analyse, interval, mean_pass_at_k, pass_at_k
+from postlab.analysis.aggregate import analyse
+from postlab.analysis.intervals import interval
+from postlab.analysis.passk import mean_pass_at_k, pass_at_k
 from postlab.records.metrics import evaluate
 
 T_975_DF2 = 4.302652729911275  # Student t, 97.5th percentile, 2 degrees of freedom
@@ -120,7 +122,7 @@ def test_a_band_is_what_summing_and_ranking_each_position_gives():
     import random
     from array import array
 
-    from postlab.analysis.aggregate import _band
+    from postlab.analysis.gathering import band_of
 
     rng = random.Random(7)
     specials = [0.0, -0.0, 1e300, -1e300, math.inf, -math.inf, math.nan, 0.1, 1 / 3]
@@ -128,7 +130,7 @@ def test_a_band_is_what_summing_and_ranking_each_position_gives():
         columns = [array("d", [rng.choice(specials) if rng.random() < 0.1 else
                                rng.uniform(-2, 2) for _ in range(width)])
                    for _ in range(seeds)]
-        band = _band(columns)
+        band = band_of(columns)
         for position in range(width):
             values = [column[position] for column in columns]
             for got, want in ((band.mean[position], sum(values) / len(values)),
@@ -136,6 +138,6 @@ def test_a_band_is_what_summing_and_ranking_each_position_gives():
                               (band.high[position], max(values))):
                 assert (math.isnan(got) and math.isnan(want)) or (
                     got == want and math.copysign(1, got) == math.copysign(1, want))
-    assert _band([]).mean == ()
+    assert band_of([]).mean == ()
     with pytest.raises(ValueError):
-        _band([array("d", [1.0, 2.0]), array("d", [1.0])])
+        band_of([array("d", [1.0, 2.0]), array("d", [1.0])])

@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from plans import SMALL, typed, write_plan
 
-from postlab.analysis.aggregate import Analysis, Band, Interval, Outcome
-from postlab.analysis.intervals import interval
+from postlab.analysis.intervals import Interval, interval
+from postlab.analysis.results import Analysis, Band, Outcome
 from postlab.analysis.versions import (
     VersionInput,
     compare,

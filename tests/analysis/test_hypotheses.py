@@ -16,7 +16,8 @@ from postlab.analysis.hypotheses import decide
 from postlab.cli import main
 from postlab.plan.frozen import teaching_plan
 from postlab.plan.hypotheses import METRICS, can_decide
-from postlab.plan.schema import Hypothesis, validate_plan
+from postlab.plan.schema import Hypothesis
+from postlab.plan.validation import validate_plan
 
 pytest.importorskip("scipy")
 

@@ -16,7 +16,7 @@ from plans import typed
 from postlab.analysis.onset import cusum, slope
 from postlab.cli import main
 from postlab.plan.frozen import teaching_plan
-from postlab.plan.schema import validate_plan
+from postlab.plan.validation import validate_plan
 
 
 def test_an_injected_jump_is_found_where_the_rule_says():
@@ -156,7 +156,7 @@ def test_the_teaching_plans_rule_has_the_stated_false_alarm_rate_by_simulation()
     within three Monte-Carlo standard errors."""
     import math
 
-    from postlab.analysis.aggregate import monitor_rule
+    from postlab.analysis.monitor import monitor_rule
 
     rule = monitor_rule(typed())
     assert (rule.steps, rule.batch, rule.stated_false_alarm) == (240, 64, 0.05)
@@ -170,7 +170,7 @@ def test_the_teaching_plans_rule_has_the_stated_false_alarm_rate_by_simulation()
 def test_the_old_default_alarms_at_a_gap_that_is_no_gaming():
     """drift 0.02, threshold 0.5 (the rule before calibration) at a constant gap of 0.025:
     an alarm in 99.7% of runs, by the chain and by simulation."""
-    from postlab.analysis.aggregate import monitor_rule
+    from postlab.analysis.monitor import monitor_rule
 
     old = teaching_plan() | {"hacking_monitor": {"drift": 0.02, "threshold": 0.5}}
     rule = monitor_rule(typed(old))
@@ -187,7 +187,7 @@ def test_an_injected_onset_is_found_with_the_delay_the_chain_gives():
     import math
     import statistics
 
-    from postlab.analysis.aggregate import monitor_rule
+    from postlab.analysis.monitor import monitor_rule
     from postlab.analysis.onset import detection
 
     rule = monitor_rule(typed())
@@ -206,7 +206,7 @@ def test_an_injected_onset_is_found_with_the_delay_the_chain_gives():
 
 
 def test_a_plan_states_its_rate_or_its_own_rule_never_both():
-    from postlab.analysis.aggregate import monitor_rule
+    from postlab.analysis.monitor import monitor_rule
 
     strict = teaching_plan() | {"hacking_monitor": {"false_alarm": 0.01}}
     assert validate_plan(strict) == []

@@ -188,3 +188,48 @@ def test_english_surfaces_call_the_sft_model_sft(capsys):
 def test_chinese_text_keeps_the_reference_word(capsys):
     assert main(["report", "--lang", "zh"]) == 0
     assert "\n11 initial   0/19" in capsys.readouterr().out
+
+
+def _api_calls(function) -> list[str]:
+    """The calls of postlab.api functions written in ``function``'s body: ``api.name(...)``,
+    or a name it imports from ``postlab.api`` (or a module under it)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    imported = {alias.asname or alias.name for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("postlab.api") for alias in node.names}
+    calls = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                and func.value.id == "api":
+            calls.append(func.attr)
+        elif isinstance(func, ast.Name) and func.id in imported:
+            calls.append(func.id)
+    return calls
+
+
+def test_every_command_calls_exactly_one_api_function():
+    """The command line parses, calls one function of postlab.api and prints: no command
+    computes or writes anything itself (``plan`` by its subcommands, ``report`` of a sweep
+    by ``compare``)."""
+    from postlab.cli import plans
+    from postlab.cli.main import COMMANDS
+
+    commands = {name: f for name, f in COMMANDS.items() if name != "plan"}
+    commands |= {f"plan {name}": f for name, f in plans.PLAN_COMMANDS.items()}
+    counts = {name: _api_calls(function) for name, function in commands.items()}
+    assert {name: len(calls) for name, calls in counts.items()} == dict.fromkeys(commands, 1), \
+        counts
+    # and the check itself can fail: a function with two calls is counted as two
+    def two(args):
+        from postlab.api.planning import check_plan, diff_plans
+
+        return check_plan(args.a), diff_plans(args.a, args.b)
+
+    assert _api_calls(two) == ["check_plan", "diff_plans"]

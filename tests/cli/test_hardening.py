@@ -10,7 +10,7 @@ from recordfiles import read_record, to_one_document, write_record
 
 from postlab.cli import main
 from postlab.plan.frozen import load_plan, teaching_plan
-from postlab.plan.schema import validate_plan
+from postlab.plan.validation import validate_plan
 from postlab.records.record import bundled_run_dir
 from postlab.runs.orchestration import RunOptions, run_plan
 

@@ -12,7 +12,7 @@ from plans import SMALL, trained_with_the_cli, typed, write_plan
 
 from postlab.cli import main
 from postlab.plan.frozen import teaching_plan
-from postlab.plan.schema import validate_plan
+from postlab.plan.validation import validate_plan
 from postlab.tasks.registry import TASKS, task_for
 from postlab.tasks.selection import SELECTIONS, hardest_start, order
 

@@ -58,7 +58,7 @@ def test_every_reader_takes_steps_without_an_update(dropped_run, tmp_path, capsy
 def test_a_step_with_signal_and_no_update_does_not_fit_the_plan(dropped_run, tmp_path, capsys):
     """The record check knows when a step may have no update: only when no group had
     signal under DAPO's rule."""
-    from postlab.records.record import run_plan_problems
+    from postlab.records.conformance import run_plan_problems
 
     record = open_run(dropped_run).record
     plan = Plan.of(json.loads((dropped_run / "plan.json").read_text()))

@@ -18,7 +18,7 @@ from postlab.plan.frozen import teaching_plan
 from postlab.plan.schema import Plan
 from postlab.policies.base import build_policy
 from postlab.policies.checkpoint import load_checkpoint
-from postlab.policies.transformer import folder_sha256
+from postlab.policies.pretrained import folder_sha256
 from postlab.records.record import load_record
 
 pytest.importorskip("transformers")

@@ -4,7 +4,7 @@ import pytest
 from plans import SMALL, typed, write_plan
 
 from postlab.plan.frozen import load_plan, split_by_unordered_pair
-from postlab.plan.schema import validate_plan
+from postlab.plan.validation import validate_plan
 from postlab.runs.orchestration import RunOptions, run_plan
 from postlab.tasks.contracts import exact, strict, substring
 from postlab.tasks.registry import TASKS, task_for

@@ -273,7 +273,8 @@ class _Built:
     def __init__(self, name: str, sources: list[Source], contracts: list[str]) -> None:
         import pyarrow as pa
 
-        from postlab.export.tables import arrow_schema, columnar_batches, table_columns
+        from postlab.export.columnar import columnar_batches
+        from postlab.export.tables import arrow_schema, table_columns
 
         self.schema = arrow_schema(table_columns(name, sources, contracts))
         batches = [batch for _, batch in columnar_batches(sources, contracts,

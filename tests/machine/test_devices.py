@@ -15,8 +15,8 @@ from postlab.cli import main
 from postlab.errors import UserError
 from postlab.machine import numerics
 from postlab.plan.frozen import teaching_plan
-from postlab.plan.schema import validate_plan
-from postlab.records.record import check_record
+from postlab.plan.validation import validate_plan
+from postlab.records.models import check_record
 
 TINY = {**SMALL, "seeds": [3], "sft_steps": 8, "rl_steps": 2}
 GPT2 = {"kind": "transformer", "architecture": "gpt2", "layers": 1, "heads": 2, "width": 16,

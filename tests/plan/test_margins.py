@@ -25,7 +25,7 @@ def test_every_margin_and_default_says_why():
 def test_the_code_reads_its_defaults_from_the_file():
     pytest.importorskip("scipy")
     from postlab.analysis import coverage, equivalence, hypotheses, intervals
-    from postlab.analysis.aggregate import monitor_rule
+    from postlab.analysis.monitor import monitor_rule
     from postlab.plan.frozen import teaching_plan
     from postlab.plan.schema import HackingMonitor, Hypotheses, Plan
 

@@ -7,7 +7,8 @@ from plans import VARIANT_A, VARIANT_B
 
 from postlab.cli import main
 from postlab.plan.frozen import plan_bytes, teaching_plan
-from postlab.plan.schema import json_schema, validate_plan
+from postlab.plan.schema import json_schema
+from postlab.plan.validation import validate_plan
 
 BASE = teaching_plan()
 

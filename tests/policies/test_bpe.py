@@ -15,7 +15,8 @@ from recordfiles import read_record
 
 from postlab.cli import main
 from postlab.plan.frozen import complete_draft, plan_bytes
-from postlab.plan.schema import Plan, validate_plan
+from postlab.plan.schema import Plan
+from postlab.plan.validation import validate_plan
 from postlab.policies import build_policy
 from postlab.policies.tokenizers import (
     TOKENIZER_FILE,
@@ -179,7 +180,7 @@ def test_byte_tokens_of_a_character_outside_ascii_may_be_written() -> None:
 def test_the_cost_estimate_times_a_bpe_that_learnt_fewer_tokens_than_allowed(plan) -> None:
     """The plan allows more tokens than these questions give merges for; the calibration's
     random tokens must be ids the built model has (they were the plan's bound once)."""
-    from postlab.runs.estimate import calibrate
+    from postlab.runs.timing import calibrate
 
     roomy = Plan.of({**plan, "tokenizer": {"kind": "bpe", "vocab_size": 4096},
                      "policy": {"kind": "transformer", "architecture": "gpt2", "layers": 1,

@@ -9,7 +9,8 @@ import torch
 from postlab.engines.rollout import generate
 from postlab.engines.train import reinforce
 from postlab.plan.frozen import teaching_plan
-from postlab.plan.schema import Plan, validate_plan
+from postlab.plan.schema import Plan
+from postlab.plan.validation import validate_plan
 from postlab.policies import build_policy
 from postlab.policies.decoding import decode_loop
 

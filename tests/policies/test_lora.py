@@ -19,7 +19,8 @@ from postlab.cli import main
 from postlab.engines.train import reinforce, sequence_log_dist
 from postlab.errors import UserError
 from postlab.plan.frozen import plan_bytes, teaching_plan
-from postlab.plan.schema import Plan, validate_plan
+from postlab.plan.schema import Plan
+from postlab.plan.validation import validate_plan
 from postlab.policies import build_policy
 from postlab.policies.checkpoint import CheckpointError, load_checkpoint
 from postlab.policies.lora import AdaptersOff, base_state, lora_section, weights_sha256

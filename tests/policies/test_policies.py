@@ -16,7 +16,7 @@ from toypolicy import Bigram, BigramFields
 from postlab.cli import main
 from postlab.engines.rollout import generate
 from postlab.plan.frozen import teaching_plan
-from postlab.plan.schema import validate_plan
+from postlab.plan.validation import validate_plan
 from postlab.policies import (
     POLICIES,
     PolicyKind,

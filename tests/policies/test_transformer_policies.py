@@ -16,9 +16,9 @@ from recordfiles import read_record
 from postlab.cli import main
 from postlab.engines.rollout import generate
 from postlab.plan.frozen import teaching_plan
-from postlab.plan.schema import validate_plan
+from postlab.plan.validation import validate_plan
 from postlab.policies import POLICIES, build_policy
-from postlab.policies.transformer import folder_sha256
+from postlab.policies.pretrained import folder_sha256
 
 GPT2 = {"kind": "transformer", "architecture": "gpt2", "layers": 2, "heads": 2, "width": 32,
         "max_positions": 16}

@@ -27,7 +27,29 @@ def test_the_site_builds_strictly_with_its_api_reference_and_benchmark_tables(tm
     assert "Evaluate the starting model of every seed" in api  # from a docstring
     history = (site / "getting-started" / "index.html").read_text()
     assert "1,740 passed" in history  # the table made from bench/results/ci.json
-    assert "1.78" in (site / "pretrained-models" / "index.html").read_text()
+    assert "1.78" in (site / "benchmarks" / "trl" / "index.html").read_text()
+
+
+def test_every_benchmark_has_its_page_and_its_history():
+    """Each benchmark script under bench/ has a page under docs/benchmarks/, listed in the
+    navigation and the index, whose history table is made from a data file that exists."""
+    pages = {"bench_code_paths.py": "code-paths", "bench_engine.py": "engine",
+             "bench_ensemble.py": "ensemble-vs-exact",
+             "bench_ensemble_pieces.py": "ensemble-pieces",
+             "bench_ensemble_scale.py": "ensemble-scale", "bench_estimate.py": "estimate",
+             "bench_records.py": "records", "bench_sweep.py": "sweep", "bench_trl.py": "trl",
+             "bench_verify.py": "verify", "columnar_vs_oracle.py": "columnar-vs-oracle",
+             "interval_coverage.py": "interval-coverage", "stress_exit.py": "stress-exit"}
+    helpers = {"assemble_records.py"}  # no page: bench_records.py's page says what it is for
+    assert {p.name for p in (ROOT / "bench").glob("*.py")} == set(pages) | helpers
+    nav = (ROOT / "mkdocs.yml").read_text()
+    index = (ROOT / "docs" / "benchmarks" / "index.md").read_text()
+    for script, slug in pages.items():
+        text = (ROOT / "docs" / "benchmarks" / f"{slug}.md").read_text()
+        assert f"bench/{script}" in text, slug
+        assert f"benchmarks/{slug}.md" in nav and f"]({slug}.md)" in index, slug
+        data = re.search(r"^<!-- results: (\S+)", text, re.MULTILINE)
+        assert data and (ROOT / data.group(1)).is_file(), slug
 
 
 def test_a_table_is_made_from_its_data_and_a_missing_field_fails(tmp_path, monkeypatch):

@@ -74,7 +74,7 @@ def test_the_real_model_examples_are_valid_and_pin_the_shipped_file():
     and the baseline are the same model on the same questions)."""
     pytest.importorskip("gguf")
     pytest.importorskip("reasoning_gym")
-    from postlab.policies.transformer import gguf_file
+    from postlab.policies.pretrained import gguf_file
 
     assert sorted(p.stem for p in REAL) == ["smollm2-baseline", "smollm2-lora",
                                             "smollm2-lora-gpu"]

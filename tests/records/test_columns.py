@@ -23,15 +23,10 @@ from postlab.analysis.aggregate import analyse, oracle_facts
 from postlab.plan.frozen import teaching_plan_loaded
 from postlab.plan.schema import Plan
 from postlab.records.columns import entries_table, flatten, row_tables
+from postlab.records.conformance import run_missing_parts, run_plan_problems, run_reading_problems
 from postlab.records.fits import unproven_seeds
 from postlab.records.integrity import digests_match, run_digests, table_digests
-from postlab.records.record import (
-    bundled_record_path,
-    load_record,
-    run_missing_parts,
-    run_plan_problems,
-    run_reading_problems,
-)
+from postlab.records.record import bundled_record_path, load_record
 
 
 @functools.cache
@@ -304,7 +299,8 @@ def test_export_tables_built_columnar_are_those_built_row_by_row(record, batch_r
     try:
         assert_export_as_oracle(sources, contracts_for("integer"), batch_rows)
     except ValueError:  # a mixed question: both builders refuse it
-        from postlab.export.tables import TABLES, arrow_schema, columnar_batches, table_columns
+        from postlab.export.columnar import columnar_batches
+        from postlab.export.tables import TABLES, arrow_schema, table_columns
 
         contracts = contracts_for("integer")
         schemas = {n: arrow_schema(table_columns(n, sources, contracts)) for n in TABLES}
@@ -627,12 +623,12 @@ def test_a_reader_abandoned_but_held_at_exit_lets_the_process_end():
 def test_a_checkpoint_removed_while_verify_walks_leaves_no_proof(tmp_path, monkeypatch,
                                                                  capsys):
     from postlab.cli import main
-    from postlab.runs import verify
+    from postlab.runs import seed_walk
 
     cache = _cache(tmp_path, monkeypatch)
     run = _chunked_bundled(tmp_path)
     victim = sorted(run.glob("seed-22-*.pt"))[-1]
-    checked = verify._seed_checkpoints
+    checked = seed_walk._seed_checkpoints
 
     def then_removed(entry, *args, **kwargs):
         found = checked(entry, *args, **kwargs)
@@ -640,7 +636,7 @@ def test_a_checkpoint_removed_while_verify_walks_leaves_no_proof(tmp_path, monke
             victim.unlink()  # after its seed's checks, before the walk ends
         return found
 
-    monkeypatch.setattr(verify, "_seed_checkpoints", then_removed)
+    monkeypatch.setattr(seed_walk, "_seed_checkpoints", then_removed)
     main(["verify", str(run), "--quick"])
     capsys.readouterr()
     assert not list(cache.glob("proven/*.json"))
@@ -676,8 +672,8 @@ def test_verify_remembers_what_it_proved(tmp_path, monkeypatch, capsys):
                                     "memo unreadable", "cache unwritable"])
 def test_a_proof_is_taken_only_for_the_state_it_proved(tmp_path, monkeypatch, capsys,
                                                        change):
-    from postlab import version
     from postlab.cli import main
+    from postlab.machine import provenance
     from postlab.records import proofs
     from postlab.records.opened import checked_tables, open_run
 
@@ -699,8 +695,8 @@ def test_a_proof_is_taken_only_for_the_state_it_proved(tmp_path, monkeypatch, ca
     if change == "checkpoint gone":
         next(run.glob("seed-22-*.pt")).unlink()
     elif change == "source":
-        hashes = version.source_hashes()
-        monkeypatch.setattr(version, "source_hashes",
+        hashes = provenance.source_hashes()
+        monkeypatch.setattr(provenance, "source_hashes",
                             lambda: hashes | {"postlab/new.py": "0" * 64})
     elif change == "plan":
         changed = opened.plan.model.replace(kl_beta=0.5)

@@ -14,7 +14,7 @@ from postlab.cli.parser import build_parser
 from postlab.machine.cache import CACHE_VARIABLE
 from postlab.plan.frozen import teaching_plan_loaded
 from postlab.runs import calibrations
-from postlab.runs.estimate import render_estimate
+from postlab.runs.estimate_text import render_estimate
 
 TINY = {"seeds": [3], "embedding": 8, "hidden": 8, "sft_steps": 6, "sft_batch": 4,
         "rl_steps": 3, "prompts_per_step": 2, "group_size": 3, "eval_samples": 2}

@@ -11,19 +11,17 @@ from plans import rows, typed, write_plan
 from postlab.errors import UserError
 from postlab.plan.frozen import load_plan
 from postlab.policies.gru import CharGRU
+from postlab.runs import counts as counts_mod
 from postlab.runs import estimate as est_mod
-from postlab.runs.estimate import (
-    MAX_SECONDS,
-    calibrate,
-    check_size,
-    estimate,
-    estimate_counts,
-    format_bytes,
-    format_count,
-    format_seconds,
-    render_estimate,
-)
+from postlab.runs import limits as limits_mod
+from postlab.runs import pricing as pricing_mod
+from postlab.runs import timing as timing_mod
+from postlab.runs.counts import estimate_counts
+from postlab.runs.estimate import check_size, estimate
+from postlab.runs.estimate_text import format_bytes, format_count, format_seconds, render_estimate
+from postlab.runs.limits import MAX_SECONDS
 from postlab.runs.orchestration import RunOptions, run_plan
+from postlab.runs.timing import calibrate
 
 #: One seed, every pipeline, a few steps of each: trains in about a second.
 TINY = {"seeds": [3], "embedding": 8, "hidden": 8, "sft_steps": 6, "sft_batch": 4,
@@ -135,7 +133,7 @@ def _draws_by_loop(prompts: int, group: int, budget: int, steps: int, seed: int)
 
 def test_dynamic_sampling_is_timed_at_the_groups_it_is_expected_to_draw():
     plan = typed()
-    expected = est_mod.expected_extra_groups
+    expected = pricing_mod.expected_extra_groups
     assert expected(plan) == 0.0  # no dynamic sampling
     # 8 prompts, groups of 8: p = 2/9 constant, 8 * p / (1 - p) = 16/7 groups a step
     assert expected(plan.replace(dynamic_sampling={"max_extra_groups": 8})) == pytest.approx(16 / 7)
@@ -156,11 +154,11 @@ def test_dynamic_sampling_is_timed_at_the_groups_it_is_expected_to_draw():
     assert 1.3 < _draws_by_loop(8, 8, 2, 4000, seed=5) < expected(near) == 2.0
 
 
-def _fixed_calibration() -> est_mod.Calibration:
+def _fixed_calibration() -> pricing_mod.Calibration:
     """Unit costs chosen, not measured: the pricing below is arithmetic, not timing."""
-    line = est_mod.Line(1e-4, 1e-5)
-    return est_mod.Calibration(sft=line, reference=est_mod.Line(2e-4, 2e-5),
-                               update=est_mod.Line(3e-4, 3e-5), decode=line,
+    line = pricing_mod.Line(1e-4, 1e-5)
+    return pricing_mod.Calibration(sft=line, reference=pricing_mod.Line(2e-4, 2e-5),
+                               update=pricing_mod.Line(3e-4, 3e-5), decode=line,
                                row_seconds=1e-6, write_seconds=1e-7, optimizer_seconds=1e-3,
                                seconds=1.0, base_bytes=0)
 
@@ -168,8 +166,8 @@ def _fixed_calibration() -> est_mod.Calibration:
 def test_an_rl_step_is_priced_with_the_work_given():
     plan = typed(dynamic_sampling={"max_extra_groups": 8})
     calibration = _fixed_calibration()
-    unit, work = est_mod._unit_seconds, est_mod.RLWork
-    positions = est_mod._shape(plan)["decode_positions"]  # a full decode's, and an RL pass's
+    unit, work = pricing_mod.unit_seconds, pricing_mod.RLWork
+    positions = counts_mod.plan_shape(plan)["decode_positions"]  # a full decode's, and an RL pass's
     decode = lambda rows: (1e-4 + 1e-5 * rows) * positions + 1e-6 * rows  # noqa: E731
     step = (decode(64) + (2e-4 + 2e-5 * 64) * positions
             + 2 * ((3e-4 + 3e-5 * 64) * positions + 1e-3))
@@ -184,7 +182,7 @@ def test_an_rl_step_is_priced_with_the_work_given():
     assert work.expected(plan) == work(16 / 7, 64, 2)
     mid = step + decode(8 * 16 / 7)
     assert unit(plan, calibration)[2] == pytest.approx(mid)
-    parts = est_mod._work_parts(plan, calibration)
+    parts = pricing_mod.work_parts(plan, calibration)
     assert parts["rl"] == pytest.approx(len(plan.seeds) * len(plan.arms)
                                         * plan.rl_steps * mid)
     # steps that drop every group make no reference pass and no update
@@ -199,10 +197,10 @@ def test_rl_work_is_read_from_the_steps_counts():
     plan = typed(dynamic_sampling={"max_extra_groups": 8})
     # 4 steps of 8 x 8 answers, 10 extra groups in all, 2 updates each over 64 rows
     counts = {"completions": 4 * 64 + 10 * 8, "gradient_steps": 8, "examples_seen": 8 * 64}
-    assert est_mod.RLWork.observed(plan, counts, 4) == est_mod.RLWork(2.5, 64.0, 2.0)
+    assert pricing_mod.RLWork.observed(plan, counts, 4) == pricing_mod.RLWork(2.5, 64.0, 2.0)
     # every group constant, dropped: the whole budget drawn and nothing updated
     dropped = {"completions": 4 * (64 + 64), "gradient_steps": 0, "examples_seen": 0}
-    assert est_mod.RLWork.observed(plan, dropped, 4) == est_mod.RLWork(8.0, 0.0, 0.0)
+    assert pricing_mod.RLWork.observed(plan, dropped, 4) == pricing_mod.RLWork(8.0, 0.0, 0.0)
 
 
 def test_the_rl_factor_compares_the_steps_with_their_own_work(monkeypatch):
@@ -221,7 +219,7 @@ def test_the_rl_factor_compares_the_steps_with_their_own_work(monkeypatch):
         return model, [], {"completions": steps * 128, "tokens_generated": 0,
                            "gradient_steps": 0, "examples_seen": 0}
 
-    real_typical = est_mod._typical_seconds
+    real_typical = timing_mod._typical_seconds
 
     def typical(call, until, first=None):
         seen.pop("steps", None)
@@ -230,14 +228,14 @@ def test_the_rl_factor_compares_the_steps_with_their_own_work(monkeypatch):
         return 0.5 * seen["steps"] if "steps" in seen else seconds
 
     monkeypatch.setattr(train, "reinforce", reinforce)
-    monkeypatch.setattr(est_mod, "_typical_seconds", typical)
-    calibration = est_mod.calibrate(plan)
+    monkeypatch.setattr(timing_mod, "_typical_seconds", typical)
+    calibration = timing_mod.calibrate(plan)
     assert calls  # the RL steps were timed
     raw = dataclasses.replace(calibration, factors=(1.0, 1.0, 1.0))
-    drawn = est_mod._unit_seconds(plan, raw, est_mod.RLWork(8.0, 0.0, 0.0))[2]
+    drawn = pricing_mod.unit_seconds(plan, raw, pricing_mod.RLWork(8.0, 0.0, 0.0))[2]
     assert calibration.factors[2] == pytest.approx(0.5 / drawn)
     # against the run's whole step it would have been lower: that step does more
-    assert est_mod._unit_seconds(plan, raw)[2] > drawn
+    assert pricing_mod.unit_seconds(plan, raw)[2] > drawn
 
 
 def test_teaching_plan_figures():
@@ -269,78 +267,78 @@ def test_the_calibrated_estimate_prices_the_counts_it_was_given():
 
 def test_the_time_counts_from_the_process_start_and_includes_calibrating():
     plan = typed()
-    calibration = est_mod.calibrate(plan)
+    calibration = timing_mod.calibrate(plan)
     assert calibration.started_seconds is not None and calibration.started_seconds > 0
     late = dataclasses.replace(calibration, started_seconds=calibration.started_seconds + 100)
     slow = dataclasses.replace(calibration, seconds=calibration.seconds + 10)
-    base = est_mod.wall_seconds(plan, calibration)
-    assert est_mod.wall_seconds(plan, late) - base == pytest.approx(100)
-    assert est_mod.wall_seconds(plan, slow) - base == pytest.approx(10)
+    base = pricing_mod.wall_seconds(plan, calibration)
+    assert pricing_mod.wall_seconds(plan, late) - base == pytest.approx(100)
+    assert pricing_mod.wall_seconds(plan, slow) - base == pytest.approx(10)
     unknown = dataclasses.replace(calibration, started_seconds=None)
-    assert est_mod.wall_seconds(plan, unknown) - base == pytest.approx(
-        est_mod.STARTUP_SECONDS - calibration.started_seconds)
+    assert pricing_mod.wall_seconds(plan, unknown) - base == pytest.approx(
+        pricing_mod.STARTUP_SECONDS - calibration.started_seconds)
 
 
 def test_the_engines_own_steps_correct_the_modelled_ones(monkeypatch):
     plan = typed()
-    calibration = est_mod.calibrate(plan)
+    calibration = timing_mod.calibrate(plan)
     assert all(0.2 < factor < 10 for factor in calibration.factors)
     # each factor multiplies its kind of step: doubling the RL one adds the RL steps' time
-    rl = est_mod._unit_seconds(plan, calibration)[2]
+    rl = pricing_mod.unit_seconds(plan, calibration)[2]
     doubled = dataclasses.replace(calibration, factors=(*calibration.factors[:2],
                                                         2 * calibration.factors[2]))
     rl_steps = len(plan.seeds) * len(plan.arms) * plan.rl_steps
-    assert est_mod.wall_seconds(plan, doubled) - est_mod.wall_seconds(
+    assert pricing_mod.wall_seconds(plan, doubled) - pricing_mod.wall_seconds(
         plan, calibration) == pytest.approx(rl_steps * rl)
     # where the engine's steps would take too long to time, the modelled ones stand
-    monkeypatch.setattr(est_mod, "REAL_PATH_SECONDS", 0.0)
-    monkeypatch.setattr(est_mod, "REAL_PATH_MAX_SECONDS", 0.0)
-    assert est_mod.calibrate(plan).factors == (1.0, 1.0, 1.0)
+    monkeypatch.setattr(timing_mod, "REAL_PATH_SECONDS", 0.0)
+    monkeypatch.setattr(timing_mod, "REAL_PATH_MAX_SECONDS", 0.0)
+    assert timing_mod.calibrate(plan).factors == (1.0, 1.0, 1.0)
 
 
 def test_the_engines_steps_are_timed_within_a_share_of_the_run(monkeypatch):
     plan = typed()
     # no floor and no share: nothing is timed, the modelled steps stand
-    monkeypatch.setattr(est_mod, "REAL_PATH_SECONDS", 0.0)
-    monkeypatch.setattr(est_mod, "REAL_PATH_SHARE", 0.0)
-    assert est_mod.calibrate(plan).factors == (1.0, 1.0, 1.0)
+    monkeypatch.setattr(timing_mod, "REAL_PATH_SECONDS", 0.0)
+    monkeypatch.setattr(timing_mod, "REAL_PATH_SHARE", 0.0)
+    assert timing_mod.calibrate(plan).factors == (1.0, 1.0, 1.0)
     # the same floor, with the whole modelled run as the share: every kind is timed
-    monkeypatch.setattr(est_mod, "REAL_PATH_SHARE", 1.0)
-    monkeypatch.setattr(est_mod, "REAL_PATH_MAX_SECONDS", 60.0)
-    assert all(factor != 1.0 for factor in est_mod.calibrate(plan).factors)
+    monkeypatch.setattr(timing_mod, "REAL_PATH_SHARE", 1.0)
+    monkeypatch.setattr(timing_mod, "REAL_PATH_MAX_SECONDS", 60.0)
+    assert all(factor != 1.0 for factor in timing_mod.calibrate(plan).factors)
     # the share is capped: a cap of nothing times nothing, whatever the share
-    monkeypatch.setattr(est_mod, "REAL_PATH_MAX_SECONDS", 0.0)
-    assert est_mod.calibrate(plan).factors == (1.0, 1.0, 1.0)
+    monkeypatch.setattr(timing_mod, "REAL_PATH_MAX_SECONDS", 0.0)
+    assert timing_mod.calibrate(plan).factors == (1.0, 1.0, 1.0)
 
 
 def test_the_run_is_the_sum_of_its_parts():
     plan = typed()
-    calibration = est_mod.calibrate(plan)
-    parts = est_mod._work_parts(plan, calibration)
-    sft, evaluation, rl = est_mod._unit_seconds(plan, calibration)
+    calibration = timing_mod.calibrate(plan)
+    parts = pricing_mod.work_parts(plan, calibration)
+    sft, evaluation, rl = pricing_mod.unit_seconds(plan, calibration)
     seeds, arms = len(plan.seeds), len(plan.arms)
     assert parts["sft"] == pytest.approx(seeds * plan.sft_steps * sft)
     assert parts["evaluation"] == pytest.approx(seeds * (1 + arms) * 2 * evaluation)
     assert parts["rl"] == pytest.approx(seeds * arms * plan.rl_steps * rl)
     started = calibration.started_seconds
-    assert est_mod.wall_seconds(plan, calibration) == pytest.approx(
-        started + calibration.seconds + sum(parts.values()) + est_mod.FINISH_SECONDS)
+    assert pricing_mod.wall_seconds(plan, calibration) == pytest.approx(
+        started + calibration.seconds + sum(parts.values()) + pricing_mod.FINISH_SECONDS)
 
 
 def test_memory_comes_from_the_measured_batches_where_measured():
     plan = typed()
     counts = estimate_counts(plan)
-    calibration = est_mod.calibrate(plan)
+    calibration = timing_mod.calibrate(plan)
     sampled = 63 * 16  # the largest split's questions x samples
-    rows = 2 * (63 + 18 + 19) * 17 * est_mod.ROW_BYTES  # a stage's rows, the reload check's
+    rows = 2 * (63 + 18 + 19) * 17 * counts_mod.ROW_BYTES  # a stage's rows, the reload check's
     big = dataclasses.replace(calibration, decode_row_bytes=100_000.0, step_bytes=1)
-    assert est_mod.measured_batch_bytes(plan, counts, big) == 100_000 * sampled + rows
+    assert pricing_mod.measured_batch_bytes(plan, counts, big) == 100_000 * sampled + rows
     step = dataclasses.replace(calibration, decode_row_bytes=None, step_bytes=2**30)
-    assert est_mod.measured_batch_bytes(plan, counts, step) == 2**30
+    assert pricing_mod.measured_batch_bytes(plan, counts, step) == 2**30
     # nothing measured: the modelled batch
     none = dataclasses.replace(calibration, decode_row_bytes=None, step_bytes=None)
-    assert est_mod.measured_batch_bytes(plan, counts, none) == counts.batch_bytes
-    priced = est_mod.priced(counts, plan, big)
+    assert pricing_mod.measured_batch_bytes(plan, counts, none) == counts.batch_bytes
+    priced = pricing_mod.priced(counts, plan, big)
     assert priced.memory_bytes == (counts.memory_bytes - counts.batch_bytes
                                    + 100_000 * sampled + rows + big.base_bytes)
 
@@ -393,7 +391,7 @@ def test_enormous_plans_are_accepted_when_allowed(name):
     # bounded, even where the calibration is this process's first
     assert time.perf_counter() - start < 10.0
     assert est.seconds is not None and est.seconds > 0
-    assert est_mod.size_problems(est)
+    assert limits_mod.size_problems(est)
 
 
 def test_figures_in_refusals():
@@ -407,7 +405,7 @@ def test_figures_in_refusals():
 
 
 def test_time_limit_is_checked_after_calibrating(monkeypatch):
-    monkeypatch.setattr(est_mod, "wall_seconds", lambda plan, calibration: 2 * MAX_SECONDS)
+    monkeypatch.setattr(pricing_mod, "wall_seconds", lambda plan, calibration: 2 * MAX_SECONDS)
     with pytest.raises(UserError, match=r"about 2\.0 days on one worker exceeds 24\.0 h"):
         check_size(typed(), allow_large=False)
     assert check_size(typed(), allow_large=True).seconds == 2 * MAX_SECONDS
@@ -500,8 +498,8 @@ def test_a_plan_over_the_limits_is_refused_before_anything_is_written(tmp_path, 
 def test_no_real_steps_are_timed_once_the_budget_is_spent():
     """An earlier kind's overrun leaves the budget negative: the next kind times no step
     (a negative count would have made a plan of negative RL steps)."""
-    assert est_mod._steps_within(-30.0, 0.1, est_mod.REAL_STEPS) == 0
-    assert est_mod._steps_within(0.0, 0.1, 5) == 0
-    assert est_mod._steps_within(est_mod.REAL_REPEATS * 0.1 * 3, 0.1, 5) == 3
-    assert est_mod._steps_within(1e9, 0.1, 5) == 5
-    assert est_mod._steps_within(1.0, 0.0, 5) == 5
+    assert timing_mod._steps_within(-30.0, 0.1, timing_mod.REAL_STEPS) == 0
+    assert timing_mod._steps_within(0.0, 0.1, 5) == 0
+    assert timing_mod._steps_within(timing_mod.REAL_REPEATS * 0.1 * 3, 0.1, 5) == 3
+    assert timing_mod._steps_within(1e9, 0.1, 5) == 5
+    assert timing_mod._steps_within(1.0, 0.0, 5) == 5

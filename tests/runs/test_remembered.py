@@ -9,11 +9,13 @@ import shutil
 import pytest
 
 from postlab.cli import main
+from postlab.machine import provenance
 from postlab.machine.cache import CACHE_VARIABLE
 from postlab.records.record import bundled_run_dir, load_record, locate_run
 from postlab.render.overview import verification_line
-from postlab.runs import orchestration, remembered
-from postlab.runs.verify import Check, Verified
+from postlab.runs import remembered
+from postlab.runs.verdicts import Check
+from postlab.runs.verify import Verified
 
 
 @pytest.fixture
@@ -125,8 +127,8 @@ def test_every_input_of_the_checks_is_in_the_key(run, tmp_path, monkeypatch, cha
         assert remembered.state_key(*_opened(run)) is None  # verify fails it: no reuse
         return
     elif change == "source":
-        hashes = orchestration.source_hashes()
-        monkeypatch.setattr(orchestration, "source_hashes",
+        hashes = provenance.source_hashes()
+        monkeypatch.setattr(provenance, "source_hashes",
                             lambda: hashes | {"postlab/new.py": "0" * 64})
     elif change == "code path":
         monkeypatch.setattr(remembered.numerics, "current_pin", lambda: "some-other-path")

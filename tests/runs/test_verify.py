@@ -464,12 +464,12 @@ def test_parts_the_plan_requires_cannot_be_removed_with_their_digests(sampled_ru
 
 def test_quick_verify_checks_everything_but_reevaluation_and_says_so(run_copy, capsys,
                                                                    monkeypatch):
-    import postlab.runs.verify as verify
+    import postlab.runs.seed_walk as seed_walk
 
     def never(*args, **kwargs):
         raise AssertionError("--quick loaded a checkpoint")
 
-    monkeypatch.setattr(verify, "load_checkpoint", never)
+    monkeypatch.setattr(seed_walk, "load_checkpoint", never)
     capsys.readouterr()
     assert main(["verify", str(run_copy), "--quick"]) == 0
     out = capsys.readouterr().out
@@ -506,7 +506,7 @@ def _rows(text: str) -> dict:
 def test_a_checkpoint_that_cannot_be_evaluated_is_named_though_it_was_in_company():
     """Evaluated together, one checkpoint whose weights cannot be sampled from fails the whole
     computation; each is then evaluated alone, so that one is named and the others checked."""
-    from postlab.runs.verify import _Loaded, _reevaluate, _Walk
+    from postlab.runs.seed_walk import Walk, _Loaded, _reevaluate
 
     class Engine:
         def __init__(self) -> None:
@@ -524,7 +524,7 @@ def test_a_checkpoint_that_cannot_be_evaluated_is_named_though_it_was_in_company
                        reload_equal=True),
                _Loaded(seed=5, stage="strict", model="6", recorded=_rows("5"),
                        reload_equal=True)]
-    seen = _Walk()
+    seen = Walk()
     engine = Engine()
     _reevaluate(waiting, {}, "cpu", engine, seen)
     assert engine.calls == [[3, 4, 5], [3], [4], [5]]
@@ -539,6 +539,7 @@ def test_a_checkpoint_that_cannot_be_evaluated_is_named_though_it_was_in_company
 @pytest.mark.slow
 def test_an_ensemble_record_is_reevaluated_together_with_the_rows_each_gives_alone(
         tmp_path, monkeypatch):
+    import postlab.runs.seed_walk as seed_walk
     import postlab.runs.verify as verify
     from postlab.engines.ensemble.task import ENSEMBLE
     from postlab.records.record import load_record, locate_run
@@ -564,6 +565,6 @@ def test_an_ensemble_record_is_reevaluated_together_with_the_rows_each_gives_alo
     together = checks()
     assert calls == [9]  # three seeds' three checkpoints, one computation
     calls.clear()
-    monkeypatch.setattr(verify, "EVALUATION_BATCH", 1)
+    monkeypatch.setattr(seed_walk, "EVALUATION_BATCH", 1)
     assert checks() == together and calls == [3, 3, 3]  # one seed at a time
     assert ("checkpoint re-evaluation", "pass") in [(n, s) for n, s, _ in together]

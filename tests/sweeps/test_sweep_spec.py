@@ -9,7 +9,7 @@ import pytest
 
 from postlab.errors import UserError
 from postlab.plan.frozen import teaching_plan_loaded
-from postlab.plan.schema import validate_plan
+from postlab.plan.validation import validate_plan
 from postlab.sweeps.spec import expand, parse_sweep
 
 TODAY = "2026-11-30"

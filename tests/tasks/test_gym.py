@@ -12,7 +12,8 @@ from recordfiles import read_record
 from postlab.cli import main
 from postlab.errors import UserError
 from postlab.plan.frozen import complete_draft, plan_bytes
-from postlab.plan.schema import Plan, validate_plan
+from postlab.plan.schema import Plan
+from postlab.plan.validation import validate_plan
 from postlab.policies import build_policy
 from postlab.tasks import gym
 from postlab.tasks.contracts import CONTRACTS

@@ -21,7 +21,8 @@ import pytest
 from postlab.cli import main
 from postlab.plan.arms import plan_contracts
 from postlab.plan.frozen import freeze, teaching_plan
-from postlab.plan.schema import Plan, validate_plan
+from postlab.plan.schema import Plan
+from postlab.plan.validation import validate_plan
 from postlab.records.record import load_record, record_in
 from postlab.tasks.arithmetic import Task
 from postlab.tasks.contracts import CONTRACT_WORDS, CONTRACTS, ContractWords, describe, score

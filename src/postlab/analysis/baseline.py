@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from postlab.analysis.aggregate import pass_at_k
 from postlab.analysis.intervals import Interval, crossed_spread, question_spread
+from postlab.analysis.passk import pass_at_k
 from postlab.records.metrics import question_groups
 from postlab.tasks.contracts import PARTIAL_CREDIT, score
 

@@ -163,28 +163,47 @@ def table_facts(tables: Any, samples: int, answer: Answer,
                 contracts: Sequence[str]) -> list[SeedFacts]:
     """The facts of a batch of seeds (:class:`~postlab.records.columns.RowTables`), in the
     batch's seed order, computed columnar."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from postlab.records.columns import (
-        answers_per_question,
-        judged,
-        scores_table,
-        with_questions,
-    )
+    from postlab.records.columns import scores_table
 
     scores = scores_table(tables, answer, contracts)
-    sums = [(f"score:{name}", "sum") for name in contracts]
     order = {seed: index for index, seed in enumerate(tables.seeds)}
+    evaluations = _evaluation_facts(tables, scores, order, samples, contracts)
+    steps = _StepColumns.of(tables, scores, contracts)
+    arm_places = _arm_places(tables.steps, order, len(tables.seeds))
 
-    # evaluations: per (block, question) the accepted sums and the question's pair; a
-    # block's rows are in record order, so the block number orders them
+    facts = []
+    for index, run in enumerate(tables.runs.select(
+            ["seed", "arms", "sft_loss", "compute", "layout"]).to_pylist()):
+        training = {arm: steps.trained(*arm_places[index][arm]) for arm in run["arms"]}
+        layout = json.loads(run["layout"])
+        compute = ({c["stage"]: {k: v for k, v in c.items() if k != "stage"}
+                    for c in run["compute"]} if "compute" in layout["run"] else None)
+        facts.append(SeedFacts(seed=run["seed"], evaluations=evaluations[index],
+                               training=training, sft_loss=run["sft_loss"],
+                               compute=compute))
+    return facts
+
+
+def _partial(contracts: Sequence[str]) -> list[str]:
+    """The partial-credit contracts among ``contracts``: their sums are added in row order,
+    as the oracle adds them (Arrow's grouped sum adds each group's values in the order it is
+    given them)."""
+    return [name for name in contracts if name in PARTIAL_CREDIT]
+
+
+def _evaluation_facts(tables: Any, scores: Any, order: dict[int, int], samples: int,
+                      contracts: Sequence[str]
+                      ) -> list[dict[tuple[str, str, str], Evaluated]]:
+    """Per seed of the batch, its evaluation blocks: per (block, question) the accepted sums
+    and the question's pair; a block's rows are in record order, so the block number orders
+    them."""
+    from postlab.records.columns import answers_per_question, judged, with_questions
+
+    sums = [(f"score:{name}", "sum") for name in contracts]
     blocks = tables.blocks
     decodings = blocks.column("decoding").to_pylist()
-    # a partial-credit reward's sums are added in row order, as the oracle adds them: Arrow's
-    # grouped sum adds each group's values in the order it is given them
-    partial = [name for name in contracts if name in PARTIAL_CREDIT]
-    evaluated = with_questions(judged(tables.evaluations, scores, ordered=bool(partial)),
+    evaluated = with_questions(judged(tables.evaluations, scores,
+                                      ordered=bool(_partial(contracts))),
                                answers_per_question(tables, samples))
     grouped = evaluated.group_by(["block_id", "question"], use_threads=False).aggregate(
         [*sums, ("a", "min"), ("a", "max"), ("b", "min"), ("b", "max"),
@@ -213,73 +232,95 @@ def table_facts(tables: Any, samples: int, answer: Answer,
             accepted={name: _ints_or_floats(columns[f"score:{name}_sum"][start:stop], name)
                       for name in contracts},
             rows=int(counts.sum()))
+    return evaluations
 
-    # RL steps: per step the accepted sums, tokens and truncations, placed by step number
-    steps = tables.steps
-    rolled = judged(tables.rollouts, scores, ordered=bool(partial))
-    rolled = rolled.append_column("open", pc.cast(pc.invert(rolled.column("terminated")),
-                                                  pa.int64()))
-    stepped = rolled.group_by(["step_id"], use_threads=False).aggregate(
-        [*sums, ("tokens", "sum"), ("open", "sum"), ("position", "count")])
-    step_id = stepped.column("step_id").to_numpy()
 
-    def by_step(name: str) -> np.ndarray:
-        values = stepped.column(name).to_numpy(zero_copy_only=False)
-        placed = np.zeros(steps.num_rows, dtype=values.dtype)
-        placed[step_id] = values
-        return placed
+@dataclass(frozen=True)
+class _StepColumns:
+    """The batch's RL steps, one value per step row of ``tables.steps``: the accepted sums,
+    tokens and truncations, the update statistics' means, and where each step's rollout rows
+    start (for partial-credit windows)."""
 
-    # each step's first row among the (ordered) rollout rows, for partial-credit windows
-    row_starts = np.concatenate([[0], np.cumsum(np.bincount(
-        tables.rollouts.column("step_id").to_numpy(), minlength=steps.num_rows))])
-    row_scores = {name: rolled.column(f"score:{name}").to_numpy(zero_copy_only=False)
-                  for name in partial}
-    step_columns = {name: by_step(name) for name in (
-        "tokens_sum", "open_sum", "position_count", *(f"score:{n}_sum" for n in contracts))}
-    step_columns |= {name: steps.column(name).to_numpy() for name in (
-        "step", "zero_variance_groups")}
-    updates = steps.column("updates").combine_chunks()
-    offsets = updates.offsets.to_numpy()
-    offsets = offsets - offsets[0]
-    flat_updates = updates.flatten()
-    means = {key: _sequential_mean(flat_updates.field(key).to_numpy(zero_copy_only=False),
-                                   offsets) for key in UPDATE_SERIES}
+    contracts: Sequence[str]
+    columns: dict[str, np.ndarray]
+    means: dict[str, np.ndarray]
+    row_starts: np.ndarray
+    row_scores: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, tables: Any, scores: Any, contracts: Sequence[str]) -> _StepColumns:
+        """Per step the accepted sums, tokens and truncations, placed by step number."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from postlab.records.columns import judged
+
+        sums = [(f"score:{name}", "sum") for name in contracts]
+        partial = _partial(contracts)
+        steps = tables.steps
+        rolled = judged(tables.rollouts, scores, ordered=bool(partial))
+        rolled = rolled.append_column("open", pc.cast(pc.invert(rolled.column("terminated")),
+                                                      pa.int64()))
+        stepped = rolled.group_by(["step_id"], use_threads=False).aggregate(
+            [*sums, ("tokens", "sum"), ("open", "sum"), ("position", "count")])
+        step_id = stepped.column("step_id").to_numpy()
+
+        def by_step(name: str) -> np.ndarray:
+            values = stepped.column(name).to_numpy(zero_copy_only=False)
+            placed = np.zeros(steps.num_rows, dtype=values.dtype)
+            placed[step_id] = values
+            return placed
+
+        # each step's first row among the (ordered) rollout rows, for partial-credit windows
+        row_starts = np.concatenate([[0], np.cumsum(np.bincount(
+            tables.rollouts.column("step_id").to_numpy(), minlength=steps.num_rows))])
+        row_scores = {name: rolled.column(f"score:{name}").to_numpy(zero_copy_only=False)
+                      for name in partial}
+        step_columns = {name: by_step(name) for name in (
+            "tokens_sum", "open_sum", "position_count", *(f"score:{n}_sum" for n in contracts))}
+        step_columns |= {name: steps.column(name).to_numpy() for name in (
+            "step", "zero_variance_groups")}
+        updates = steps.column("updates").combine_chunks()
+        offsets = updates.offsets.to_numpy()
+        offsets = offsets - offsets[0]
+        flat_updates = updates.flatten()
+        means = {key: _sequential_mean(flat_updates.field(key).to_numpy(zero_copy_only=False),
+                                       offsets) for key in UPDATE_SERIES}
+        return cls(contracts=contracts, columns=step_columns, means=means,
+                   row_starts=row_starts, row_scores=row_scores)
+
+    def trained(self, start: int, stop: int) -> Trained:
+        """One arm of one seed: the step rows from ``start`` to ``stop``."""
+        contracts, step_columns, means = self.contracts, self.columns, self.means
+        n = step_columns["position_count"][start:stop].astype(np.int64)
+        accepted = {name: step_columns[f"score:{name}_sum"][start:stop]
+                    for name in contracts}
+        series = {f"{name}_reward": accepted[name] / n for name in contracts}
+        series["zero_variance_groups"] = step_columns["zero_variance_groups"][
+            start:stop].astype(np.float64)
+        series |= {key: means[key][start:stop] for key in UPDATE_SERIES}
+        series["mean_tokens"] = step_columns["tokens_sum"][start:stop] / n
+        series["truncated"] = step_columns["open_sum"][start:stop] / n
+        return Trained(
+            steps=tuple(step_columns["step"][start:stop].tolist()),
+            series={name: series[name] for name in (*(f"{c}_reward" for c in contracts),
+                                                    *STEP_SERIES)},
+            accepted=accepted, rows=n,
+            row_scores={name: self.row_scores[name][self.row_starts[start]:
+                                                    self.row_starts[stop]]
+                        for name in _partial(contracts)})
+
+
+def _arm_places(steps: Any, order: dict[int, int], seeds: int
+                ) -> list[dict[str, tuple[int, int]]]:
+    """Per seed of the batch, each arm's run of consecutive step rows as (start, stop)."""
     arm_of = steps.column("arm").to_pylist()
     seed_of = steps.column("seed").to_pylist()
-    arm_places: list[dict[str, tuple[int, int]]] = [{} for _ in tables.seeds]
+    arm_places: list[dict[str, tuple[int, int]]] = [{} for _ in range(seeds)]
     start = 0
     for stop in range(1, len(arm_of) + 1):
         if stop == len(arm_of) or (arm_of[stop], seed_of[stop]) != (arm_of[start],
                                                                     seed_of[start]):
             arm_places[order[seed_of[start]]][arm_of[start]] = (start, stop)
             start = stop
-
-    facts = []
-    for index, run in enumerate(tables.runs.select(
-            ["seed", "arms", "sft_loss", "compute", "layout"]).to_pylist()):
-        training = {}
-        for arm in run["arms"]:
-            start, stop = arm_places[index][arm]
-            n = step_columns["position_count"][start:stop].astype(np.int64)
-            accepted = {name: step_columns[f"score:{name}_sum"][start:stop]
-                        for name in contracts}
-            series = {f"{name}_reward": accepted[name] / n for name in contracts}
-            series["zero_variance_groups"] = step_columns["zero_variance_groups"][
-                start:stop].astype(np.float64)
-            series |= {key: means[key][start:stop] for key in UPDATE_SERIES}
-            series["mean_tokens"] = step_columns["tokens_sum"][start:stop] / n
-            series["truncated"] = step_columns["open_sum"][start:stop] / n
-            training[arm] = Trained(
-                steps=tuple(step_columns["step"][start:stop].tolist()),
-                series={name: series[name] for name in (*(f"{c}_reward" for c in contracts),
-                                                        *STEP_SERIES)},
-                accepted=accepted, rows=n,
-                row_scores={name: row_scores[name][row_starts[start]:row_starts[stop]]
-                            for name in partial})
-        layout = json.loads(run["layout"])
-        compute = ({c["stage"]: {k: v for k, v in c.items() if k != "stage"}
-                    for c in run["compute"]} if "compute" in layout["run"] else None)
-        facts.append(SeedFacts(seed=run["seed"], evaluations=evaluations[index],
-                               training=training, sft_loss=run["sft_loss"],
-                               compute=compute))
-    return facts
+    return arm_places

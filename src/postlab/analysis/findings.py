@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from postlab.analysis.aggregate import Analysis, TrainingReward
 from postlab.analysis.intervals import Interval, crossed_spread, interval, rate_interval
+from postlab.analysis.results import Analysis, TrainingReward
 from postlab.analysis.samples import GAMED, Sample, Tally, judged_rows
 from postlab.plan.arms import plan_contracts
 

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from postlab.analysis.aggregate import Analysis
 from postlab.analysis.intervals import (
     CROSSED_METHOD,
     Interval,
@@ -32,6 +31,7 @@ from postlab.analysis.intervals import (
     interval,
     rate_interval,
 )
+from postlab.analysis.results import Analysis
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan

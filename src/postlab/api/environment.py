@@ -151,7 +151,7 @@ def worker_count(workers: int | None, device: str = "cpu") -> int:
     On CUDA a run has one worker: processes sharing one GPU would split its memory and gain
     little on models this size, and one process keeps the GPU's state in one place.
     """
-    from postlab.records.record import MAX_WORKERS
+    from postlab.records.models import MAX_WORKERS
     from postlab.runs.workers import WORKERS_VARIABLE, default_workers, start_worker_server
 
     if device == "cuda":

@@ -11,7 +11,7 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
 
@@ -74,11 +74,13 @@ def _refuse_existing(path: Path) -> None:
 @dataclass(frozen=True, kw_only=True)
 class PlanCheck:
     """A plan file checked: its sha256, every problem as (field path, message), and the typed
-    plan when there are none (None otherwise)."""
+    plan when there are none (None otherwise); for a valid plan whose RL arms train under a
+    looser contract than its strictest, the hacking monitor's rule as the plan fixes it."""
 
     sha256: str
     plan: Plan | None
     problems: list[tuple[str, str]]
+    monitor: str | None = None
 
 
 def check_plan(path: str | Path) -> PlanCheck:
@@ -86,13 +88,37 @@ def check_plan(path: str | Path) -> PlanCheck:
     malformed JSON is refused (UserError), an invalid plan returns its problems."""
     from postlab.jsonio import parse_json, read_bytes
     from postlab.plan.frozen import sha256_hex
-    from postlab.plan.schema import Plan, validate_plan
+    from postlab.plan.schema import Plan
+    from postlab.plan.validation import validate_plan
 
     raw = read_bytes(Path(path), "plan")
     data = parse_json(raw, str(path))
     problems = validate_plan(data)
-    return PlanCheck(sha256=sha256_hex(raw), plan=None if problems else Plan.of(data),
-                     problems=problems)
+    if problems:
+        return PlanCheck(sha256=sha256_hex(raw), plan=None, problems=problems)
+    plan = Plan.of(data)
+    return PlanCheck(sha256=sha256_hex(raw), plan=plan, problems=[],
+                     monitor=_monitor(plan))
+
+
+def _monitor(plan: Plan) -> str | None:
+    """The hacking monitor's rule, computed now: the drift and threshold a calibrated rule
+    chooses for the plan's steps and batch, and what it promises; None where no RL arm
+    trains under a looser contract than the strictest (nothing to monitor)."""
+    from postlab.analysis.monitor import describe_rule, monitor_rule
+    from postlab.plan.arms import arm_specs, plan_contracts
+
+    strictest = plan_contracts(plan)[0]
+    if any(spec.is_rl and spec.contract != strictest for spec in arm_specs(plan)):
+        return describe_rule(monitor_rule(plan))
+    return None
+
+
+def plan_schema() -> dict[str, Any]:
+    """The plan file's JSON Schema (from the typed model), for editors and validators."""
+    from postlab.plan.schema import json_schema
+
+    return json_schema()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,14 +22,13 @@ from postlab.records.opened import (
     open_run,
     refuse,
     refuse_each,
-    require_readable,
 )
 
 if TYPE_CHECKING:
-    from postlab.analysis.aggregate import Analysis
+    from postlab.analysis.results import Analysis
     from postlab.analysis.versions import Comparison
     from postlab.plan.schema import Plan
-    from postlab.runs.verify import Check
+    from postlab.runs.verdicts import Check
 
 
 def require_report_extra() -> None:
@@ -44,7 +43,7 @@ def require_report_extra() -> None:
 
 def check_split(opened: OpenedRun, split: str) -> None:
     """The split must be one of the plan's, and every stage of the record must hold it."""
-    from postlab.records.record import each_seed
+    from postlab.records.conformance import each_seed
 
     if split not in opened.plan.model.split:
         raise UserError(f"--split {split}: the plan's splits are "
@@ -71,8 +70,8 @@ def analyse(opened: OpenedRun, split: str = "test",
 
     from postlab.analysis.aggregate import analyse as compute
     from postlab.analysis.aggregate import record_facts
+    from postlab.records.conformance import run_plan_problems, seed_list_problems
     from postlab.records.opened import checked_tables
-    from postlab.records.record import run_plan_problems, seed_list_problems
 
     key = ("analysis", split, json.dumps(exploratory, sort_keys=True))
     if key in opened.computed:
@@ -106,45 +105,12 @@ def finding_lines(opened: OpenedRun, analysis: Analysis, lang: str, split: str) 
 
 def figure_notices(lang: str) -> list[str]:
     """One line, printed and shown on the page, when figures cannot use the language."""
+    from postlab.render.figure_words import FIGURE_WORDS
     from postlab.render.figures import figure_language
-    from postlab.render.labels import FIGURE_WORDS
 
     if figure_language(lang)[0] == lang:
         return []
     return [FIGURE_WORDS[lang]["cjk_missing"]]
-
-
-def report_page(opened: OpenedRun, analysis: Analysis, lang: str, split: str) -> str:
-    """The run's self-contained HTML page: figures and a first screen with its verification."""
-    from datetime import UTC, datetime
-
-    from postlab.analysis.samples import page_samples
-    from postlab.records.opened import checked_tables
-    from postlab.render.figures import draw_figures
-    from postlab.render.html import FirstScreen, render_html
-    from postlab.render.overview import overview_rows, verification_line
-    from postlab.runs.remembered import verify_remembered
-
-    record, plan, source = opened.record, opened.plan.model, opened.source
-    grids, answers = page_samples(record, plan, split, per_kind=3,  # one pass for both
-                                  tables=checked_tables(opened))
-    figures = draw_figures(analysis, lang, split, grids, svg=False)
-    # A record in a run folder is verified as 'postlab verify' would (or its checks reused
-    # when nothing they depend on changed since, and the page says when they ran); a record
-    # alone (no plan.json beside it) has no checkpoints or summary to check, so it is not
-    # marked failed.
-    checks, reused_from = None, None
-    if opened.files.plan.is_file():
-        checked = verify_remembered(opened.files, record)
-        checks, reused_from = checked.checks, checked.reused_from
-    verification, verified = verification_line(checks, lang, reused_from=reused_from)
-    written = datetime.fromtimestamp(source.stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC")
-    screen = FirstScreen(
-        facts=overview_rows(plan, record, written, lang), verification=verification,
-        verified=verified, findings=finding_lines(opened, analysis, lang, split),
-        answers=answers,
-        notices=figure_notices(lang))
-    return render_html(analysis, figures, lang, split, screen)
 
 
 def refuse_existing(path: Path | None) -> None:
@@ -188,7 +154,8 @@ def verify(run: str | Path | None = None, *, expect: str | None = None,
 
         prepare("cuda")  # re-evaluates on CUDA where it exists; before CUDA initialises
     from postlab.runs.remembered import verify_and_remember
-    from postlab.runs.verify import render_checks, verify_run
+    from postlab.runs.verdicts import render_checks
+    from postlab.runs.verify import verify_run
 
     # the checks a run's page shows are these without an expected fingerprint: remembered
     checks = (verify_run(files, record, expect=expected, quick=quick)
@@ -203,60 +170,6 @@ def pin_for_page(target: Path | None) -> None:
     from postlab.records.record import load_record, locate_run
 
     environment.pin_for_record(load_record(locate_run(target).record), None, strict=False)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Report:
-    """A run's report on one held-out split: the aggregates, the findings in words, and
-    the HTML page written, if one was asked for."""
-
-    run: OpenedRun
-    analysis: Analysis
-    findings: list[str]
-    html: Path | None
-
-
-def exploratory_hypotheses(opened: OpenedRun, path: Path | None) -> dict[str, Any] | None:
-    """The hypotheses file ``path`` given to a report after training, checked against the
-    run's plan and against the hypotheses the run fixed before it (None: none given)."""
-    if path is None:
-        return None
-    from postlab.api.registering import read_exploratory
-    from postlab.plan.schema import Hypotheses
-
-    registered = (opened.registration or {}).get("hypotheses")
-    fixed = Hypotheses.model_validate(registered) if registered else \
-        opened.plan.model.hypotheses
-    return read_exploratory(Path(path), opened.plan, fixed)
-
-
-def report(run: str | Path | None = None, *, plan: str | Path | None = None,
-           split: str = "test", lang: str = "en", html: str | Path | None = None,
-           hypotheses: str | Path | None = None) -> Report:
-    """Aggregate a run (default: the bundled run) over seeds for every stage, split and
-    decoding, with the findings in ``lang`` ("en" or "zh"); with ``html``, also write the
-    self-contained page there (a new file). ``hypotheses``: a file of hypotheses given after
-    training, decided apart from the registered ones as exploratory."""
-    page_path = None if html is None else Path(html)
-    refuse_existing(page_path)
-    target = None if run is None else Path(run)
-    if page_path is not None:
-        pin_for_page(target)
-    opened = open_run(target, None if plan is None else Path(plan), check_rows=False)
-    from postlab.render.labels import starting_words
-
-    with starting_words(opened.plan.model):
-        require_readable(opened.record, opened.plan.model, opened.source)
-        check_whole(opened)
-        exploratory = exploratory_hypotheses(opened,
-                                             None if hypotheses is None else Path(hypotheses))
-        analysis = analyse(opened, split, exploratory)
-        if page_path is not None:
-            from postlab.jsonio import publish_bytes
-
-            publish_bytes(page_path, report_page(opened, analysis, lang, split).encode())
-        return Report(run=opened, analysis=analysis,
-                      findings=finding_lines(opened, analysis, lang, split), html=page_path)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -434,7 +347,7 @@ class Samples:
         """Every chosen answer (``analysis.samples.Sample``), judged by every contract; the
         chosen seeds' checks run before the first is given."""
         from postlab.analysis.samples import iter_samples
-        from postlab.records.record import settle
+        from postlab.records.conformance import settle
 
         chosen = iter_samples(self.run.record, self.run.plan.model, **self.filters)
         settle(self.run.record, self.filters["seeds"])

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from postlab.plan.frozen import LoadedPlan
     from postlab.plan.schema import Plan
     from postlab.records.compare import Comparison
-    from postlab.runs.estimate import ComputeEstimate
+    from postlab.runs.counts import ComputeEstimate
     from postlab.runs.progress import Quiet
     from postlab.sweeps.progress import SweepProgress
 
@@ -147,7 +147,7 @@ def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = F
     chosen, device_note = environment.device_for_run(out, device, resume)
     count = environment.worker_count(workers, chosen)
     loaded, raw, sized = _plan_to_train(plan, out, resume)
-    from postlab.runs.orchestration import check_out_dir
+    from postlab.runs.folder import check_out_dir
 
     check_out_dir(out, resume)  # before any line about the run is printed
     registered = None
@@ -157,14 +157,14 @@ def run(out_dir: str | Path, plan: str | Path | None = None, *, resume: bool = F
         registered = read_registration(Path(registration), sized)
     checked = None
     if resume:  # the folder checked whole before any line about the run is printed
-        from postlab.runs.orchestration import check_resumable
+        from postlab.runs.folder import check_resumable
 
         checked = check_resumable(out, loaded, registered)
     say(note)
     say(device_note)
     if sized is not None:
         check_engine(engine, sized.model, str(plan or "the teaching plan"), names)
-        from postlab.runs.estimate import render_estimate
+        from postlab.runs.estimate_text import render_estimate
 
         say_cost(render_estimate(check_size(sized, allow_large, recalibrate=recalibrate)))
     start = time.monotonic()
@@ -237,7 +237,7 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
                        if seed in seeds]
         record = dict(record, runs=chosen_runs)
         plan, raw = _plan_of_seeds(plan, picked, str(files.record))
-    from postlab.runs.estimate import render_estimate
+    from postlab.runs.estimate_text import render_estimate
 
     say_cost(render_estimate(check_size(plan, allow_large, recalibrate=recalibrate)))
     engine = engine_for(record).name  # the record's engine makes its bits
@@ -266,8 +266,8 @@ def _checked_before_training(target: Path | None, seeds: Sequence[int]
     training would leave a new folder behind for nothing. What its rows say is not checked
     against their digests or the plan: where they differ from the retrained rows is what
     reproduce reports."""
+    from postlab.records.conformance import settle
     from postlab.records.opened import open_run
-    from postlab.records.record import settle
 
     opened = open_run(target, check_rows=False)
     # each chunk read is hashed against the manifest and its columns checked first
@@ -386,7 +386,7 @@ def sweep(sweep_file: str | Path | None, out_dir: str | Path, *, resume: bool = 
     if not resume:
         _, versions = runner.load_versions(spec, today)  # all refusals come first
         from postlab.plan.frozen import parse_plan
-        from postlab.runs.estimate import render_estimate
+        from postlab.runs.estimate_text import render_estimate
 
         for version in versions:
             check_engine(engine, version.plan, f"version {version.name}", names)

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from postlab.plan.schema import Plan
 
 
 def freeze(args: argparse.Namespace) -> int:
@@ -41,37 +37,36 @@ def register(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_monitor(plan: Plan) -> None:
-    """The hacking monitor's rule as the plan fixes it, computed now: the drift and threshold
-    a calibrated rule chooses for the plan's steps and batch, and what it promises."""
-    from postlab.analysis.aggregate import describe_rule, monitor_rule
-    from postlab.plan.arms import arm_specs, plan_contracts
-
-    strictest = plan_contracts(plan)[0]
-    if any(spec.is_rl and spec.contract != strictest for spec in arm_specs(plan)):
-        print(f"hacking monitor: {describe_rule(monitor_rule(plan))}")
-
-
-def plan(args: argparse.Namespace) -> int:
+def plan_schema(args: argparse.Namespace) -> int:
+    """``postlab plan schema``."""
     import json
 
-    from postlab.api.planning import check_plan, diff_plans
-    from postlab.plan.schema import json_schema
+    from postlab.api.planning import plan_schema as schema
 
-    if args.plan_command == "schema":
-        print(json.dumps(json_schema(), indent=2, ensure_ascii=False))
+    print(json.dumps(schema(), indent=2, ensure_ascii=False))
+    return 0
+
+
+def plan_check(args: argparse.Namespace) -> int:
+    """``postlab plan check``: exit 2 with every problem, one per line."""
+    from postlab.api.planning import check_plan
+
+    checked = check_plan(args.path)
+    if not checked.problems:
+        print(f"{args.path}: valid plan (sha256 {checked.sha256})")
+        if checked.monitor is not None:
+            print(f"hacking monitor: {checked.monitor}")
         return 0
-    if args.plan_command == "check":
-        checked = check_plan(args.path)
-        if not checked.problems:
-            print(f"{args.path}: valid plan (sha256 {checked.sha256})")
-            assert checked.plan is not None
-            _print_monitor(checked.plan)
-            return 0
-        for path, message in checked.problems:
-            print(f"{args.path}: {path}: {message}", file=sys.stderr)
-        print(f"{args.path}: {len(checked.problems)} problems", file=sys.stderr)
-        return 2
+    for path, message in checked.problems:
+        print(f"{args.path}: {path}: {message}", file=sys.stderr)
+    print(f"{args.path}: {len(checked.problems)} problems", file=sys.stderr)
+    return 2
+
+
+def plan_diff(args: argparse.Namespace) -> int:
+    """``postlab plan diff``."""
+    from postlab.api.planning import diff_plans
+
     diff = diff_plans(args.a, args.b)
     if diff.identical:
         print(f"identical plans (sha256 {diff.sha256})")
@@ -81,3 +76,11 @@ def plan(args: argparse.Namespace) -> int:
     for line in diff.differences:
         print(line)
     return 0
+
+
+#: ``postlab plan``'s subcommands.
+PLAN_COMMANDS = {"schema": plan_schema, "check": plan_check, "diff": plan_diff}
+
+
+def plan(args: argparse.Namespace) -> int:
+    return PLAN_COMMANDS[args.plan_command](args)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from postlab.errors import UserError
+from postlab.records.layout import UNNAMED_ENGINE
 from postlab.registry import Registry
 
 if TYPE_CHECKING:
@@ -91,8 +92,8 @@ class Engine(Protocol):
 
 
 ENGINES: Registry[Engine] = Registry("engine")
-#: The engine a record without an ``engine`` field was made by.
-DEFAULT_ENGINE = "exact"
+#: The engine a record without an ``engine`` field was made by (the record's rule).
+DEFAULT_ENGINE = UNNAMED_ENGINE
 
 
 def cpu_capability() -> str:

@@ -17,14 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
-from postlab.export.tables import (
-    SCHEMA,
-    TABLES,
-    Column,
-    arrow_schema,
-    columnar_batches,
-    table_columns,
-)
+from postlab.export.columnar import columnar_batches
+from postlab.export.tables import SCHEMA, TABLES, Column, arrow_schema, table_columns
 from postlab.jsonio import dump_json, parse_json, publish_bytes, read_bytes
 from postlab.version import __version__
 

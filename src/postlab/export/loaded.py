@@ -76,8 +76,9 @@ class LoadedRun:
         """Every table, built columnar as ``postlab export`` builds them."""
         import pyarrow as pa
 
+        from postlab.export.columnar import columnar_batches
         from postlab.export.files import export_contracts
-        from postlab.export.tables import TABLES, arrow_schema, columnar_batches, table_columns
+        from postlab.export.tables import TABLES, arrow_schema, table_columns
         from postlab.tasks.registry import task_for
 
         sources = [self.source()]

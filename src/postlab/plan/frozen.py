@@ -115,7 +115,8 @@ def describe_problems(problems: list[tuple[str, str]]) -> str:
 
 
 def parse_plan(raw: bytes, source: str, path: Path | None = None) -> LoadedPlan:
-    from postlab.plan.schema import PlanModel, validate_plan
+    from postlab.plan.schema import PlanModel
+    from postlab.plan.validation import validate_plan
 
     data = parse_json(raw, source)
     problems = validate_plan(data)
@@ -154,7 +155,8 @@ def complete_draft(draft: dict[str, Any]) -> dict[str, Any]:
     """The plan a draft stands for: a ``reasoning_gym`` task's items generated and pinned,
     its split written and, when the draft gives none, the vocab (the characters of every
     prompt and demonstration, then eos and pad). Refuses an incomplete or invalid result."""
-    from postlab.plan.schema import GymSection, validate_plan
+    from postlab.plan.schema import GymSection
+    from postlab.plan.validation import validate_plan
     from postlab.tasks.gym import draft_fields
 
     if draft.get("task") != "reasoning_gym":
@@ -231,7 +233,8 @@ def parse_setting(setting: str) -> tuple[str, Any]:
 
 def derive_plan(parent: LoadedPlan, settings: list[str], today: str) -> dict[str, Any]:
     """A new plan version: ``settings`` applied, version + 1, today's date, parent recorded."""
-    from postlab.plan.schema import PlanModel, validate_plan
+    from postlab.plan.schema import PlanModel
+    from postlab.plan.validation import validate_plan
 
     data = {k: v for k, v in parent.data.items() if k != "parent"}
     changes: list[str] = []

@@ -17,7 +17,7 @@ from postlab.registry import Registry
 
 
 class Analysis(Protocol):
-    """What a metric reads of a report's analysis (``postlab.analysis.aggregate.Analysis``,
+    """What a metric reads of a report's analysis (``postlab.analysis.results.Analysis``,
     computed in a later layer: naming only these members keeps the plan below it)."""
 
     contracts: Sequence[str]

@@ -70,7 +70,8 @@ def section_problems(plan: PlanModel, section: Any) -> list[tuple[str, str]]:
     checks, as if the plan held it."""
     from pydantic import ValidationError
 
-    from postlab.plan.schema import Hypotheses, field_path, hypothesis_problems
+    from postlab.plan.schema import Hypotheses, field_path
+    from postlab.plan.validation import hypothesis_problems
 
     try:
         typed = Hypotheses.model_validate(section)

@@ -1,31 +1,27 @@
 """The plan schema: every field typed, range-checked and documented; unknown fields refused.
 
-Validation has two layers. The pydantic model checks each field on its own (types, ranges) and
-gives the JSON Schema (``postlab plan schema``); :func:`cross_field_problems` then checks what
-depends on several fields (the split against the task, the vocabulary against the task and
-the special tokens, the token budget against the longest answer). :func:`validate_plan`
-returns every problem of both layers with its field path.
+Validation has two layers. The pydantic model here checks each field on its own (types,
+ranges) and gives the JSON Schema (``postlab plan schema``);
+:func:`~postlab.plan.validation.cross_field_problems` then checks what depends on several
+fields, and :func:`~postlab.plan.validation.validate_plan` returns every problem of both
+layers with its field path.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
-import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from postlab.plan.arms import PIPELINES
 from postlab.plan.margins import default
-from postlab.policies import POLICIES, policy_kind, section_problems
-from postlab.policies.lora import LoraSection, lora_section, require_peft, target_problems
-from postlab.policies.tokenizers import longest_in_tokens
+from postlab.policies import POLICIES
+from postlab.policies.lora import LoraSection
 from postlab.rl.algorithms import REGISTRIES, TEACHING_ALIASES
-from postlab.tasks.contracts import CONTRACTS, contract_answers
+from postlab.tasks.contracts import CONTRACTS
 from postlab.tasks.registry import TASKS
 from postlab.tasks.selection import DESCRIPTIONS as SELECTION_WORDS
-from postlab.tasks.selection import SELECTIONS
 
 
 def _options(field: str) -> str:
@@ -307,7 +303,8 @@ class PlanModel(BaseModel):
     @classmethod
     def of(cls, data: dict[str, Any]) -> PlanModel:
         """The typed plan of a plan's JSON object, whose fields are valid (see
-        :func:`validate_plan` for every check); it keeps the object for :meth:`data`."""
+        :func:`~postlab.plan.validation.validate_plan` for every check); it keeps the object
+        for :meth:`data`."""
         plan = cls.model_validate(data)
         plan._data = copy.deepcopy(data)
         return plan
@@ -336,218 +333,6 @@ def section_data(section: BaseModel) -> dict[str, Any]:
     """A typed plan section as its file held it: the fields it gave, none it left out (what a
     hash of the section's content reads)."""
     return section.model_dump(mode="json", exclude_unset=True)
-
-
-def monitor_problems(monitor: HackingMonitor | None) -> list[tuple[str, str]]:
-    """A hacking monitor states one rule: calibrated (a false-alarm rate) or its own drift and
-    threshold; and tolerates less gap than it is built to find."""
-    if monitor is None:
-        return []
-    problems = []
-    stated = monitor.drift is not None or monitor.threshold is not None
-    if stated and monitor.false_alarm is not None:
-        problems.append(("hacking_monitor", "state false_alarm (a calibrated rule) or drift "
-                                            "and threshold (a rule of your own), not both"))
-    tolerated = monitor.tolerated_gap or default("hacking_monitor.tolerated_gap")
-    detect = monitor.detect_gap or default("hacking_monitor.detect_gap")
-    if tolerated >= detect:
-        problems.append(("hacking_monitor.tolerated_gap",
-                         f"{tolerated} must be below detect_gap ({detect})"))
-    return problems
-
-
-def cross_field_problems(plan: PlanModel) -> list[tuple[str, str]]:
-    """Checks that need several fields; the fields themselves are already valid."""
-    from postlab.tasks.registry import task_for
-
-    problems: list[tuple[str, str]] = monitor_problems(plan.hacking_monitor)
-    if plan.task not in TASKS:
-        close = difflib.get_close_matches(plan.task, TASKS.names(), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        return [("task", f"unknown task {plan.task!r}{hint}; known: "
-                         f"{', '.join(TASKS.names())}")]
-    if plan.task == "reasoning_gym" and plan.reasoning_gym is None:
-        return [("reasoning_gym", "the reasoning_gym task needs this section (dataset, config, "
-                                  "seed, sizes, and the pins `postlab freeze --draft` writes)")]
-    task = task_for(plan)
-    if plan.tokenizer is not None and policy_kind(plan) == "pretrained":
-        problems.append(("tokenizer", "a pretrained policy reads with its own tokenizer"))
-    if plan.policy is not None:
-        section = section_problems(plan.policy)
-        problems += section
-        check = None if section else POLICIES[plan.policy.kind].plan_problems
-        if check is not None:
-            problems += check(plan)
-    vocab = plan.vocab
-    if len(set(vocab)) != len(vocab):
-        problems.append(("vocab", "has repeated characters"))
-    missing = sorted(set(task.required_characters) - set(vocab))
-    if missing:
-        problems.append(("vocab", f"lacks characters the task needs: {''.join(missing)}"))
-    for name in ("eos", "pad"):
-        character = getattr(plan, name)
-        if character not in vocab:
-            problems.append((name, f"{character!r} is not in vocab"))
-        elif character in task.required_characters:
-            problems.append((name, f"{character!r} is a character of the task's questions"))
-    if plan.eos == plan.pad:
-        problems.append(("pad", "must differ from eos"))
-    if len(set(plan.seeds)) != len(plan.seeds):
-        problems.append(("seeds", "must be distinct"))
-    split = plan.split
-    for required in ("train", "test"):
-        if required not in split:
-            problems.append(("split", f"needs a {required!r} split"))
-    if "all" in split:
-        problems.append(("split.all", "'all' is reserved (report --split all)"))
-    for name, pairs in split.items():
-        if not pairs:
-            problems.append((f"split.{name}", "is empty"))
-    problems += task.plan_problems(plan)
-    longest = longest_in_tokens(plan)[1] if not problems else task.longest_answer
-    if plan.max_new_tokens < longest + 1:
-        problems.append(("max_new_tokens", f"{plan.max_new_tokens} cannot hold the longest "
-                                           f"answer ({longest} tokens) and EOS"))
-    problems += arm_problems(plan, task)
-    for field in ("loss_reduction", "advantage", "kl"):
-        stated = getattr(plan, field)
-        name = TEACHING_ALIASES[field].get(stated, stated)
-        if name not in REGISTRIES[field]:
-            problems.append((field, f"unknown option {stated!r}; known: "
-                                    f"{', '.join(REGISTRIES[field].names())}"))
-    if plan.lora is not None and not problems:
-        problems += lora_problems(plan)
-    if plan.hypotheses is not None and not problems:
-        problems += hypothesis_problems(plan)
-    return problems
-
-
-def arm_problems(plan: PlanModel, task: Any) -> list[tuple[str, str]]:
-    """Each arm names a stage, a pipeline with what it takes, and a contract that reads the
-    task's kind of answer."""
-    from postlab.plan.arms import parse_arm
-
-    problems: list[tuple[str, str]] = []
-    names = []
-    for index, entry in enumerate(plan.arms):
-        arm = parse_arm(entry)
-        if isinstance(entry, str) and not re.match(NAME_PATTERN, entry):
-            problems.append((f"arms.{index}", f"{entry!r} cannot name a stage"))
-        names.append(arm.name)
-        where = f"arms.{index}"
-        if arm.contract is not None and arm.contract not in CONTRACTS:
-            problems.append((where, f"unknown reward contract {arm.contract!r}; known: "
-                                    f"{', '.join(CONTRACTS.names())}"))
-        elif arm.contract is not None and contract_answers(arm.contract) != task.answer_kind:
-            fitting = [n for n in CONTRACTS.names() if contract_answers(n) == task.answer_kind]
-            problems.append((where, f"the contract {arm.contract!r} judges "
-                                    f"{contract_answers(arm.contract)} answers; the task "
-                                    f"{task.name}'s are {task.answer_kind} answers (its "
-                                    f"contracts: {', '.join(fitting)})"))
-        if arm.pipeline == "sft-only" and (arm.contract is not None or arm.sft_steps is None):
-            problems.append((where, "an sft-only arm takes sft_steps and no contract"))
-        if arm.pipeline == "sft-selected" and (arm.contract is not None or
-                                               arm.sft_steps is not None):
-            problems.append((where, "an sft-selected arm takes a selection, no contract and "
-                                    "no sft_steps (it trains the plan's sft_steps)"))
-        if (arm.pipeline == "sft-selected") != (arm.selection is not None):
-            problems.append((where, "a selection goes with the sft-selected pipeline, and "
-                                    "that pipeline needs one"))
-        elif arm.selection is not None and arm.selection not in SELECTIONS:
-            problems.append((f"{where}.selection", f"unknown selection {arm.selection!r}; "
-                                                   f"known: {', '.join(SELECTIONS.names())}"))
-        if arm.is_rl and (arm.contract is None or arm.sft_steps is not None):
-            problems.append((where, "an RL arm takes a contract and no sft_steps"))
-    if len(set(names)) != len(names) or "initial" in names:
-        problems.append(("arms", "arm names must be distinct and not 'initial'"))
-    return problems
-
-
-def lora_problems(plan: PlanModel) -> list[tuple[str, str]]:
-    """Adapters need a kind that takes them, layers of that model, an RL arm, and peft."""
-    from postlab.plan.arms import arm_specs
-
-    kind = policy_kind(plan)
-    targets_of = POLICIES[kind].adapter_targets
-    if targets_of is None:
-        takes = [name for name in POLICIES.names() if POLICIES[name].adapter_targets]
-        return [("lora", f"the {kind} policy takes no adapters (policies that do: "
-                         f"{', '.join(takes)})")]
-    if not any(arm.is_rl for arm in arm_specs(plan)):
-        return [("lora", "no arm trains with RL, and only RL arms train adapters")]
-    require_peft()
-    section = lora_section(plan)
-    assert section is not None
-    return [("lora.target_modules", problem)
-            for problem in target_problems(section, targets_of(plan))]
-
-
-def hypothesis_problems(plan: PlanModel) -> list[tuple[str, str]]:
-    """Each hypothesis must name what the plan has, and be able to come out both ways."""
-    from postlab.plan.arms import arm_names, plan_contracts
-    from postlab.plan.hypotheses import METRICS, can_decide
-
-    problems: list[tuple[str, str]] = []
-    stages = ["initial", *arm_names(plan)]
-    splits = list(plan.split)
-    contracts = plan_contracts(plan)
-    seen: set[str] = set()
-    for index, hypothesis in enumerate(plan.hypotheses.tests):
-        where = f"hypotheses.tests.{index}"
-        if hypothesis.id in seen:
-            problems.append((f"{where}.id", f"{hypothesis.id!r} is used twice"))
-        seen.add(hypothesis.id)
-        metric = hypothesis.metric
-        if metric not in METRICS:
-            problems.append((f"{where}.metric", f"unknown metric {metric!r}; known: "
-                                                f"{', '.join(METRICS.names())}"))
-            continue
-        spec = METRICS[metric]
-        if hypothesis.decoding is not None and not spec.takes_decoding:
-            problems.append((f"{where}.decoding", f"{metric} is of sampled answers only"))
-        contract = hypothesis.contract
-        if spec.takes_contract and contract not in contracts:
-            problems.append((f"{where}.contract", f"{contract!r} is not one of the plan's "
-                                                  f"contracts ({', '.join(contracts)})"))
-        if contract is not None and not spec.takes_contract:
-            problems.append((f"{where}.contract", f"{metric} takes no contract"))
-        k = hypothesis.k
-        if spec.takes_k and (k is None or k > plan.eval_samples):
-            problems.append((f"{where}.k", f"pass_at_k needs k from 1 to eval_samples "
-                                           f"({plan.eval_samples}), got {k}"))
-        if k is not None and not spec.takes_k:
-            problems.append((f"{where}.k", f"{metric} takes no k"))
-        if metric == "hacking_gap" and len(contracts) < 2:
-            problems.append((f"{where}.metric", "the hacking gap needs a second contract"))
-        compare = hypothesis.compare
-        for key, known in (("stage", stages), ("versus_stage", stages), ("split", splits),
-                           ("versus_split", splits)):
-            value = getattr(compare, key)
-            if value is not None and value not in known:
-                problems.append((f"{where}.compare.{key}", f"unknown {key.split('_')[-1]} "
-                                                           f"{value!r}; the plan has "
-                                                           f"{', '.join(known)}"))
-        versus = [key for key in ("versus_stage", "versus_split") if getattr(compare, key)]
-        if len(versus) != 1:
-            problems.append((f"{where}.compare", "give exactly one of versus_stage and "
-                                                 "versus_split"))
-        elif getattr(compare, versus[0]) == getattr(compare, versus[0].removeprefix("versus_")):
-            problems.append((f"{where}.compare", "compares a place with itself"))
-        why = can_decide(metric, hypothesis.margin, len(plan.seeds))
-        if why is not None:
-            problems.append((f"{where}.margin" if "margin" in why else "seeds", why))
-    return problems
-
-
-def validate_plan(data: Any) -> list[tuple[str, str]]:
-    """Every problem of a plan as (field path, message); empty when the plan is valid."""
-    if not isinstance(data, dict):
-        return [("plan", "must be a JSON object")]
-    try:
-        plan = PlanModel.of(data)
-    except ValidationError as exc:
-        return [(field_path(err["loc"]), err["msg"]) for err in exc.errors()]
-    return cross_field_problems(plan)
 
 
 def json_schema() -> dict[str, Any]:

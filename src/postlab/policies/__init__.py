@@ -2,13 +2,15 @@
 
 :mod:`~postlab.policies.base` is the interface the engines use and the ``POLICIES`` registry of
 kinds; ``gru`` (the teaching lab's character GRU) is the first kind;
-:mod:`~postlab.policies.transformer` adds ``transformer`` and ``pretrained`` (with
-``compact``, their forward pass); ``decoding`` is the one token-by-token loop; ``checkpoint``
-writes weights and reads them back only after their hash is checked.
+:mod:`~postlab.policies.transformer` adds ``transformer`` and
+:mod:`~postlab.policies.pretrained` adds ``pretrained`` (with ``compact``, their forward
+pass); ``decoding`` is the one token-by-token loop; ``checkpoint`` writes weights and reads
+them back only after their hash is checked.
 """
 
 from postlab.policies import gru as _gru  # noqa: F401  (registers the "gru" kind)
-from postlab.policies import transformer as _transformer  # noqa: F401  (two kinds; lazy import)
+from postlab.policies import pretrained as _pretrained  # noqa: F401  (after transformer)
+from postlab.policies import transformer as _transformer  # noqa: F401  (lazy import)
 from postlab.policies.base import (
     DEFAULT_KIND,
     POLICIES,

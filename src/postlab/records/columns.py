@@ -26,7 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from postlab.records.chunks import ChunkedRuns, _flat, _schema, read_chunk
+from postlab.records.chunk_codec import chunk_schema, flat_entry
+from postlab.records.chunks import ChunkedRuns, read_chunk
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
@@ -156,8 +157,8 @@ def _reordered(steps: pa.Table, rollouts: pa.Table, rows: pa.ListArray,
 def entries_table(entries: Sequence[dict[str, Any]]) -> pa.Table:
     """Seeds' entries of a one-document record in the chunk schema (how such a record is
     read columnar: converted on read, never written back)."""
-    return pa.Table.from_pylist([_flat(entry, lenient=True) for entry in entries],
-                                schema=_schema())
+    return pa.Table.from_pylist([flat_entry(entry, lenient=True) for entry in entries],
+                                schema=chunk_schema())
 
 
 def row_tables(record: dict[str, Any], batch: int = BATCH_SEEDS) -> Iterator[RowTables]:

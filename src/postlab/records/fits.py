@@ -3,13 +3,14 @@
 batch of seeds (:mod:`postlab.records.columns`), so that a reader of many seeds need not
 build each seed's entry in Python to check it.
 
-The per-seed checks (``records.record``: the entry's structure, that it can be read under
-its plan, that it fits the plan, that it is whole) are the specification. The check here is
-only sufficient: a seed it proves holds exactly the parts, stages, splits, questions, arms,
-steps, rows per step, groups, updates and checkpoint entries its plan makes, with every
-value in range, so every per-seed check would pass it. A seed it does not prove is read and
-checked the per-seed way, which names what is wrong (or passes it: this check may be
-stricter, never looser). Plans with dynamic sampling are left to the per-seed checks.
+The per-seed checks (``records.models``: the entry's structure; ``records.conformance``:
+that it can be read under its plan, that it fits the plan, that it is whole) are the
+specification. The check here is only sufficient: a seed it proves holds exactly the parts,
+stages, splits, questions, arms, steps, rows per step, groups, updates and checkpoint entries
+its plan makes, with every value in range, so every per-seed check would pass it. A seed it
+does not prove is read and checked the per-seed way, which names what is wrong (or passes
+it: this check may be stricter, never looser). Plans with dynamic sampling are left to the
+per-seed checks.
 
 The digests are compared apart, from the same flat tables
 (:func:`~postlab.records.integrity.table_digests`); a seed must pass both to be proven
@@ -30,17 +31,17 @@ import numpy as np
 import pyarrow.compute as pc
 
 from postlab.errors import UserError
-from postlab.records.chunks import ROW_LIMITS
+from postlab.records.chunk_codec import ROW_LIMITS
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
 
-#: Parts of a seed's entry every postlab record carries (``record.run_missing_parts``).
+#: Parts of a seed's entry every postlab record carries (``conformance.run_missing_parts``).
 WHOLE_PARTS = frozenset({"seed", "sft_loss", "evaluations", "training", "checkpoints",
                          "compute", "digests"})
-#: The parts an entry may hold besides (``records.chunks.RUN_KEYS``), a step's parts where the
-#: plan samples plainly, and an update's statistics: a layout naming others is rebuilt into
-#: an entry the per-seed checks refuse.
+#: The parts an entry may hold besides (``records.chunk_codec.RUN_KEYS``), a step's parts
+#: where the plan samples plainly, and an update's statistics: a layout naming others is
+#: rebuilt into an entry the per-seed checks refuse.
 OPTIONAL_PARTS = frozenset({"arm_sft_loss"})
 STEP_PARTS = frozenset({"step", "rows", "zero_variance_groups", "updates"})
 UPDATE_PARTS = frozenset({"loss", "gradient_norm_before_clip", "kl", "entropy",

@@ -23,6 +23,13 @@ from postlab.errors import UserError
 from postlab.jsonio import file_kind
 from postlab.records.chunks import CHUNK_DIR, chunk_layout_problems
 
+PLAN_FILE = "plan.json"
+RECORD_FILE = "record.json"
+SUMMARY_FILE = "summary.json"
+#: The engine of a record that names none: records of the exact engine keep the form they
+#: had before there was a second engine.
+UNNAMED_ENGINE = "exact"
+
 #: What a run folder holds at its top level that a command may read (besides checkpoints,
 #: ``*.pt``, and the chunks under ``rows/``): checked where a record file is named on its own,
 #: whose folder may be any folder (a download folder, a project's root) holding other things.

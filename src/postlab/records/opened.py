@@ -23,17 +23,19 @@ from typing import TYPE_CHECKING, Any
 from postlab.errors import UserError
 from postlab.jsonio import read_bytes
 from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
+from postlab.records.conformance import (
+    each_seed,
+    run_changed_parts,
+    run_missing_parts,
+    run_plan_problems,
+    run_reading_problems,
+)
 from postlab.records.layout import check_layout, check_links, first_of
 from postlab.records.record import (
     RunFiles,
     check_plan_link,
     decode_record_bytes,
-    each_seed,
     locate_run,
-    run_changed_parts,
-    run_missing_parts,
-    run_plan_problems,
-    run_reading_problems,
     seeds_of,
 )
 
@@ -117,7 +119,7 @@ def refuse(problems: list[str], source: Path, what: str,
 def refuse_each(record: dict[str, Any], problems_of: Callable[[dict[str, Any]], list[str]],
                 source: Path, what: str, error: type[UserError] = UserError) -> None:
     """:func:`refuse` on every seed's problems (a chunked record's as each seed is read:
-    :func:`~postlab.records.record.each_seed`)."""
+    :func:`~postlab.records.conformance.each_seed`)."""
     each_seed(record, problems_of, functools.partial(refuse, source=source, what=what,
                                                      error=error))
 

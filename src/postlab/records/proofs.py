@@ -49,7 +49,7 @@ def proof_key(record: dict[str, Any], plan: Plan, folder: Path | None) -> str | 
     """One sha256 over everything proving a chunked record's seeds depends on (see the
     module's docstring), or None for a record that is not chunked or a folder that cannot be
     listed (then the proofs run)."""
-    from postlab import version
+    from postlab.machine import provenance
     from postlab.records.chunks import ChunkedRuns
 
     runs = record.get("runs")
@@ -68,7 +68,7 @@ def proof_key(record: dict[str, Any], plan: Plan, folder: Path | None) -> str | 
     import pyarrow
 
     try:
-        source = _sha256(dump_json(version.source_hashes()))
+        source = provenance.source_digest()
     except OSError:
         return None
     parts = {

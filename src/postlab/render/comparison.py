@@ -7,7 +7,7 @@ import dataclasses
 import html
 import json
 
-from postlab.analysis.aggregate import Interval
+from postlab.analysis.intervals import Interval
 from postlab.analysis.versions import Comparison, MetricComparison
 from postlab.render.figures import Figure, figure_language, pyplot, save_figure
 from postlab.render.html import figure_html, page_start, table_html

@@ -1,4 +1,4 @@
-"""Figures of a run's :class:`~postlab.analysis.aggregate.Analysis`, drawn with matplotlib.
+"""Figures of a run's :class:`~postlab.analysis.results.Analysis`, drawn with matplotlib.
 
 Each figure is returned as PNG and SVG bytes with a caption saying how it was drawn; callers
 decide where they go (files, or embedded in one HTML page). Every axis carries its unit, every
@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from postlab.analysis.aggregate import Analysis, Band
+from postlab.analysis.results import Analysis, Band
 from postlab.analysis.samples import PairGrid
-from postlab.render.labels import FIGURE_WORDS, LABELS, metric_label, stage_label
+from postlab.render.figure_words import FIGURE_WORDS
+from postlab.render.labels import LABELS, metric_label, stage_label
 from postlab.tasks.contracts import describe
 
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC",

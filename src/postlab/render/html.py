@@ -11,7 +11,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from postlab.analysis.aggregate import Analysis
+from postlab.analysis.results import Analysis
 from postlab.analysis.samples import CORRECT, GAMED, WRONG, Example, KindExamples
 from postlab.render.figures import Figure
 from postlab.render.labels import LABELS, brief, stage_label

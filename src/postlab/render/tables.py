@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.analysis.aggregate import Analysis, Interval
+from postlab.analysis.intervals import Interval
+from postlab.analysis.results import Analysis
 from postlab.render.labels import LABELS, hacking_title, metric_label, pass_at_k_title, stage_label
 
 #: k values shown in the pass@k table (the figure shows every k).

@@ -1,7 +1,7 @@
 """Calibrations kept per machine, so that running a plan again does not time it again.
 
 Every ``postlab run`` and ``postlab sweep`` prices its plan by calibrating on this machine
-(:func:`postlab.runs.estimate.calibrate`): on the teaching plan 2.1-3.2 s of CPU in the
+(:func:`postlab.runs.timing.calibrate`): on the teaching plan 2.1-3.2 s of CPU in the
 main process on 2 cores (timing the engine's own steps, and the first calls into torch's
 kernels), which a run with worker processes never needs there otherwise, and which competes
 with the workers for the cores. So a calibration is kept in the user's
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import platform
 import time
 from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
@@ -31,7 +30,10 @@ from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
 from postlab.machine import numerics
 from postlab.machine.cache import cache_dir
 from postlab.machine.resources import process_seconds, usable_cores
-from postlab.runs.estimate import Calibration, ComputeEstimate, Line, calibrate, check_size
+from postlab.runs.counts import ComputeEstimate
+from postlab.runs.estimate import check_size
+from postlab.runs.pricing import Calibration, Line
+from postlab.runs.timing import calibrate
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
@@ -49,17 +51,13 @@ def calibration_key(plan: Plan) -> str:
     """One sha256 over everything a calibration's figures depend on: the plan (every field:
     sizes, tasks and the share of the run the engine's steps are timed within) and the
     machine and code that time it."""
-    import torch
-
-    from postlab.runs.orchestration import source_hashes
+    from postlab.machine.provenance import software, source_digest
 
     parts = {
         "store": STORE_VERSION,
         "plan": hashlib.sha256(dump_json(plan.data())).hexdigest(),
-        "source": hashlib.sha256(dump_json(source_hashes())).hexdigest(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
+        "source": source_digest(),
+        **software(),
         "cpu": numerics.cpu_model(),
         "cores": usable_cores(),
         "code_path": numerics.current_pin(),

@@ -25,7 +25,6 @@ digests".
 from __future__ import annotations
 
 import hashlib
-import platform
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +36,8 @@ from postlab.machine import numerics
 from postlab.machine.cache import cache_dir
 from postlab.records.fingerprint import FINGERPRINT_FILE, run_fingerprint
 from postlab.records.record import RunFiles
-from postlab.runs.verify import Check, device_here, verify_walked
+from postlab.runs.verdicts import Check
+from postlab.runs.verify import device_here, verify_walked
 
 #: Versions the memo's key and layout: a later layout never reads an earlier one's files.
 MEMO_VERSION = 2
@@ -59,9 +59,7 @@ def _sha256(data: bytes) -> str:
 def state_key(files: RunFiles, record: dict[str, Any]) -> str | None:
     """One sha256 over everything a verification's outcome depends on, or None when a file
     it covers cannot be read (then the checks run, and say what is wrong)."""
-    import torch
-
-    from postlab.runs.orchestration import source_hashes
+    from postlab.machine.provenance import software, source_digest
 
     folder = files.record.parent
     try:
@@ -88,10 +86,8 @@ def state_key(files: RunFiles, record: dict[str, Any]) -> str | None:
         "record_path": str(files.record.absolute()),
         "plan_path": str(files.plan),
         "plan_beside": files.plan.is_file(),
-        "source": _sha256(dump_json(source_hashes())),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
+        "source": source_digest(),
+        **software(),
         "numerics": described,
         "device": device,
     }

@@ -24,15 +24,9 @@ from postlab.errors import UserError
 from postlab.jsonio import dump_json, publish_bytes, read_bytes
 from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, load_plan, parse_plan, teaching_plan_loaded
-from postlab.runs.orchestration import (
-    PLAN_FILE,
-    OpenRun,
-    RunOptions,
-    check_resumable,
-    finish_run,
-    open_run,
-    run_tasks,
-)
+from postlab.records.layout import PLAN_FILE
+from postlab.runs.folder import check_resumable
+from postlab.runs.orchestration import OpenRun, RunOptions, finish_run, open_run, run_tasks
 from postlab.runs.progress import Quiet
 from postlab.sweeps.folder import (
     INDEX_FILE,

@@ -170,7 +170,8 @@ def expand(spec: SweepSpec, base: LoadedPlan, today: str, source: str) -> list[V
     seeds), so it names that version's hash as its parent and lists exactly the keys it
     changes, as ``postlab freeze --from --set`` would.
     """
-    from postlab.plan.schema import PlanModel, validate_plan
+    from postlab.plan.schema import PlanModel
+    from postlab.plan.validation import validate_plan
 
     if base.model.seeds != spec.seeds:
         base_data = _derive(base.data, base.sha256, {"seeds": spec.seeds}, today)

@@ -199,12 +199,8 @@ def configuration(plan: Plan, check_folder: bool = True) -> Any:
     A pretrained folder is refused in one line if its hash differs (unless ``check_folder``
     is off: the caller checked it already) or it holds no configuration ``transformers``
     reads."""
-    from postlab.policies.transformer import (
-        checked_folder,
-        config_for,
-        pretrained_fields,
-        require_transformers,
-    )
+    from postlab.policies.pretrained import checked_folder, pretrained_fields
+    from postlab.policies.transformer import config_for, require_transformers
 
     require_transformers()
     if policy_kind(plan) == "transformer":
@@ -226,7 +222,7 @@ def configuration_problem(plan: Plan) -> str | None:
     kind = policy_kind(plan)
     if kind not in TRANSFORMER_KINDS:
         return None
-    from postlab.policies.transformer import pretrained_fields
+    from postlab.policies.pretrained import pretrained_fields
 
     if kind == "pretrained" and pretrained_fields(plan).gguf is not None:
         return ("a GGUF chat model (its prompts' left padding is hidden from attention, "
