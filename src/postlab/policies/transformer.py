@@ -1,8 +1,9 @@
 """Transformer policies: causal language models from the ``transformers`` library.
 
-Two kinds are registered when :mod:`postlab.policies` is imported (so worker processes, which
-import postlab afresh, know them), but ``transformers`` itself is imported only when one is
-built or sized, so the core runs without that optional extra:
+Two kinds are registered when :mod:`postlab.policies` is imported, so worker processes (which
+import postlab afresh) know them: ``transformer`` here, ``pretrained`` in :mod:`.pretrained` on
+this module's shared policy class. ``transformers`` itself is imported only when one is built
+or sized, so the core runs without that optional extra:
 
 * ``transformer``: a GPT-2 or Llama model built from a configuration over the task's character
   vocabulary and randomly initialised from torch's global generator (the engine seeds it), so a

@@ -127,7 +127,7 @@ def flatten(table: pa.Table) -> RowTables:
 def _history_order(owner: np.ndarray, arms: list[Any], arms_of: list[list[str]]
                    ) -> np.ndarray | None:
     """The order a seed's entry holds its steps in (its arms in the order it names them,
-    each arm's steps in stored order, as the entry is rebuilt: ``chunks._entry``), where a
+    each arm's steps in stored order, as the entry is rebuilt: ``chunk_codec.entry_of``), where a
     chunk stores them otherwise; None where it stores them so (postlab writes them so)."""
     ranks = np.empty(len(arms), dtype=np.int64)
     for place, (seed, name) in enumerate(zip(owner.tolist(), arms, strict=True)):

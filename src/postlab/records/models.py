@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainValidator,
@@ -65,7 +66,11 @@ def _number(value: Any) -> float:
     """A finite JSON number (an integer or a float, not a boolean), kept as written."""
     if type(value) not in (int, float):
         raise ValueError(f"wrong type {_kind(value)}, expected a number")
-    if not math.isfinite(value):
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        finite = False
+    if not finite:
         raise ValueError(f"{value!r} is not a finite number")
     return value
 
@@ -82,14 +87,25 @@ Finite = Annotated[Any, PlainValidator(_number)]
 NonNegative = Annotated[Any, PlainValidator(_number), _between(0.0, math.inf)]
 Share = Annotated[Any, PlainValidator(_number), _between(0.0, 1.0)]
 
+def _json_list(value: Any) -> Any:
+    """A row as JSON writes it: a list (a tuple would pass the tuple type, and no record
+    parsed from a file holds one)."""
+    if not isinstance(value, list):
+        raise ValueError("not a list")
+    return value
+
+
 #: A row ``[a, b, text, terminated]``.
-RowItem = tuple[Operand, Operand, Annotated[StrictStr, Field(max_length=MAX_TEXT)], StrictBool]
+RowItem = Annotated[
+    tuple[Operand, Operand, Annotated[StrictStr, Field(max_length=MAX_TEXT)], StrictBool],
+    BeforeValidator(_json_list)]
 _ROWS = TypeAdapter(list[RowItem])
 
 
-def _rows(value: Any, info: ValidationInfo) -> Any:
-    """A non-empty list of rows, each checked unless a chunk reader checked them already."""
-    if not isinstance(value, list) or not value:
+def _rows(value: Any, info: ValidationInfo, *, empty: bool = False) -> Any:
+    """A non-empty list of rows (``empty``: or none), each checked unless a chunk reader
+    checked them already."""
+    if not isinstance(value, list) or not (value or empty):
         raise ValueError("expected a non-empty list of rows")
     if not (info.context or {}).get("rows_checked"):
         try:
@@ -108,11 +124,13 @@ def _rows(value: Any, info: ValidationInfo) -> Any:
 
 
 Rows = Annotated[Any, AfterValidator(_rows)]
+#: Rows a step's dynamic sampling dropped: checked as rows, and there may be none.
+DroppedRows = Annotated[Any, AfterValidator(lambda v, info: _rows(v, info, empty=True))]
 
 
 class Strict(BaseModel):
-    """Unknown fields refused, and null where a field is absent in a record written by
-    postlab; frozen once read."""
+    """Unknown fields refused, and so is an explicit null (postlab leaves a field out where
+    it has no value); frozen once built."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -141,7 +159,7 @@ class Sampling(Strict):
     kept: Count
     dropped: Count
     replaced: Count
-    dropped_rows: list[RowItem]
+    dropped_rows: DroppedRows
 
 
 class Step(Strict):
@@ -172,9 +190,6 @@ class Checkpoint(Strict):
     file: Annotated[StrictStr, Field(pattern=FILE_NAME)]
     sha256: Sha
     reload_equal: StrictBool
-
-
-COMPUTE_FIELDS = ("completions", "tokens_generated", "gradient_steps", "examples_seen")
 
 
 class Compute(Strict):
@@ -210,11 +225,6 @@ class SeedEntry(Strict):
     arm_sft_loss: dict[Name, list[Finite]] | None = None
     compute: dict[Name, Compute] | None = None
     digests: Digests | None = None
-
-
-NUMERICS_FIELDS = ("code_path", "pinned", "cpu_capability", "cpu_model", "machine",
-                   "cpu_supports", "blas", "blas_code_path", "onednn_isa", "threads",
-                   "deterministic", "device", "dtype")
 
 
 class Numerics(Strict):
@@ -282,9 +292,9 @@ class Numerics(Strict):
             if key not in CUDA_FIELDS:
                 raise ValueError(f"unknown field {key!r}")
             if key in flags and type(item) is not bool:
-                raise ValueError(f"{key}: wrong type {_kind(item)}, expected true or false")
+                raise ValueError(f".{key}: wrong type {_kind(item)}, expected true or false")
             if key not in flags and (not isinstance(item, str) or len(item) > 200):
-                raise ValueError(f"{key}: {item!r:.80} is not a valid value here")
+                raise ValueError(f".{key}: {item!r:.80} is not a valid value here")
         return value
 
     @model_validator(mode="after")
@@ -334,7 +344,9 @@ class Record(Strict):
     wall_seconds: Annotated[Any, PlainValidator(_number), _between(0.0, 10.0**9)] | None = None
     numerics: Numerics | None = None
     registration: Registration | None = None
-    runs: list[SeedEntry] | None = None
+    #: each a :class:`SeedEntry`, checked one at a time by :func:`check_record` (a model tree
+    #: of every seed at once would hold about 1.4 MB per seed)
+    runs: list[Any] | None = None
     chunks: Any = None
     seeds: Any = None
 
@@ -362,7 +374,8 @@ def _one_line(error: dict[str, Any], where: str) -> str:
     loc = tuple(key for key in loc if not (isinstance(key, str) and key.startswith(
         ("function-", "json-or-python", "is-instance", "tagged-union"))))
     if loc and loc[-1] == "[key]":
-        return f"{_place(where, loc[:-2])}: {loc[-2]!r} is not a valid name"
+        what = "source file path" if "source_sha256" in loc else "name"
+        return f"{_place(where, loc[:-2])}: {loc[-2]!r} is not a valid {what}"
     if kind == "missing":
         return f"{_place(where, loc[:-1])}: missing field {loc[-1]!r}"
     if kind == "extra_forbidden":
@@ -385,7 +398,7 @@ def _one_line(error: dict[str, Any], where: str) -> str:
         message = str(error["msg"]).removeprefix("Value error, ")
         if message.startswith("[null]"):
             return f"{place}.{message.removeprefix('[null]')}: wrong type null"
-        if message.startswith("["):  # a row of a list of rows
+        if message.startswith(("[", ".")):  # a row of a list of rows, a field of a mapping
             return f"{place}{message}"
         return f"{place}: {message}"
     return f"{place}: {value!r:.80} is not a valid value here"
@@ -407,6 +420,8 @@ def check_record(record: Any, source: str) -> None:
     from postlab.records.chunks import check_manifest
 
     validated(Record, record, source)
+    for index, run in enumerate(record.get("runs") or ()):
+        validated(SeedEntry, run, f"{source}.runs[{index}]")
     if "runs" not in record and "chunks" not in record:
         # the reference's records and postlab's first ones are of the one-document layout
         raise UserError(f"{source}: missing field 'runs'")

@@ -32,6 +32,7 @@ from postlab.records.integrity import run_digests
 from postlab.records.kept import remove_kept
 from postlab.records.layout import RECORD_FILE, SUMMARY_FILE, UNNAMED_ENGINE
 from postlab.records.metrics import run_summary_for
+from postlab.records.models import SeedEntry
 from postlab.records.record import attach_runs, header_of, summary_bytes
 
 
@@ -97,6 +98,9 @@ class SeedAssembly:
             entry["arm_sft_loss"] = extra_sft
         entry["compute"] = compute
         entry["digests"] = run_digests(entry)
+        # the writer writes only what the record's models read: an entry that does not fit
+        # them is a bug of the engine (a traceback, not bad input), caught before it is kept
+        SeedEntry.model_validate(entry)
         return entry
 
 

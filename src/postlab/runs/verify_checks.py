@@ -1,7 +1,8 @@
 """The checks of ``postlab verify``, each a function registered under the name its line
-shows: checks run, and are listed, in the order registered, so a new check is one
-registration. Each reads the :class:`Verifying` context: the record, its plan and the walk
-over its seeds (:mod:`.seed_walk`)."""
+shows: checks are listed in the order registered, and run in it too except that those
+read before the walk over the seeds (``before_walk``, e.g. the model file) run first; a new
+check is one registration. Each reads the :class:`Verifying` context: the record, its plan
+and the walk over its seeds (:mod:`.seed_walk`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,92 @@
+"""The record's typed models are its one validator: a damaged field is refused in one line
+naming its path in the record, and every record postlab writes is accepted."""
+
+import copy
+import gzip
+import json
+
+import pytest
+
+from postlab.errors import UserError
+from postlab.records.models import check_chunk_run, check_record
+from postlab.records.record import bundled_record_path
+
+
+@pytest.fixture(scope="module")
+def bundled() -> dict:
+    raw = bundled_record_path().read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def _greedy(record: dict) -> list:
+    return record["runs"][0]["evaluations"]["initial"]["test"]["greedy"]
+
+
+def _update(record: dict) -> dict:
+    return next(iter(record["runs"][0]["training"].values()))[0]["updates"][0]
+
+
+DAMAGE = {
+    "seed as text": (lambda r: r["runs"][0].update(seed="4"),
+                     "r.runs[0].seed: wrong type str, expected an integer"),
+    "seed as boolean": (lambda r: r["runs"][0].update(seed=True),
+                        "r.runs[0].seed: wrong type bool, expected an integer"),
+    "runs as object": (lambda r: r.update(runs={}), "r.runs: wrong type dict, expected a list"),
+    "no plan hash": (lambda r: r.pop("plan_sha256"), "r: missing field 'plan_sha256'"),
+    "unknown field": (lambda r: r.update(note=1), "r: unknown field 'note'"),
+    "explicit null": (lambda r: r["runs"][0].update(training=None),
+                      "r.runs[0].training: wrong type null"),
+    "short row": (lambda r: _greedy(r).__setitem__(0, [1, 2, "3"]),
+                  "r.runs[0].evaluations.initial.test.greedy[0]: expected a row"),
+    "row as tuple": (lambda r: _greedy(r).__setitem__(0, (1, 2, "3", True)),
+                     "greedy[0]: expected a row"),
+    "operand too large": (lambda r: _greedy(r).__setitem__(0, [10**10, 2, "3", True]),
+                          "greedy[0]: operand 10000000000 is outside"),
+    "bad stage name": (lambda r: r["runs"][0]["evaluations"].update({"bad name": {}}),
+                       "r.runs[0].evaluations: 'bad name' is not a valid name"),
+    "no rows": (lambda r: r["runs"][0]["evaluations"]["initial"]["test"].update(greedy=[]),
+                "greedy: expected a non-empty list of rows"),
+    "NaN loss": (lambda r: r["runs"][0]["sft_loss"].__setitem__(0, float("nan")),
+                 "r.runs[0].sft_loss[0]: nan is not a finite number"),
+    "integer beyond floats": (lambda r: r["runs"][0]["sft_loss"].__setitem__(0, 10**400),
+                              "sft_loss[0]: "),
+    "boolean loss": (lambda r: r["runs"][0]["sft_loss"].__setitem__(0, True),
+                     "sft_loss[0]: wrong type bool, expected a number"),
+    "share above one": (lambda r: _update(r).update(ratio_outside_clip=2.0),
+                        "ratio_outside_clip: 2.0 is outside 0.0..1.0"),
+    "threads zero": (lambda r: r.update(threads=0), "r.threads: 0 is outside"),
+    "numerics field": (lambda r: r["numerics"].update(fast_mode=True),
+                       "r.numerics: unknown field 'fast_mode'"),
+    "source path": (lambda r: r["source_sha256"].update({"../x.py": "0" * 64}),
+                    "'../x.py' is not a valid source file path"),
+    "two layouts": (lambda r: r.update(chunks=[], seeds=[]), "mixes two layouts"),
+    "no layout": (lambda r: r.pop("runs"), "r: missing field 'runs'"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_a_damaged_field_is_refused_in_one_line_naming_it(bundled, case):
+    edit, message = DAMAGE[case]
+    record = copy.deepcopy(bundled)
+    edit(record)
+    with pytest.raises(UserError) as caught:
+        check_record(record, "r")
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_bundled_record_is_accepted_and_left_as_it_was(bundled):
+    before = json.dumps(bundled)
+    check_record(bundled, "r")
+    assert json.dumps(bundled) == before
+
+
+def test_a_seed_read_from_a_chunk_is_not_checked_row_by_row_again(bundled):
+    """The chunk reader checked its rows column by column; everything else is checked."""
+    seed = copy.deepcopy(bundled["runs"][0])
+    _greedy({"runs": [seed]})[0] = ["not", "a", "row"]
+    check_chunk_run(seed, "chunk")
+    with pytest.raises(UserError, match="greedy"):
+        check_record(dict(bundled, runs=[seed]), "r")
+    seed["seed"] = -1
+    with pytest.raises(UserError, match=r"chunk\.seed: -1 is outside"):
+        check_chunk_run(seed, "chunk")
