@@ -225,13 +225,12 @@ def _signal_only(tokens: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor
     return tokens[index], mask[index], rewards[index], [pairs[i] for i in index.tolist()]
 
 
-def _update(model: Policy, reference: Policy | AdaptersOff, plan: Plan,
+def _update(model: Policy, reference: Policy | AdaptersOff, plan: Plan, rule: UpdateRule,
             optimizer: Any, trainable: list, tokens: torch.Tensor,
             mask: torch.Tensor, rewards: torch.Tensor, pairs: list, where: str
             ) -> list[dict[str, float]]:
     """The step's ``updates_per_rollout`` clipped policy-gradient updates on one batch of
     whole groups (:func:`postlab.engines.steps.policy_updates`); each update's statistics."""
-    rule = update_rule(plan)
     advantage = advantages(rule.algorithm, rewards, plan.group_size)
     prompts = model.prompts(pairs)
     reference_dist = reference_log_dist(reference, prompts, tokens)
@@ -258,6 +257,7 @@ def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: Plan, seed: 
     """
     CONTRACTS[contract_name]  # an unknown contract fails here, before any training
     answer = task_for(plan).answer
+    rule = update_rule(plan)
     rng = random.Random(seed + 2000)
     generator = torch.Generator(model.device).manual_seed(seed + 3000)
     trainable = model.trainable()  # every weight, or only the adapters
@@ -294,7 +294,7 @@ def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: Plan, seed: 
                                                         group_size)
         updates = []
         if pairs:
-            updates = _update(model, reference, plan, optimizer, trainable, tokens, mask,
+            updates = _update(model, reference, plan, rule, optimizer, trainable, tokens, mask,
                               rewards, pairs, where)
             compute["gradient_steps"] += len(updates)
             compute["examples_seen"] += len(updates) * len(pairs)

@@ -33,7 +33,7 @@ UNNAMED_ENGINE = "exact"
 #: What a run folder holds at its top level that a command may read (besides checkpoints,
 #: ``*.pt``, and the chunks under ``rows/``): checked where a record file is named on its own,
 #: whose folder may be any folder (a download folder, a project's root) holding other things.
-RUN_FILES = ("record.json", "record.json.gz", "plan.json", "summary.json", "fingerprint.txt",
+RUN_FILES = (RECORD_FILE, "record.json.gz", PLAN_FILE, SUMMARY_FILE, "fingerprint.txt",
              "registration.json", "tokenizer.json")
 
 

@@ -32,6 +32,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from postlab.errors import UserError
 from postlab.records.chunk_codec import ROW_LIMITS
@@ -119,7 +120,8 @@ def _rows(value: Any, info: ValidationInfo, *, empty: bool = False) -> Any:
                 problem = "the answer text is longer than any plan allows"
             else:
                 problem = f"expected a row [a, b, text, terminated], got {value[index]!r:.80}"
-            raise ValueError(f"[{index}]: {problem}") from None
+            raise PydanticCustomError("record_part", "{problem}",
+                                      {"part": f"[{index}]", "problem": problem}) from None
     return value
 
 
@@ -140,7 +142,8 @@ class Strict(BaseModel):
         if isinstance(data, dict):
             for key, value in data.items():
                 if value is None:
-                    raise ValueError(f"[null]{key}")
+                    raise PydanticCustomError("record_part", "wrong type null",
+                                              {"part": f".{key}", "problem": "wrong type null"})
         return data
 
 
@@ -292,9 +295,12 @@ class Numerics(Strict):
             if key not in CUDA_FIELDS:
                 raise ValueError(f"unknown field {key!r}")
             if key in flags and type(item) is not bool:
-                raise ValueError(f".{key}: wrong type {_kind(item)}, expected true or false")
+                raise PydanticCustomError("record_part", "{problem}", {
+                    "part": f".{key}",
+                    "problem": f"wrong type {_kind(item)}, expected true or false"})
             if key not in flags and (not isinstance(item, str) or len(item) > 200):
-                raise ValueError(f".{key}: {item!r:.80} is not a valid value here")
+                raise PydanticCustomError("record_part", "{problem}", {
+                    "part": f".{key}", "problem": f"{item!r:.80} is not a valid value here"})
         return value
 
     @model_validator(mode="after")
@@ -356,14 +362,11 @@ def _kind(value: Any) -> str:
 
 
 _EXPECTED = {"int": "an integer", "string": "a string", "bool": "true or false",
-             "dict": "a JSON object", "model": "a JSON object", "list": "a list",
-             "tuple": "a row [a, b, text, terminated]", "float": "a number"}
+             "dict": "a JSON object", "model_attributes": "a JSON object", "list": "a list"}
 
 
 def _place(where: str, loc: tuple[Any, ...]) -> str:
     for key in loc:
-        if isinstance(key, str) and key.startswith(("function-", "json-or-python")):
-            continue
         where = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}"
     return where
 
@@ -381,26 +384,18 @@ def _one_line(error: dict[str, Any], where: str) -> str:
     if kind == "extra_forbidden":
         return f"{_place(where, loc[:-1])}: unknown field {loc[-1]!r}"
     place = _place(where, loc)
-    if kind.endswith("_type") or kind in ("model_attributes_type", "dict_type"):
-        base = kind.removesuffix("_type").removeprefix("model_attributes")
-        expected = _EXPECTED.get(base or "model", "another type")
+    if kind.endswith("_type"):
+        expected = _EXPECTED.get(kind.removesuffix("_type"), "another type")
         return f"{place}: wrong type {_kind(value)}, expected {expected}"
     if kind in ("greater_than_equal", "less_than_equal"):
         bound = error.get("ctx", {})
         limit = f"at least {bound['ge']}" if "ge" in bound else f"at most {bound.get('le')}"
         return f"{place}: {value!r:.80} is outside the range a record allows ({limit})"
-    if kind in ("too_short", "too_long") and isinstance(value, list | tuple) and \
-            len(loc) and "rows" in str(loc):
-        return f"{place}: expected a row [a, b, text, terminated], got {value!r:.80}"
-    if kind == "too_short":
-        return f"{place}: expected a non-empty list"
+    if kind == "record_part":  # a row of a list of rows, a field of an object
+        context = error["ctx"]
+        return f"{place}{context['part']}: {context['problem']}"
     if kind == "value_error":
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if message.startswith("[null]"):
-            return f"{place}.{message.removeprefix('[null]')}: wrong type null"
-        if message.startswith(("[", ".")):  # a row of a list of rows, a field of a mapping
-            return f"{place}{message}"
-        return f"{place}: {message}"
+        return f"{place}: {str(error['msg']).removeprefix('Value error, ')}"
     return f"{place}: {value!r:.80} is not a valid value here"
 
 

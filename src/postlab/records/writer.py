@@ -99,8 +99,10 @@ class SeedAssembly:
         entry["compute"] = compute
         entry["digests"] = run_digests(entry)
         # the writer writes only what the record's models read: an entry that does not fit
-        # them is a bug of the engine (a traceback, not bad input), caught before it is kept
-        SeedEntry.model_validate(entry)
+        # them is a bug of the engine (a traceback, not bad input), caught before it is kept.
+        # Its rows are checked as columns when the chunk is read; checking them here too took
+        # a teaching seed 19 ms against 4.7 ms without (35,820 rows).
+        SeedEntry.model_validate(entry, context={"rows_checked": True})
         return entry
 
 

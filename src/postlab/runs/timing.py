@@ -111,7 +111,6 @@ def _time_sft(model: Policy, plan: Plan, shape: dict[str, int]) -> Line:
                                TRAIN_ROW_CAP)
     demonstration = task_for(plan).demonstration
     pool = _pairs(plan, rows)
-
     tokenizer = model.tokenizer
 
     def measure(count: int) -> tuple[float]:
