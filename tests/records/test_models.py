@@ -61,6 +61,8 @@ DAMAGE = {
                     "'../x.py' is not a valid source file path"),
     "two layouts": (lambda r: r.update(chunks=[], seeds=[]), "mixes two layouts"),
     "no layout": (lambda r: r.pop("runs"), "r: missing field 'runs'"),
+    "update as list": (lambda r: next(iter(r["runs"][0]["training"].values()))[0].update(
+        updates=[[1.0]]), "updates[0]: wrong type list, expected a JSON object"),
 }
 
 

@@ -362,7 +362,8 @@ def _kind(value: Any) -> str:
 
 
 _EXPECTED = {"int": "an integer", "string": "a string", "bool": "true or false",
-             "dict": "a JSON object", "model_attributes": "a JSON object", "list": "a list"}
+             "dict": "a JSON object", "model": "a JSON object",
+             "model_attributes": "a JSON object", "list": "a list"}
 
 
 def _place(where: str, loc: tuple[Any, ...]) -> str:
