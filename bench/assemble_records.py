@@ -39,10 +39,10 @@ def assemble(trained: Path, out: Path, copies: int) -> Path:
         run_fingerprint,
         seed_results_sha256,
     )
-    from postlab.records.record import header_of, load_record, summary_bytes
+    from postlab.records.record import load_record, summary_bytes
 
     record = load_record(trained / "record.json")
-    seeds = list(record["seeds"])
+    seeds = record.seed_order()
     size = len(seeds)
     if sorted(seeds) != list(range(1, size + 1)):
         raise SystemExit(f"{trained}: expected a run of seeds 1..{size}")
@@ -52,7 +52,7 @@ def assemble(trained: Path, out: Path, copies: int) -> Path:
     freeze(out / "plan.json", plan | {"seeds": list(range(1, copies * size + 1))})
     new_plan = load_plan(out / "plan.json")
 
-    header = header_of(record)
+    header = dict(record.data())
     header["plan_sha256"] = new_plan.sha256
     header["chunks"], header["seeds"] = [], []
     results: list[tuple[int, str]] = []
@@ -60,7 +60,7 @@ def assemble(trained: Path, out: Path, copies: int) -> Path:
     index = 0
     for copy in range(copies):
         shift = copy * size
-        for chunk in record["chunks"]:
+        for chunk in record.chunks or []:
             table = read_chunk(trained, chunk).read()
             renumbered = [seed + shift for seed in table.column("seed").to_pylist()]
             table = table.set_column(table.schema.get_field_index("seed"), "seed",
@@ -90,8 +90,8 @@ def assemble(trained: Path, out: Path, copies: int) -> Path:
             header["chunks"].append(chunk_entry(name, data, renumbered))
             for seed, digests in zip(renumbered, table.column("digests").to_pylist(),
                                      strict=True):
-                results.append((seed, seed_results_sha256({"seed": seed},
-                                                          parse_json(digests, "digests"))))
+                results.append((seed, seed_results_sha256(seed, parse_json(digests,
+                                                                            "digests"))))
     # the record's order is the trained one's (a chunk holds the seeds one worker trained)
     header["seeds"] = [seed + copy * size for copy in range(copies) for seed in seeds]
     order = {seed: place for place, seed in enumerate(header["seeds"])}

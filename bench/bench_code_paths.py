@@ -37,9 +37,9 @@ def train(path: str, out: Path, plan: Path | None, workers: int) -> tuple[float,
     from postlab.records.record import load_record
 
     record = load_record(out / "record.json")  # either layout: chunks or one document
-    rows = [{k: run[k] for k in ("sft_loss", "evaluations", "training")}
-            for run in record["runs"]]
-    return elapsed, {"rows": rows, "capability": record["numerics"]["cpu_capability"]}
+    rows = [{k: run.data()[k] for k in ("sft_loss", "evaluations", "training")}
+            for run in record.runs]
+    return elapsed, {"rows": rows, "capability": record.numerics.cpu_capability}
 
 
 def main() -> None:

@@ -38,8 +38,8 @@ def rows_of(record_path: Path) -> list:
     from postlab.records.record import load_record
 
     record = load_record(record_path)  # ours in chunks, the reference's one document
-    return [{k: run[k] for k in ("seed", "sft_loss", "evaluations", "training")}
-            for run in record["runs"]]
+    return [{k: run.data()[k] for k in ("seed", "sft_loss", "evaluations", "training")}
+            for run in record.runs]
 
 
 def whole_process(reference: Path, plan: Path | None, repeats: int) -> None:

@@ -42,10 +42,11 @@ def records_equal(one: Path, two: Path) -> bool:
     for name in names:
         if (one / name / "summary.json").read_bytes() != (two / name / "summary.json").read_bytes():
             return False
-        a = load_record(one / name / "record.json")["runs"]  # either layout
-        b = load_record(two / name / "record.json")["runs"]
+        a = load_record(one / name / "record.json").runs  # either layout
+        b = load_record(two / name / "record.json").runs
         keys = ("seed", "sft_loss", "evaluations", "training", "checkpoints")
-        if [{k: r[k] for k in keys} for r in a] != [{k: r[k] for k in keys} for r in b]:
+        if [{k: r.data()[k] for k in keys} for r in a] != [
+                {k: r.data()[k] for k in keys} for r in b]:
             return False
     return True
 

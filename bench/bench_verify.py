@@ -74,7 +74,7 @@ def main() -> int:
             for mode, values in measured.items()}
     from postlab.machine.numerics import cpu_model
 
-    seeds = len(load_record(files.record)["seeds"])
+    seeds = len(load_record(files.record).seed_order())
     print(f"{cpu_model()}, {os.cpu_count()} cores; {seeds} seeds (ensemble record {run.name}); "
           f"best of {args.repeats}")
     for mode, (per_seed, total) in best.items():

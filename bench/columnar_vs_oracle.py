@@ -46,7 +46,7 @@ def main() -> None:
 
     opened = open_run(args.run)
     record, plan = opened.record, opened.plan.model
-    seeds = len(record["seeds"])
+    seeds = len(record.seed_order())
     print(f"{args.run}: {seeds} seed-runs; {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}")
     # the checks first (a pass that proves every seed), so neither path pays for them below

@@ -52,11 +52,15 @@ def trained_with_the_cli(folder: Path, *extra: str, **changes) -> Path:
     return out
 
 
-def rows(record: dict) -> list[dict]:
-    """Everything a run computed, without provenance and timing."""
+def rows(record) -> list[dict]:
+    """Everything a run computed, without provenance and timing, as its record's JSON holds
+    it (``record``: a typed Record, or the JSON of one from ``recordfiles.read_record``)."""
+    from postlab.records.models import Record
+
+    runs = [run.data() for run in record.runs] if isinstance(record, Record) else record["runs"]
     return [{key: run[key] for key in ("seed", "sft_loss", "evaluations", "training")}
             | {"reload_equal": {k: v["reload_equal"] for k, v in run["checkpoints"].items()}}
-            for run in record["runs"]]
+            for run in runs]
 
 
 def check_example(plan: dict, out: Path, capsys) -> dict:

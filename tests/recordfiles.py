@@ -8,6 +8,7 @@ careful editor would.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from postlab.jsonio import dump_json
 from postlab.records.chunks import CHUNK_DIR, chunk_bytes, chunk_entry, chunk_name
-from postlab.records.record import header_of, load_record, one_document
+from postlab.records.record import load_record, one_document
 
 
 def _path(target: Path) -> Path:
@@ -23,10 +24,12 @@ def _path(target: Path) -> Path:
 
 
 def read_record(target: Path) -> dict[str, Any]:
-    """The record of a run folder (or record file), its seeds' entries as a list."""
+    """The JSON of a run folder's (or record file's) record, to edit: its header as written
+    and its seeds' entries as a list ``runs`` (read and checked by the typed reader)."""
     record = load_record(_path(target))
-    record["runs"] = list(record["runs"])
-    return record
+    data = copy.deepcopy(record.data())
+    data["runs"] = [copy.deepcopy(run.data()) for run in record.runs]
+    return data
 
 
 def write_record(target: Path, record: dict[str, Any]) -> None:
@@ -39,7 +42,7 @@ def write_record(target: Path, record: dict[str, Any]) -> None:
     folder = path.parent
     shutil.rmtree(folder / CHUNK_DIR, ignore_errors=True)
     (folder / CHUNK_DIR).mkdir()
-    header = header_of(record)
+    header = {key: value for key, value in record.items() if key != "runs"}
     header["chunks"], header["seeds"] = [], []
     for index, entry in enumerate(record["runs"]):
         data = chunk_bytes([entry])
@@ -50,13 +53,16 @@ def write_record(target: Path, record: dict[str, Any]) -> None:
 
 
 def inline_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A record in the one-document layout (seeds inline), as earlier versions wrote it."""
-    return one_document(record)
+    """A record's JSON (as :func:`read_record` gives it) in the one-document layout (seeds
+    inline), as earlier versions wrote it."""
+    document = {key: value for key, value in record.items() if key not in ("chunks", "seeds")}
+    document["runs"] = record["runs"]
+    return document
 
 
 def to_one_document(folder: Path) -> None:
     """Rewrite a run folder's record in the one-document layout (its chunks removed), for a
     test that damages a seed's JSON in ways a chunk's typed columns cannot hold."""
-    record = inline_record(read_record(folder))
+    record = one_document(load_record(_path(folder)))
     shutil.rmtree(folder / CHUNK_DIR, ignore_errors=True)
     _path(folder).write_text(json.dumps(record))

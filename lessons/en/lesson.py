@@ -34,7 +34,9 @@
 #
 # Everything the lesson uses comes from postlab. The bundled run holds the record of the
 # teaching plan (several seeds; per seed SFT, then one RL arm per contract), its plan and
-# every checkpoint. The record is read strictly and checked against the plan it names.
+# every checkpoint. The record is read strictly and checked against the plan it names, and
+# is read as typed values: `record.runs[0].arms["strict"][0].rows` are the first RL step's
+# answers, each a `Row(a, b, text, terminated)`.
 
 # %%
 import json
@@ -60,8 +62,15 @@ from postlab.plan.frozen import (
     split_by_unordered_pair,
     teaching_plan_loaded,
 )
+from postlab.records.blocks import iter_rows
 from postlab.records.metrics import summary_for
-from postlab.records.record import bundled_run_dir, check_plan_link, load_record, record_in
+from postlab.records.record import (
+    bundled_run_dir,
+    check_plan_link,
+    load_record,
+    one_document,
+    record_in,
+)
 from postlab.records.rescore import rescore
 from postlab.rl.algorithms import resolve
 from postlab.rl.groups import contrast_probability, group_advantages
@@ -69,7 +78,7 @@ from postlab.rl.losses import token_coefficients
 from postlab.rl.objective import clipped_gain, outside_clip
 from postlab.tasks.arithmetic import DIGITS
 from postlab.tasks.contracts import score
-from postlab.tasks.rows import Row, iter_rows
+from postlab.tasks.rows import Row
 
 
 def show(exercise):
@@ -81,7 +90,7 @@ def show(exercise):
 
 def rollout_rewards(step, contract):
     """A recorded RL step's rewards under a contract, one list per group of answers."""
-    rewards = [score(Row.of(raw), contract) for raw in step["rows"]]
+    rewards = [score(row, contract) for row in step.rows]
     size = plan.group_size
     return [rewards[i:i + size] for i in range(0, len(rewards), size)]
 
@@ -187,8 +196,8 @@ assert answer_2.values["constant"] == [0.0] * 8
 # all; counting them again from the stored answers must give the recorded number.
 
 # %%
-first_run = record["runs"][0]
-history = first_run["training"]["strict"]
+first_run = record.runs[0]
+history = first_run.arms["strict"]
 group = next(g for g in rollout_rewards(history[0], "strict") if len(set(g)) > 1)
 advantages = group_advantages(group)
 print("rewards", group)
@@ -196,13 +205,13 @@ print("advantages", [round(a, 4) for a in advantages])
 assert abs(sum(advantages)) < 1e-6
 assert all((a > 0) == bool(r) for a, r in zip(advantages, group, strict=True))
 
-for run in record["runs"]:
-    for arm, steps in run["training"].items():
+for run in record.runs:
+    for arm, steps in run.arms.items():
         constant = sum(len(set(g)) == 1 for step in steps
                        for g in rollout_rewards(step, CONTRACT_OF[arm]))
-        recorded = sum(step["zero_variance_groups"] for step in steps)
+        recorded = sum(step.zero_variance_groups for step in steps)
         total = len(steps) * plan.prompts_per_step
-        print(f"seed {run['seed']} {arm:9} groups without signal: {constant} of {total} "
+        print(f"seed {run.seed} {arm:9} groups without signal: {constant} of {total} "
               f"({constant / total:.3f})")
         assert constant == recorded
 
@@ -249,8 +258,8 @@ assert abs(mean_wait - answer_3.values["groups"]) < 4 * error
 # first steps to the last.
 
 # %%
-for run in record["runs"]:
-    for arm, steps in run["training"].items():
+for run in record.runs:
+    for arm, steps in run.arms.items():
         contract = CONTRACT_OF[arm]
         observed = predicted = 0.0
         for step in steps:
@@ -264,7 +273,7 @@ for run in record["runs"]:
                                     for g in rollout_rewards(step, contract) for r in g)
 
         early, late = success(steps[:20]), success(steps[-20:])
-        print(f"seed {run['seed']} {arm:9} groups without signal: observed {observed:.0f}, "
+        print(f"seed {run.seed} {arm:9} groups without signal: observed {observed:.0f}, "
               f"predicted from the step's rate {predicted:.1f}; success in the first 20 "
               f"steps {early:.3f}, in the last 20 {late:.3f}")
         assert observed > 2 * predicted
@@ -311,17 +320,16 @@ for reduction in ("seq-mean-token-mean", "token-mean", "constant-normaliser"):
 # %%
 print("teaching plan's reduction:", plan.loss_reduction)
 assert resolve("loss_reduction", plan.loss_reduction) == "token-mean"
-for run in record["runs"]:
+for run in record.runs:
     tokens = {"gamed": [], "right": []}
-    for step in run["training"]["substring"]:
-        for raw in step["rows"]:
-            row = Row.of(raw)
+    for step in run.arms["substring"]:
+        for row in step.rows:
             if score(row, "strict"):
                 tokens["right"].append(row.tokens)
             elif score(row, "substring"):
                 tokens["gamed"].append(row.tokens)
     gamed_mean, right_mean = (statistics.fmean(tokens[k]) for k in ("gamed", "right"))
-    print(f"seed {run['seed']} substring arm: mean tokens of a gamed answer {gamed_mean:.2f}, "
+    print(f"seed {run.seed} substring arm: mean tokens of a gamed answer {gamed_mean:.2f}, "
           f"of a right answer {right_mean:.2f}")
     assert gamed_mean > right_mean
 
@@ -463,9 +471,8 @@ for values in answer_8.values.values():
 budget = plan.max_new_tokens
 per_question = sum(len(DIGITS) ** k for k in range(budget))  # prefixes before EOS
 visited = set()
-for step in first_run["training"]["strict"]:
-    for raw in step["rows"]:
-        row = Row.of(raw)
+for step in first_run.arms["strict"]:
+    for row in step.rows:
         for end in range(min(len(row.text), budget - 1) + 1):
             visited.add((row.pair, row.text[:end]))
 questions = len({pair for pair, _ in visited})
@@ -532,9 +539,9 @@ assert answer_10.values["007"] == {"strict": 1, "exact": 0}
 assert answer_10.values["010"] == {"strict": 1, "exact": 0}
 assert answer_10.values["7"] == {"strict": 1, "exact": 1}
 
-before = json.dumps(record, sort_keys=True)
+before = json.dumps(one_document(record), sort_keys=True)
 rescored = rescore(record, CONTRACT_OF, ["strict", "exact"])
-assert json.dumps(record, sort_keys=True) == before  # the record is only read
+assert json.dumps(one_document(record), sort_keys=True) == before  # the record is only read
 for gap in rescored.gaps:
     print(f"bundled run, every evaluation answer: accepted by {gap.looser} and not by "
           f"{gap.stricter}: {gap.accepted_only_by_looser}, with leading zeros: "
@@ -555,7 +562,7 @@ new_plan = derive_plan(teaching_plan_loaded(), ['arms=["strict", "exact"]'],
 new_loaded = parse_plan(plan_bytes(new_plan), "new plan")
 print("new version", new_plan["version"], "changes", new_plan["parent"]["changes"],
       "| parent is the bundled plan:", new_plan["parent"]["sha256"] == plan_file.sha256)
-assert new_plan["parent"]["sha256"] == record["plan_sha256"] != new_loaded.sha256
+assert new_plan["parent"]["sha256"] == record.plan_sha256 != new_loaded.sha256
 try:
     check_plan_link(record, new_loaded, "bundled record")
 except UserError as refusal:

@@ -32,7 +32,9 @@
 #
 # 本课用到的一切都来自 postlab。随包附带的训练结果里有教学计划的记录（若干种子；
 # 每个种子先 SFT，再按每种契约各训练一个 RL 分支）、计划文件和全部检查点。
-# 记录按严格格式读取，并核对它所声明的计划。
+# 记录按严格格式读取，并核对它所声明的计划；读出的是有类型的值：
+# `record.runs[0].arms["strict"][0].rows` 是第一步 RL 的回答，每个都是
+# `Row(a, b, text, terminated)`。
 
 # %%
 import json
@@ -58,8 +60,15 @@ from postlab.plan.frozen import (
     split_by_unordered_pair,
     teaching_plan_loaded,
 )
+from postlab.records.blocks import iter_rows
 from postlab.records.metrics import summary_for
-from postlab.records.record import bundled_run_dir, check_plan_link, load_record, record_in
+from postlab.records.record import (
+    bundled_run_dir,
+    check_plan_link,
+    load_record,
+    one_document,
+    record_in,
+)
 from postlab.records.rescore import rescore
 from postlab.rl.algorithms import resolve
 from postlab.rl.groups import contrast_probability, group_advantages
@@ -67,7 +76,7 @@ from postlab.rl.losses import token_coefficients
 from postlab.rl.objective import clipped_gain, outside_clip
 from postlab.tasks.arithmetic import DIGITS
 from postlab.tasks.contracts import score
-from postlab.tasks.rows import Row, iter_rows
+from postlab.tasks.rows import Row
 
 
 def show(exercise):
@@ -79,7 +88,7 @@ def show(exercise):
 
 def rollout_rewards(step, contract):
     """记录中某一步 RL 采样在给定契约下的奖励，每组回答一个列表。"""
-    rewards = [score(Row.of(raw), contract) for raw in step["rows"]]
+    rewards = [score(row, contract) for row in step.rows]
     size = plan.group_size
     return [rewards[i:i + size] for i in range(0, len(rewards), size)]
 
@@ -180,8 +189,8 @@ assert answer_2.values["constant"] == [0.0] * 8
 # 必须和记录一致。
 
 # %%
-first_run = record["runs"][0]
-history = first_run["training"]["strict"]
+first_run = record.runs[0]
+history = first_run.arms["strict"]
 group = next(g for g in rollout_rewards(history[0], "strict") if len(set(g)) > 1)
 advantages = group_advantages(group)
 print("奖励", group)
@@ -189,13 +198,13 @@ print("优势", [round(a, 4) for a in advantages])
 assert abs(sum(advantages)) < 1e-6
 assert all((a > 0) == bool(r) for a, r in zip(advantages, group, strict=True))
 
-for run in record["runs"]:
-    for arm, steps in run["training"].items():
+for run in record.runs:
+    for arm, steps in run.arms.items():
         constant = sum(len(set(g)) == 1 for step in steps
                        for g in rollout_rewards(step, CONTRACT_OF[arm]))
-        recorded = sum(step["zero_variance_groups"] for step in steps)
+        recorded = sum(step.zero_variance_groups for step in steps)
         total = len(steps) * plan.prompts_per_step
-        print(f"种子 {run['seed']} {arm:9} 没有信号的组：{constant} / {total}"
+        print(f"种子 {run.seed} {arm:9} 没有信号的组：{constant} / {total}"
               f"（比例 {constant / total:.3f}）")
         assert constant == recorded
 
@@ -239,8 +248,8 @@ assert abs(mean_wait - answer_3.values["groups"]) < 4 * error
 # 另外，成功率本身从最初几步到最后几步一路上升。
 
 # %%
-for run in record["runs"]:
-    for arm, steps in run["training"].items():
+for run in record.runs:
+    for arm, steps in run.arms.items():
         contract = CONTRACT_OF[arm]
         observed = predicted = 0.0
         for step in steps:
@@ -254,7 +263,7 @@ for run in record["runs"]:
                                     for g in rollout_rewards(step, contract) for r in g)
 
         early, late = success(steps[:20]), success(steps[-20:])
-        print(f"种子 {run['seed']} {arm:9} 没有信号的组：实际 {observed:.0f}，"
+        print(f"种子 {run.seed} {arm:9} 没有信号的组：实际 {observed:.0f}，"
               f"按该步总体成功率预测 {predicted:.1f}；前 20 步成功率 {early:.3f}，"
               f"后 20 步 {late:.3f}")
         assert observed > 2 * predicted
@@ -297,17 +306,16 @@ for reduction in ("seq-mean-token-mean", "token-mean", "constant-normaliser"):
 # %%
 print("教学计划的归约方式：", plan.loss_reduction)
 assert resolve("loss_reduction", plan.loss_reduction) == "token-mean"
-for run in record["runs"]:
+for run in record.runs:
     tokens = {"gamed": [], "right": []}
-    for step in run["training"]["substring"]:
-        for raw in step["rows"]:
-            row = Row.of(raw)
+    for step in run.arms["substring"]:
+        for row in step.rows:
             if score(row, "strict"):
                 tokens["right"].append(row.tokens)
             elif score(row, "substring"):
                 tokens["gamed"].append(row.tokens)
     gamed_mean, right_mean = (statistics.fmean(tokens[k]) for k in ("gamed", "right"))
-    print(f"种子 {run['seed']} 子串分支：投机回答平均 {gamed_mean:.2f} 个词元，"
+    print(f"种子 {run.seed} 子串分支：投机回答平均 {gamed_mean:.2f} 个词元，"
           f"正确回答平均 {right_mean:.2f} 个")
     assert gamed_mean > right_mean
 
@@ -440,9 +448,8 @@ for values in answer_8.values.values():
 budget = plan.max_new_tokens
 per_question = sum(len(DIGITS) ** k for k in range(budget))  # 结束符之前的前缀
 visited = set()
-for step in first_run["training"]["strict"]:
-    for raw in step["rows"]:
-        row = Row.of(raw)
+for step in first_run.arms["strict"]:
+    for row in step.rows:
         for end in range(min(len(row.text), budget - 1) + 1):
             visited.add((row.pair, row.text[:end]))
 questions = len({pair for pair, _ in visited})
@@ -506,9 +513,9 @@ assert answer_10.values["007"] == {"strict": 1, "exact": 0}
 assert answer_10.values["010"] == {"strict": 1, "exact": 0}
 assert answer_10.values["7"] == {"strict": 1, "exact": 1}
 
-before = json.dumps(record, sort_keys=True)
+before = json.dumps(one_document(record), sort_keys=True)
 rescored = rescore(record, CONTRACT_OF, ["strict", "exact"])
-assert json.dumps(record, sort_keys=True) == before  # 记录只读不改
+assert json.dumps(one_document(record), sort_keys=True) == before  # 记录只读不改
 for gap in rescored.gaps:
     print(f"附带结果的全部评估回答：{gap.looser} 接受而 {gap.stricter} 拒绝的 "
           f"{gap.accepted_only_by_looser} 个，其中带前导零的 {gap.with_leading_zeros} 个")
@@ -527,7 +534,7 @@ new_plan = derive_plan(teaching_plan_loaded(), ['arms=["strict", "exact"]'],
 new_loaded = parse_plan(plan_bytes(new_plan), "new plan")
 print("新版本", new_plan["version"], "改动", new_plan["parent"]["changes"],
       "| 父版本就是附带结果的计划：", new_plan["parent"]["sha256"] == plan_file.sha256)
-assert new_plan["parent"]["sha256"] == record["plan_sha256"] != new_loaded.sha256
+assert new_plan["parent"]["sha256"] == record.plan_sha256 != new_loaded.sha256
 try:
     check_plan_link(record, new_loaded, "bundled record")
 except UserError as refusal:

@@ -8,6 +8,7 @@ from postlab.analysis.aggregate import analyse
 from postlab.analysis.intervals import interval
 from postlab.analysis.passk import mean_pass_at_k, pass_at_k
 from postlab.records.metrics import evaluate
+from postlab.records.models import Record
 
 T_975_DF2 = 4.302652729911275  # Student t, 97.5th percentile, 2 degrees of freedom
 
@@ -36,7 +37,7 @@ def test_pass_at_k_by_hand():
         pass_at_k(4, 5, 1)
 
 
-def _record_with_training(plan_sha="x"):
+def _record_with_training(plan_sha="0" * 64):
     record = tiny_record(plan_sha)
     second = {"seed": 8, "evaluations": {}}
     for stage, splits in record["runs"][0]["evaluations"].items():
@@ -55,7 +56,7 @@ def _record_with_training(plan_sha="x"):
                          {"loss": 0.3 * s + offset, "gradient_norm_before_clip": 3.0,
                           "kl": 0.03, "entropy": 0.7, "ratio_outside_clip": 0.5}]}
             for s in (1, 2)]}
-    return record
+    return Record.of(record)
 
 
 PLAN = typed(eval_samples=2, arms=["strict"], split={"test": [[1, 2], [4, 5]]})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from recordfiles import inline_record, read_record
 from scipy import stats
 
 from postlab.analysis.equivalence import (
@@ -17,6 +18,7 @@ from postlab.analysis.equivalence import (
     welch_interval,
 )
 from postlab.plan.frozen import teaching_plan_loaded
+from postlab.records.models import Record
 from postlab.records.record import bundled_record_path, load_record
 from postlab.tasks.contracts import CONTRACTS
 
@@ -70,7 +72,8 @@ def test_paired_interval_by_hand_and_against_scipy():
 def test_a_paired_comparison_matches_runs_by_seed():
     record = load_record(bundled_record_path())
     plan = teaching_plan_loaded().model
-    shuffled = record | {"runs": record["runs"][::-1]}
+    data = inline_record(read_record(bundled_record_path()))
+    shuffled = Record.of(data | {"runs": data["runs"][::-1]})
     for result in compare_engines(record, shuffled, plan, paired=True):
         # the same runs, matched by seed however the record orders them: no difference at all
         assert result.paired and result.difference == 0 and result.low == result.high == 0
@@ -79,7 +82,8 @@ def test_a_paired_comparison_matches_runs_by_seed():
     assert not any(result.paired for result in unpaired)
     assert any(result.low < 0 < result.high for result in unpaired)
     with pytest.raises(ValueError, match="same seeds"):
-        compare_engines(record, record | {"runs": record["runs"][:2]}, plan, paired=True)
+        compare_engines(record, Record.of(data | {"runs": data["runs"][:2]}), plan,
+                        paired=True)
 
 
 def test_tost_needs_the_whole_interval_inside_the_margin():
@@ -105,15 +109,15 @@ def test_seed_metrics_recount_the_record():
     plan = teaching_plan_loaded().model
     values = seed_metrics(record, plan)
     assert set(values) == {(m, arm) for m in MARGINS for arm in ("strict", "substring")}
-    for index, run in enumerate(record["runs"]):
-        rows = run["evaluations"]["substring"]["test"]["sampled"]
+    for index, run in enumerate(record.runs):
+        rows = run.evaluations["substring"]["test"].sampled
         right = sum(CONTRACTS["strict"]((a, b), t, d, a + b) for a, b, t, d in rows)
         paid = sum(CONTRACTS["substring"]((a, b), t, d, a + b) for a, b, t, d in rows)
         assert values[("strict_success", "substring")][index] == right / len(rows)
         assert math.isclose(values[("hacking_gap", "substring")][index],
                             (paid - right) / len(rows))
-        late = run["training"]["substring"][-24:]
-        kl = sum(sum(u["kl"] for u in s["updates"]) / len(s["updates"]) for s in late) / 24
+        late = run.arms["substring"][-24:]
+        kl = sum(sum(u.kl for u in s.updates) / len(s.updates) for s in late) / 24
         assert math.isclose(values[("final_kl", "substring")][index], math.log(kl))
 
 

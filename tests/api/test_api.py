@@ -18,7 +18,7 @@ def test_a_script_runs_verifies_reports_compares_and_reproduces(tmp_path):
     result = postlab.run(tmp_path / "run", plan, workers=1, say=lines.append)
     assert lines[0].startswith("code path: ") and lines[1].startswith("device: cpu")
     assert result.fingerprint == (tmp_path / "run" / "fingerprint.txt").read_text().split()[0]
-    assert [run["seed"] for run in result.record["runs"]] == [3, 4]
+    assert [run.seed for run in result.record.runs] == [3, 4]
 
     checked = postlab.verify(tmp_path / "run", expect=result.fingerprint)
     assert checked.verified and all(c.status != "fail" for c in checked.checks)

@@ -130,17 +130,19 @@ def test_the_random_rule_is_the_seeds_sft_bit_for_bit(selected_run):
     from postlab.records.opened import open_run
 
     record = open_run(selected_run).record
-    for run in record["runs"]:
-        assert run["arm_sft_loss"]["sft-again"] == run["sft_loss"]
-        assert run["evaluations"]["sft-again"] == run["evaluations"]["initial"]
-        weights = [load_checkpoint(selected_run / run["checkpoints"][stage]["file"],
-                                   run["checkpoints"][stage]["sha256"])["state_dict"]
+    for run in record.runs:
+        assert run.arm_sft_loss is not None and run.checkpoints is not None
+        assert run.compute is not None
+        assert run.arm_sft_loss["sft-again"] == run.sft_loss
+        assert run.evaluations["sft-again"] == run.evaluations["initial"]
+        weights = [load_checkpoint(selected_run / run.checkpoints[stage].file,
+                                   run.checkpoints[stage].sha256)["state_dict"]
                    for stage in ("initial", "sft-again")]
         assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
         for rule in ("easiest-first", "hardest-only"):
-            assert len(run["arm_sft_loss"][rule]) == SMALL["sft_steps"]
-            assert run["arm_sft_loss"][rule] != run["sft_loss"]
-            assert run["compute"][rule] == run["compute"]["initial"]  # matched
+            assert len(run.arm_sft_loss[rule]) == SMALL["sft_steps"]
+            assert run.arm_sft_loss[rule] != run.sft_loss
+            assert run.compute[rule] == run.compute["initial"]  # matched
 
 
 def test_exercise_9_and_the_reports_show_the_rules(selected_run, capsys):

@@ -29,15 +29,16 @@ def test_a_step_without_signal_makes_no_update_and_the_rest_make_every_one(dropp
     record = open_run(dropped_run).record
     groups = DROP["prompts_per_step"]
     idle = 0
-    for run in record["runs"]:
-        for arm, history in run["training"].items():
+    for run in record.runs:
+        for arm, history in run.arms.items():
             for step in history:
-                assert len(step["rows"]) == groups * DROP["group_size"]  # rows keep them all
-                none_left = step["zero_variance_groups"] == groups
-                assert len(step["updates"]) == (0 if none_left else 2)
+                assert len(step.rows) == groups * DROP["group_size"]  # rows keep them all
+                none_left = step.zero_variance_groups == groups
+                assert len(step.updates) == (0 if none_left else 2)
                 idle += none_left
-            assert run["compute"][arm]["gradient_steps"] == sum(
-                len(step["updates"]) for step in history)
+            assert run.compute is not None
+            assert run.compute[arm].gradient_steps == sum(
+                len(step.updates) for step in history)
     assert idle > 0, "no step was left without signal: the test no longer tests that"
 
 
@@ -59,15 +60,17 @@ def test_a_step_with_signal_and_no_update_does_not_fit_the_plan(dropped_run, tmp
     """The record check knows when a step may have no update: only when no group had
     signal under DAPO's rule."""
     from postlab.records.conformance import run_plan_problems
+    from postlab.records.models import SeedEntry
 
     record = open_run(dropped_run).record
     plan = Plan.of(json.loads((dropped_run / "plan.json").read_text()))
-    run = json.loads(json.dumps(record["runs"][0]))
+    run = json.loads(json.dumps(record.runs[0].data()))
     history = next(iter(run["training"].values()))
     busy = next(step for step in history if step["updates"])
     busy["updates"] = []
-    assert any("rows, groups or updates do not fit" in p for p in run_plan_problems(run, plan))
+    assert any("rows, groups or updates do not fit" in p
+               for p in run_plan_problems(SeedEntry.of(run), plan))
     keep = plan.replace(dynamic_sampling={"max_extra_groups": 1})
-    idle_run = json.loads(json.dumps(record["runs"][0]))
-    assert any(not step["updates"] for h in idle_run["training"].values() for step in h)
+    idle_run = record.runs[0]
+    assert any(not step.updates for h in idle_run.arms.values() for step in h)
     assert run_plan_problems(idle_run, keep)  # keeping them, every step updates

@@ -35,26 +35,27 @@ def test_run_folder_contents(small):
                               for stage in ("initial", "strict", "substring")])
     assert (out / "plan.json").read_bytes() == plan.read_bytes()
     on_disk = read_record(out)
-    assert on_disk == record | {"runs": list(record["runs"])}
-    assert record["plan_sha256"] == load_plan(plan).sha256
+    assert on_disk == record.data() | {"runs": [run.data() for run in record.runs]}
+    assert record.plan_sha256 == load_plan(plan).sha256
     for key in ("postlab_version", "torch", "python", "platform", "threads", "workers",
                 "source_sha256", "parameters", "wall_seconds"):
-        assert key in record
-    run = record["runs"][0]
-    assert len(run["sft_loss"]) == SMALL["sft_steps"]
-    assert list(run["evaluations"]) == ["initial", "strict", "substring"]
-    history = run["training"]["strict"]
-    assert [h["step"] for h in history] == list(range(1, SMALL["rl_steps"] + 1))
-    assert len(history[0]["rows"]) == SMALL["prompts_per_step"] * SMALL["group_size"]
-    assert len(history[0]["updates"]) == 2
-    assert all(c["reload_equal"] for c in run["checkpoints"].values())
+        assert getattr(record, key) is not None
+    run = record.runs[0]
+    assert run.sft_loss is not None and len(run.sft_loss) == SMALL["sft_steps"]
+    assert list(run.evaluations) == ["initial", "strict", "substring"]
+    history = run.arms["strict"]
+    assert [h.step for h in history] == list(range(1, SMALL["rl_steps"] + 1))
+    assert len(history[0].rows) == SMALL["prompts_per_step"] * SMALL["group_size"]
+    assert len(history[0].updates) == 2
+    assert run.checkpoints is not None
+    assert all(c.reload_equal for c in run.checkpoints.values())
 
 
 def test_results_do_not_depend_on_workers(small, tmp_path):
     plan, _, record = small
     parallel = _run(plan, tmp_path / "w3", workers=3)
     assert rows(parallel) == rows(record)
-    assert parallel["workers"] == 3
+    assert parallel.workers == 3
 
 
 def test_existing_out_dir_is_refused(small, capsys):
@@ -203,7 +204,8 @@ def test_a_recorded_seed_is_not_held_by_the_main_process(tmp_path, monkeypatch):
     plan = write_plan(tmp_path / "plan.json", **{**SMALL, "seeds": [1, 2, 3]})
     record = _run(plan, tmp_path / "run")
     (run,) = seen
-    assert sorted(run.assemblies) == [1, 2, 3] == sorted(record["seeds"])
+    assert record.seeds is not None
+    assert sorted(run.assemblies) == [1, 2, 3] == sorted(record.seeds)
     for assembly in run.assemblies.values():
         assert assembly.recorded and assembly.complete()
         assert assembly.sft is None and assembly.arm_results == {}

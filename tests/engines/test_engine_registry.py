@@ -81,7 +81,7 @@ def test_a_third_engine_trains_records_verifies_and_resumes(tmp_path, capsys):
     with ENGINES.registered(engine.name, engine):
         record = run_plan(plan, plan.raw, RunOptions(out_dir=tmp_path / "third",
                                                      engine=engine.name))
-        assert record["engine"] == engine.name and engine_for(record) is engine
+        assert record.engine == engine.name and engine_for(record) is engine
         assert rows(record) == rows(exact)  # the same steps, in other tasks
         assert main(["verify", str(tmp_path / "third")]) == 0
         assert "evaluate" in engine.calls

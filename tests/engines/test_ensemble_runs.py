@@ -40,16 +40,17 @@ def ensemble_run(tmp_path_factory) -> Path:
 
 def test_an_ensemble_run_is_an_ordinary_verified_run(ensemble_run, capsys):
     record = load_record(ensemble_run / "record.json")
-    assert record["engine"] == "ensemble"
-    assert [run["seed"] for run in record["runs"]] == SMALL["seeds"]
+    assert record.engine == "ensemble"
+    assert [run.seed for run in record.runs] == SMALL["seeds"]
     plan = Plan.of(json.loads((ensemble_run / "plan.json").read_text()))
-    for run in record["runs"]:
-        assert list(run["evaluations"]) == ["initial", "strict", "substring"]
-        assert len(run["training"]["strict"]) == SMALL["rl_steps"]
-        for info in run["checkpoints"].values():  # ordinary CharGRU checkpoints
-            state = load_checkpoint(ensemble_run / info["file"], info["sha256"])["state_dict"]
+    for run in record.runs:
+        assert list(run.evaluations) == ["initial", "strict", "substring"]
+        assert len(run.arms["strict"]) == SMALL["rl_steps"]
+        assert run.checkpoints is not None
+        for info in run.checkpoints.values():  # ordinary CharGRU checkpoints
+            state = load_checkpoint(ensemble_run / info.file, info.sha256)["state_dict"]
             build_policy(plan).load_state_dict(state)
-            assert info["reload_equal"] is True
+            assert info.reload_equal is True
     capsys.readouterr()
     assert main(["verify", str(ensemble_run)]) == 0
     out = capsys.readouterr().out
@@ -73,7 +74,7 @@ def test_reproduce_uses_the_record_s_engine(ensemble_run, tmp_path, capsys):
     assert main(["reproduce", str(ensemble_run), "--out-dir", str(tmp_path / "again"),
                  "--workers", "1", "--quiet"]) == 0
     assert "identical" in capsys.readouterr().out
-    assert load_record(tmp_path / "again" / "record.json")["engine"] == "ensemble"
+    assert load_record(tmp_path / "again" / "record.json").engine == "ensemble"
 
 
 def test_a_spot_check_of_one_member_is_identical(ensemble_run, tmp_path, capsys):
@@ -112,10 +113,10 @@ def test_workers_processes_and_resume_give_the_same_bits(ensemble_run, tmp_path,
 def test_pipelines_and_differing_engines_differ_only_in_bits(tmp_path, capsys):
     out = _run(tmp_path, "pipelines", arms=PIPELINES)
     record = load_record(out / "record.json")
-    for run in record["runs"]:
-        assert list(run["evaluations"]) == ["initial", "sft-then-rl", "rl-only", "sft-more"]
-        assert set(run["training"]) == {"sft-then-rl", "rl-only"}
-        assert len(run["arm_sft_loss"]["sft-more"]) == 12
+    for run in record.runs:
+        assert list(run.evaluations) == ["initial", "sft-then-rl", "rl-only", "sft-more"]
+        assert set(run.arms) == {"sft-then-rl", "rl-only"}
+        assert run.arm_sft_loss is not None and len(run.arm_sft_loss["sft-more"]) == 12
     capsys.readouterr()
     assert main(["verify", str(out)]) == 0
     assert main(["report", str(out), "--format", "json"]) == 0
@@ -131,7 +132,7 @@ def test_a_sweep_through_the_ensemble_engine(tmp_path, capsys):
     assert main(["sweep", str(spec), "--out-dir", str(sweep), "--engine", "ensemble",
                  "--executor", "local", "--workers", "1", "--quiet"]) == 0
     for version in ("base", "more-kl"):
-        assert load_record(sweep / version / "record.json")["engine"] == "ensemble"
+        assert load_record(sweep / version / "record.json").engine == "ensemble"
         assert main(["verify", str(sweep / version)]) == 0
     # both versions trained as members of one batch; each equals its plan trained alone
     alone = tmp_path / "alone"

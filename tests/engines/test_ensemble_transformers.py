@@ -225,15 +225,16 @@ def test_a_transformer_ensemble_run_verifies_and_reproduces(tmp_path, capsys):
     assert main(["run", "--plan", str(path), "--out-dir", str(out), "--engine", "ensemble",
                  "--quiet"]) == 0
     record = load_record(out / "record.json")
-    assert record["engine"] == "ensemble"
+    assert record.engine == "ensemble"
     _verified(capsys, out)
     again = tmp_path / "again"
     assert main(["reproduce", str(out), "--out-dir", str(again), "--quiet"]) == 0
     assert rows(load_record(again / "record.json")) == rows(record)
     # a checkpoint is an ordinary transformer policy's
-    run = record["runs"][0]
-    info = run["checkpoints"]["strict"]
-    payload = load_checkpoint(out / info["file"], info["sha256"], kind="transformer")
+    run = record.runs[0]
+    assert run.checkpoints is not None
+    info = run.checkpoints["strict"]
+    payload = load_checkpoint(out / info.file, info.sha256, kind="transformer")
     model = build_policy(Plan.of(json.loads(path.read_text())))
     model.load_state_dict(payload["state_dict"])
 
@@ -261,8 +262,9 @@ def test_a_pretrained_folder_with_its_own_token_ids_trains(tmp_path, capsys, eng
                  "--quiet"]) == 0
     _verified(capsys, out)
     record = load_record(out / "record.json")
-    texts = {row[2] for run in record["runs"] for stage in run["evaluations"].values()
-             for split in stage.values() for kind in split.values() for row in kind}
+    texts = {row.text for run in record.runs for stage in run.evaluations.values()
+             for split in stage.values() for kind in (split.greedy, split.sampled)
+             for row in kind}
     assert texts and all(set(text) <= set("0123456789") for text in texts)
 
 

@@ -29,6 +29,7 @@ from postlab.plan.frozen import load_plan, teaching_plan
 from postlab.plan.schema import Plan
 from postlab.policies.checkpoint import load_checkpoint
 from postlab.policies.gru import CharGRU
+from postlab.records.models import Record, Step, Update
 from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
 from postlab.runs.orchestration import RunOptions, run_plan
 from postlab.tasks.contracts import CONTRACTS
@@ -326,12 +327,13 @@ def _close(recorded: float, hand: float) -> bool:
     return math.isclose(recorded, hand, rel_tol=REL, abs_tol=ABS)
 
 
-def assert_matches(recorded: dict[str, float], hand: Stats, what: str) -> None:
+def assert_matches(recorded: Update, hand: Stats, what: str) -> None:
     """The recorded update statistics against the loops; a ratio at a bound may go either way."""
     for key, value in (("loss", hand.loss), ("kl", hand.kl), ("entropy", hand.entropy)):
-        assert _close(recorded[key], value), (f"{what}: recorded {key} {recorded[key]!r}, "
-                                              f"recomputed {value!r}")
-    count = round(recorded["ratio_outside_clip"] * hand.tokens)
+        stored = getattr(recorded, key)
+        assert _close(stored, value), (f"{what}: recorded {key} {stored!r}, "
+                                       f"recomputed {value!r}")
+    count = round(recorded.ratio_outside_clip * hand.tokens)
     assert abs(count - hand.outside) <= hand.ambiguous, (
         f"{what}: {count} of {hand.tokens} ratios recorded outside the clip range, "
         f"{hand.outside} recomputed ({hand.ambiguous} within {BOUND_SLACK} of a bound)")
@@ -350,22 +352,22 @@ class Twin:
     """Plans A (one update per rollout) and B (two) with the same option changes."""
 
     plan: Plan  # B's plan
-    step_a: dict[str, Any]
-    step_b: dict[str, Any]
+    step_a: Step
+    step_b: Step
     sft: Policy  # the RL start, the old policy of every update and the KL reference
     after_one: Policy  # A's arm: the weights after exactly one update
 
     def check_updates(self, choice: Choice) -> tuple[Stats, Stats]:
         """Both updates of B's first step against the loops; returns the hand statistics."""
-        assert self.step_a["rows"] == self.step_b["rows"]
-        assert self.step_a["zero_variance_groups"] == self.step_b["zero_variance_groups"]
-        assert self.step_a["updates"] == self.step_b["updates"][:1]
-        rows = self.step_b["rows"]
+        assert list(self.step_a.rows) == list(self.step_b.rows)
+        assert self.step_a.zero_variance_groups == self.step_b.zero_variance_groups
+        assert self.step_a.updates == self.step_b.updates[:1]
+        rows = list(self.step_b.rows)
         first = recompute(self.plan, rows, self.sft, self.sft, self.sft, choice)
         second = recompute(self.plan, rows, self.after_one, self.sft, self.sft, choice)
         assert first.outside == 0  # ratio 1: the updated policy is the one that sampled
-        assert_matches(self.step_b["updates"][0], first, "update 1")
-        assert_matches(self.step_b["updates"][1], second, "update 2")
+        assert_matches(self.step_b.updates[0], first, "update 1")
+        assert_matches(self.step_b.updates[1], second, "update 2")
         assert second.outside > 0, "the tiny plan no longer moves ratios outside the clip range"
         return first, second
 
@@ -375,9 +377,9 @@ class Runs:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.records: dict[str, tuple[Plan, Path, dict[str, Any]]] = {}
+        self.records: dict[str, tuple[Plan, Path, Record]] = {}
 
-    def train(self, changes: dict[str, Any]) -> tuple[Plan, Path, dict[str, Any]]:
+    def train(self, changes: dict[str, Any]) -> tuple[Plan, Path, Record]:
         key = json.dumps(changes, sort_keys=True)
         if key not in self.records:
             folder = self.root / f"plan-{len(self.records)}"
@@ -392,23 +394,24 @@ class Runs:
     def twin(self, changes: dict[str, Any]) -> Twin:
         plan_a, out_a, record_a = self.train(changes | {"updates_per_rollout": 1})
         plan_b, out_b, record_b = self.train(changes | {"updates_per_rollout": 2})
-        run_a, run_b = record_a["runs"][0], record_b["runs"][0]
-        sft_a, sft_b = run_a["checkpoints"]["initial"], run_b["checkpoints"]["initial"]
-        arm = run_a["checkpoints"][ARM]
-        twin = Twin(plan=plan_b, step_a=run_a["training"][ARM][0],
-                    step_b=run_b["training"][ARM][0],
-                    sft=Policy(plan_b, out_b / sft_b["file"], sft_b["sha256"]),
-                    after_one=Policy(plan_b, out_a / arm["file"], arm["sha256"]))
+        run_a, run_b = record_a.runs[0], record_b.runs[0]
+        assert run_a.checkpoints is not None and run_b.checkpoints is not None
+        sft_a, sft_b = run_a.checkpoints["initial"], run_b.checkpoints["initial"]
+        arm = run_a.checkpoints[ARM]
+        twin = Twin(plan=plan_b, step_a=run_a.arms[ARM][0],
+                    step_b=run_b.arms[ARM][0],
+                    sft=Policy(plan_b, out_b / sft_b.file, sft_b.sha256),
+                    after_one=Policy(plan_b, out_a / arm.file, arm.sha256))
         # The twins share their SFT model (the files differ only by the plan stored in them).
-        assert run_a["sft_loss"] == run_b["sft_loss"]
-        same = Policy(plan_a, out_a / sft_a["file"], sft_a["sha256"]).model.state_dict()
+        assert run_a.sft_loss == run_b.sft_loss
+        same = Policy(plan_a, out_a / sft_a.file, sft_a.sha256).model.state_dict()
         for key, value in twin.sft.model.state_dict().items():
             assert torch.equal(value, same[key])
         return twin
 
-    def step(self, changes: dict[str, Any]) -> dict[str, Any]:
+    def step(self, changes: dict[str, Any]) -> Step:
         """Plan B's first RL step."""
-        return self.train(changes | {"updates_per_rollout": 2})[2]["runs"][0]["training"][ARM][0]
+        return self.train(changes | {"updates_per_rollout": 2})[2].runs[0].arms[ARM][0]
 
 
 @pytest.fixture(scope="module")
@@ -423,7 +426,7 @@ def _changes(field: str, name: str) -> dict[str, Any]:
 
 def _counterfactual(twin: Twin, choice: Choice, **teaching: Any) -> Stats:
     """Update 2 as if the teaching choice had been used on the same weights and rows."""
-    return recompute(twin.plan, twin.step_b["rows"], twin.after_one, twin.sft, twin.sft,
+    return recompute(twin.plan, list(twin.step_b.rows), twin.after_one, twin.sft, twin.sft,
                      replace(choice, **teaching))
 
 
@@ -467,7 +470,7 @@ def test_kl_estimator_is_used(runs: Runs, name: str) -> None:
     # engine's two forward passes (policy with gradients, reference without) may differ in the
     # last bit where MKL's results depend on where its buffers sit in memory (seen on an Intel
     # Xeon under MKL_CBWR=AVX2, not under AVX2,STRICT nor on AMD EPYC)
-    assert first.kl == 0 and abs(twin.step_b["updates"][0]["kl"]) < 1e-9
+    assert first.kl == 0 and abs(twin.step_b.updates[0].kl) < 1e-9
     if name != TEACHING["kl"]:
         assert differs(second, _counterfactual(twin, choice, kl=TEACHING["kl"]))
 
@@ -498,7 +501,7 @@ def test_dynamic_sampling_is_used(runs: Runs) -> None:
     def constant(group: list) -> bool:
         return len(set(_rewards(plan, group))) == 1
 
-    before, after = grouped(baseline["rows"]), grouped(step["rows"])
+    before, after = grouped(list(baseline.rows)), grouped(list(step.rows))
     assert len(before) == len(after) == TINY["prompts_per_step"]
     replaced = 0
     for old, new in zip(before, after, strict=True):
@@ -507,13 +510,14 @@ def test_dynamic_sampling_is_used(runs: Runs) -> None:
             assert constant(old) and not constant(new)
             replaced += 1
     left = sum(constant(group) for group in after)
-    sampling = step["sampling"]
-    assert replaced == sampling["replaced"] > 0
-    assert step["zero_variance_groups"] == left
-    assert sampling["kept"] == TINY["prompts_per_step"]
-    assert sampling["drawn"] - sampling["kept"] == sampling["dropped"] <= budget
-    assert left == 0 or sampling["dropped"] == budget
-    dropped = grouped(sampling["dropped_rows"])
+    sampling = step.sampling
+    assert sampling is not None
+    assert replaced == sampling.replaced > 0
+    assert step.zero_variance_groups == left
+    assert sampling.kept == TINY["prompts_per_step"]
+    assert sampling.drawn - sampling.kept == sampling.dropped <= budget
+    assert left == 0 or sampling.dropped == budget
+    dropped = grouped(list(sampling.dropped_rows))
     assert all(constant(group) for group in dropped)
     for old, new in zip(before, after, strict=True):
         if new != old:
@@ -528,18 +532,18 @@ def test_dynamic_sampling_as_dapo_defines_it_leaves_groups_without_signal_out(ru
     the loops run on the groups with signal alone, not on all of them."""
     twin = runs.twin(DROPPED)
     plan, size = twin.plan, TINY["group_size"]
-    rows = twin.step_b["rows"]
+    rows = list(twin.step_b.rows)
     groups = [rows[i:i + size] for i in range(0, len(rows), size)]
     signal = [row for group in groups if len(set(_rewards(plan, group))) > 1 for row in group]
     left = len(rows) // size - len(signal) // size
-    assert left == twin.step_b["zero_variance_groups"] > 0, "no group without signal is left"
+    assert left == twin.step_b.zero_variance_groups > 0, "no group without signal is left"
     assert len(rows) == TINY["prompts_per_step"] * size and signal
-    assert twin.step_a["updates"] == twin.step_b["updates"][:1]
+    assert twin.step_a.updates == twin.step_b.updates[:1]
     choice = Choice.of(plan)
     first = recompute(plan, signal, twin.sft, twin.sft, twin.sft, choice)
     second = recompute(plan, signal, twin.after_one, twin.sft, twin.sft, choice)
-    assert_matches(twin.step_b["updates"][0], first, "update 1")
-    assert_matches(twin.step_b["updates"][1], second, "update 2")
+    assert_matches(twin.step_b.updates[0], first, "update 1")
+    assert_matches(twin.step_b.updates[1], second, "update 2")
     kept_in = recompute(plan, rows, twin.after_one, twin.sft, twin.sft, choice)
     assert differs(second, kept_in)
 
@@ -556,4 +560,4 @@ OPTIONS = _options()
 @pytest.mark.parametrize("changes", [c for _, c in OPTIONS], ids=[i for i, _ in OPTIONS])
 def test_option_changes_the_record(runs: Runs, changes: dict[str, Any]) -> None:
     baseline, step = runs.step({}), runs.step(changes)
-    assert (step["rows"], step["updates"]) != (baseline["rows"], baseline["updates"])
+    assert (list(step.rows), step.updates) != (list(baseline.rows), baseline.updates)

@@ -21,41 +21,45 @@ def test_pipelines_and_their_compute(tmp_path):
             {"name": "only", "pipeline": "rl-only", "contract": "strict"},
             {"name": "more", "pipeline": "sft-only", "sft_steps": 7}]
     record = _run(tmp_path, arms=arms, seeds=[3])
-    run = record["runs"][0]
-    assert list(run["evaluations"]) == ["initial", "then", "only", "more"]
-    assert list(run["training"]) == ["then", "only"]
-    assert len(run["arm_sft_loss"]["more"]) == 7
+    run = record.runs[0]
+    assert list(run.evaluations) == ["initial", "then", "only", "more"]
+    assert list(run.arms) == ["then", "only"]
+    assert run.arm_sft_loss is not None and len(run.arm_sft_loss["more"]) == 7
+    assert run.compute is not None
     per_step = SMALL["prompts_per_step"] * SMALL["group_size"]
     rl = {"completions": SMALL["rl_steps"] * per_step,
           "gradient_steps": SMALL["rl_steps"] * 2,
           "examples_seen": SMALL["rl_steps"] * 2 * per_step}
     for arm in ("then", "only"):
-        assert {k: run["compute"][arm][k] for k in rl} == rl
-        assert run["compute"][arm]["tokens_generated"] == sum(
-            len(r[2]) + r[3] for step in run["training"][arm] for r in step["rows"])
-    assert run["compute"]["more"] == {"completions": 0, "tokens_generated": 0,
-                                      "gradient_steps": 7, "examples_seen": 7 * SMALL["sft_batch"]}
-    assert run["compute"]["initial"]["gradient_steps"] == SMALL["sft_steps"]
+        assert {k: getattr(run.compute[arm], k) for k in rl} == rl
+        assert run.compute[arm].tokens_generated == sum(
+            len(r.text) + r.terminated for step in run.arms[arm] for r in step.rows)
+    assert run.compute["more"].model_dump() == {
+        "completions": 0, "tokens_generated": 0, "gradient_steps": 7,
+        "examples_seen": 7 * SMALL["sft_batch"]}
+    assert run.compute["initial"].gradient_steps == SMALL["sft_steps"]
     # RL only starts from the untrained model, so its first rollouts differ from SFT-then-RL's
-    assert run["training"]["only"][0]["rows"] != run["training"]["then"][0]["rows"]
+    assert list(run.arms["only"][0].rows) != list(run.arms["then"][0].rows)
 
 
 def test_dynamic_sampling_records_what_it_drew(tmp_path):
     record = _run(tmp_path, seeds=[3], rl_steps=8, dynamic_sampling={"max_extra_groups": 3})
     size = SMALL["group_size"]
-    steps = record["runs"][0]["training"]["strict"]
+    steps = record.runs[0].arms["strict"]
     for step in steps:
-        sampling = step["sampling"]
-        assert sampling["kept"] == SMALL["prompts_per_step"]
-        assert sampling["drawn"] == sampling["kept"] + sampling["dropped"]
-        assert sampling["dropped"] <= 3 and sampling["replaced"] <= sampling["dropped"]
-        assert len(sampling["dropped_rows"]) == sampling["dropped"] * size
-        for start in range(0, len(sampling["dropped_rows"]), size):
-            group = sampling["dropped_rows"][start:start + size]
-            assert len({strict(r[:2], r[2], r[3]) for r in group}) == 1  # no signal
-        if sampling["drawn"] - sampling["kept"] < 3:
-            assert step["zero_variance_groups"] == 0  # budget left: every constant group went
-    assert sum(s["sampling"]["dropped"] for s in steps) > 0
+        sampling = step.sampling
+        assert sampling is not None
+        assert sampling.kept == SMALL["prompts_per_step"]
+        assert sampling.drawn == sampling.kept + sampling.dropped
+        assert sampling.dropped <= 3 and sampling.replaced <= sampling.dropped
+        assert len(sampling.dropped_rows) == sampling.dropped * size
+        for start in range(0, len(sampling.dropped_rows), size):
+            group = sampling.dropped_rows[start:start + size]
+            assert len({strict(r.pair, r.text, r.terminated) for r in group}) == 1  # no signal
+        if sampling.drawn - sampling.kept < 3:
+            assert step.zero_variance_groups == 0  # budget left: every constant group went
+    assert sum(s.sampling.dropped for s in steps if s.sampling is not None) > 0
+    assert all(s.sampling is not None for s in steps)
 
 
 def test_tasks_by_hand():

@@ -25,6 +25,7 @@ from postlab.cli import main
 from postlab.errors import UserError
 from postlab.export.files import read_export
 from postlab.export.tables import TABLES, UPDATE_STATISTICS, Source
+from postlab.records.models import Record
 from postlab.records.record import bundled_run_dir, load_record
 from postlab.tasks.contracts import CONTRACTS, contracts_for
 
@@ -33,7 +34,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "export.md"
 FOLDER = "run-tables"
 
 
-def _record() -> dict:
+def _record() -> Record:
     return load_record(bundled_run_dir() / "record.json.gz")
 
 
@@ -51,7 +52,7 @@ def exported(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def record() -> dict:
+def record() -> Record:
     return _record()
 
 
@@ -60,11 +61,11 @@ def record() -> dict:
 def test_evaluation_counts_and_scores_equal_the_record(exported, record):
     expected_rows: Counter = Counter()
     expected_accepted: Counter = Counter()
-    for run in record["runs"]:
-        for stage, splits in run["evaluations"].items():
+    for run in record.runs:
+        for stage, splits in run.evaluations.items():
             for split, decoded in splits.items():
-                for decoding, rows in decoded.items():
-                    key = (run["seed"], stage, split, decoding)
+                for decoding, rows in (("greedy", decoded.greedy), ("sampled", decoded.sampled)):
+                    key = (run.seed, stage, split, decoding)
                     expected_rows[key] += len(rows)
                     for a, b, text, terminated in rows:
                         for contract in contracts_for("integer"):
@@ -84,11 +85,11 @@ def test_evaluation_counts_and_scores_equal_the_record(exported, record):
 
 def test_rollout_counts_scores_and_rewards_equal_the_record(exported, record):
     expected: Counter = Counter()
-    for run in record["runs"]:
-        for arm, history in run["training"].items():
+    for run in record.runs:
+        for arm, history in run.arms.items():
             for step in history:
-                for a, b, text, terminated in step["rows"]:
-                    key = (run["seed"], arm, step["step"])
+                for a, b, text, terminated in step.rows:
+                    key = (run.seed, arm, step.step)
                     expected[(*key, "rows")] += 1
                     for contract in contracts_for("integer"):
                         expected[(*key, contract)] += _accepts(contract, a, b, text, terminated)
@@ -106,22 +107,23 @@ def test_updates_steps_and_sft_losses_equal_the_record(exported, record):
     updates = pq.read_table(exported / "updates.parquet").to_pylist()
     steps = pq.read_table(exported / "steps.parquet").to_pylist()
     expected_updates, expected_steps = [], []
-    for run in record["runs"]:
-        for arm, history in run["training"].items():
+    for run in record.runs:
+        for arm, history in run.arms.items():
             for step in history:
-                assert set().union(*step["updates"]) == set(UPDATE_STATISTICS)
-                expected_updates += [{"seed": run["seed"], "arm": arm, "step": step["step"],
-                                      "update": index, **update}
-                                     for index, update in enumerate(step["updates"])]
-                expected_steps.append((run["seed"], arm, step["step"], len(step["rows"]),
-                                       step["zero_variance_groups"], len(step["updates"])))
+                assert set().union(*(update.model_fields_set for update in step.updates)) \
+                    == set(UPDATE_STATISTICS)
+                expected_updates += [{"seed": run.seed, "arm": arm, "step": step.step,
+                                      "update": index, **update.model_dump()}
+                                     for index, update in enumerate(step.updates)]
+                expected_steps.append((run.seed, arm, step.step, len(step.rows),
+                                       step.zero_variance_groups, len(step.updates)))
     assert updates == expected_updates
     assert [tuple(s.values())[:6] for s in steps] == expected_steps
     assert all(s["groups_drawn"] is None for s in steps)
     losses = pq.read_table(exported / "sft_losses.parquet").to_pylist()
     assert [(r["seed"], r["stage"], r["step"], r["loss"]) for r in losses] == [
-        (run["seed"], "initial", index + 1, loss)
-        for run in record["runs"] for index, loss in enumerate(run["sft_loss"])]
+        (run.seed, "initial", index + 1, loss)
+        for run in record.runs for index, loss in enumerate(run.sft_loss or [])]
 
 
 def test_summary_table_equals_summary_json(exported):
@@ -157,7 +159,7 @@ def test_schema_json_and_parquet_metadata_say_what_the_folder_holds(exported, re
     assert schema["format"] == "parquet" and schema["sweep"] is False
     assert schema["contracts"] == contracts_for("integer")
     [run] = schema["runs"]
-    assert run["plan_sha256"] == record["plan_sha256"] and run["seeds"] == [11, 22, 33]
+    assert run["plan_sha256"] == record.plan_sha256 and run["seeds"] == [11, 22, 33]
     assert sorted(p.name for p in exported.iterdir()) == sorted(
         ["schema.json", *(f"{name}.parquet" for name in TABLES)])
     for name, entry in schema["tables"].items():
@@ -210,13 +212,13 @@ def test_the_documented_polars_query_equals_a_loop_over_the_record(exported, rec
     exec(query, names)
     gap = {(r["arm"], r["step"]): r["gap"] for r in names["gap"].to_dicts()}
     expected: dict = {}
-    for run in record["runs"]:
-        for arm, history in run["training"].items():
+    for run in record.runs:
+        for arm, history in run.arms.items():
             for step in history:
-                for a, b, text, terminated in step["rows"]:
+                for a, b, text, terminated in step.rows:
                     lenient = _accepts("substring", a, b, text, terminated)
                     strict = _accepts("strict", a, b, text, terminated)
-                    total = expected.setdefault((arm, step["step"]), [0, 0])
+                    total = expected.setdefault((arm, step.step), [0, 0])
                     total[0] += lenient - strict
                     total[1] += 1
     assert gap.keys() == expected.keys()
@@ -238,7 +240,7 @@ def test_load_run_views_equal_the_exported_tables(exported):
     assert run.stages == ("initial", "strict", "substring")
     assert run.arms == ("strict", "substring")
     assert run.rewarded_by == {"strict": "strict", "substring": "substring"}
-    assert run.plan_sha256 == run.record["plan_sha256"] == run.plan.sha256
+    assert run.plan_sha256 == run.record.plan_sha256 == run.plan.sha256
     tables = run.tables()
     assert list(tables) == list(TABLES)
     for name, table in tables.items():
@@ -295,7 +297,7 @@ def _hand_made() -> Source:
     record = {"plan_sha256": "0" * 64, "runs": [{
         "seed": 7, "evaluations": {"initial": {"test": {"greedy": greedy,
                                                          "sampled": sampled}}}}]}
-    return Source(record, typed(eval_samples=2))
+    return Source(Record.of(record), typed(eval_samples=2))
 
 
 def test_positions_scores_and_empty_texts():

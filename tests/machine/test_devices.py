@@ -16,7 +16,7 @@ from postlab.errors import UserError
 from postlab.machine import numerics
 from postlab.plan.frozen import teaching_plan
 from postlab.plan.validation import validate_plan
-from postlab.records.models import check_record
+from postlab.records.models import Record
 
 TINY = {**SMALL, "seeds": [3], "sft_steps": 8, "rl_steps": 2}
 GPT2 = {"kind": "transformer", "architecture": "gpt2", "layers": 1, "heads": 2, "width": 16,
@@ -89,16 +89,16 @@ def test_typed_record_accepts_cuda_settings_and_refuses_unknown_ones(cpu_run):
     record = inline_record(read_record(cpu_run))
     record["device"] = "cuda"
     record["numerics"] |= {"device": "cuda", "dtype": "bfloat16", "cuda": dict(CUDA)}
-    check_record(record, "r")
+    Record.of(record, "r")
     record["numerics"]["cuda"]["fast_mode"] = True
     with pytest.raises(UserError, match="unknown field 'fast_mode'"):
-        check_record(record, "r")
+        Record.of(record, "r")
     del record["numerics"]["cuda"]
     with pytest.raises(UserError, match="without its 'cuda' settings"):
-        check_record(record, "r")
+        Record.of(record, "r")
     record["numerics"]["device"] = "tpu"
     with pytest.raises(UserError, match="tpu"):
-        check_record(record, "r")
+        Record.of(record, "r")
 
 
 def test_cuda_differences_are_named_one_by_one():

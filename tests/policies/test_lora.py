@@ -260,11 +260,15 @@ def test_the_ensemble_engine_refuses_lora() -> None:
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_reports_say_that_rl_trained_adapters(lang) -> None:
+    from postlab.records.models import Record
     from postlab.render.overview import OVERVIEW_WORDS, _policy
 
-    policy = _policy(typed(_plan(GPT2)), {"parameters": 1}, OVERVIEW_WORDS[lang])
+    header = {"plan_sha256": "0" * 64, "runs": []}
+    policy = _policy(typed(_plan(GPT2)), Record.of(header | {"parameters": 1}),
+                     OVERVIEW_WORDS[lang])
     assert "LoRA" in policy and "c_attn, c_proj, c_fc" in policy and "alpha 8" in policy
-    assert "LoRA" not in _policy(typed(_plan(GPT2), lora=None), {}, OVERVIEW_WORDS[lang])
+    assert "LoRA" not in _policy(typed(_plan(GPT2), lora=None), Record.of(header),
+                                 OVERVIEW_WORDS[lang])
 
 
 @pytest.mark.slow

@@ -53,8 +53,9 @@ def _entry(seed: int) -> dict:
             "arm_sft_loss": {}, "digests": {"evaluations": "cd" * 32}}
 
 
-def _no_check(entry, where):
-    return None
+def _as_read(entry, where):
+    """The entry's JSON as the chunk decodes it (a record's reader types it: records.models)."""
+    return entry
 
 
 def test_a_chunk_reads_back_as_the_json_it_was_written_from(tmp_path):
@@ -63,7 +64,7 @@ def test_a_chunk_reads_back_as_the_json_it_was_written_from(tmp_path):
     (tmp_path / "rows").mkdir()
     (tmp_path / chunk_name(0)).write_bytes(data)
     chunk = chunk_entry(chunk_name(0), data, [3, 9])
-    runs = ChunkedRuns(tmp_path, [chunk], [9, 3], _no_check, "record.json")
+    runs = ChunkedRuns(tmp_path, [chunk], [9, 3], _as_read, "record.json")
     # record order is the manifest's 'seeds', not the file's
     assert [run["seed"] for run in runs] == [9, 3]
     for seed, entry in ((9, entries[1]), (3, entries[0])):
@@ -77,7 +78,7 @@ def test_a_check_added_later_runs_once_per_seed_before_the_walk_sees_it(tmp_path
     (tmp_path / "rows").mkdir()
     (tmp_path / chunk_name(0)).write_bytes(data)
     runs = ChunkedRuns(tmp_path, [chunk_entry(chunk_name(0), data, [3, 9])], [3, 9],
-                       _no_check, "record.json")
+                       _as_read, "record.json")
     assert runs[0]["seed"] == 3  # read (and kept) before the check below exists
     seen = []
     runs.on_each(lambda entry: seen.append(entry["seed"]))
@@ -114,7 +115,7 @@ def test_a_rewritten_chunk_with_a_bad_row_is_refused(tmp_path, row, message):
     data = chunk_bytes([entry])
     (tmp_path / "rows").mkdir()
     (tmp_path / chunk_name(0)).write_bytes(data)
-    runs = ChunkedRuns(tmp_path, [chunk_entry(chunk_name(0), data, [3])], [3], _no_check,
+    runs = ChunkedRuns(tmp_path, [chunk_entry(chunk_name(0), data, [3])], [3], _as_read,
                        "record.json")
     with pytest.raises(UserError, match=message):
         runs.entry(3)

@@ -32,7 +32,9 @@ def test_groups_must_hold_one_question():
 def test_summarize_shape_and_order():
     from conftest import tiny_record
 
-    summary = summarize(tiny_record("x"), 2)
+    from postlab.records.models import Record
+
+    summary = summarize(Record.of(tiny_record("0" * 64)), 2)
     assert [(e["seed"], e["stage"]) for e in summary] == [(7, "initial"), (7, "strict")]
     sampled = summary[0]["test"]["sampled"]
     assert list(sampled) == ["n", "strict", "substring", "strict_rate", "substring_rate",

@@ -1,5 +1,6 @@
-"""The record's typed models are its one validator: a damaged field is refused in one line
-naming its path in the record, and every record postlab writes is accepted."""
+"""The record's typed models are its one validator and its one reader: a damaged field is
+refused in one line naming its path in the record, every record postlab writes is accepted,
+and readers receive it typed (rows as Rows) with the JSON it was read from beside it."""
 
 import copy
 import gzip
@@ -8,8 +9,10 @@ import json
 import pytest
 
 from postlab.errors import UserError
-from postlab.records.models import check_chunk_run, check_record
+from postlab.records.integrity import run_digests
+from postlab.records.models import Record, SeedEntry, Step
 from postlab.records.record import bundled_record_path
+from postlab.tasks.rows import Row, RowList
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +75,13 @@ def test_a_damaged_field_is_refused_in_one_line_naming_it(bundled, case):
     record = copy.deepcopy(bundled)
     edit(record)
     with pytest.raises(UserError) as caught:
-        check_record(record, "r")
+        Record.of(record, "r")
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_the_bundled_record_is_accepted_and_left_as_it_was(bundled):
     before = json.dumps(bundled)
-    check_record(bundled, "r")
+    Record.of(bundled, "r")
     assert json.dumps(bundled) == before
 
 
@@ -86,9 +89,40 @@ def test_a_seed_read_from_a_chunk_is_not_checked_row_by_row_again(bundled):
     """The chunk reader checked its rows column by column; everything else is checked."""
     seed = copy.deepcopy(bundled["runs"][0])
     _greedy({"runs": [seed]})[0] = ["not", "a", "row"]
-    check_chunk_run(seed, "chunk")
+    SeedEntry.of(seed, "chunk", rows_checked=True)
     with pytest.raises(UserError, match="greedy"):
-        check_record(dict(bundled, runs=[seed]), "r")
+        Record.of(dict(bundled, runs=[seed]), "r")
     seed["seed"] = -1
     with pytest.raises(UserError, match=r"chunk\.seed: -1 is outside"):
-        check_chunk_run(seed, "chunk")
+        SeedEntry.of(seed, "chunk", rows_checked=True)
+
+
+def test_readers_receive_the_record_typed_with_its_json_beside_it(bundled):
+    record = Record.of(bundled, "r")
+    assert record.plan_sha256 == bundled["plan_sha256"]
+    assert record.made_by_postlab == ("postlab_version" in bundled)
+    assert not record.chunked and record.seed_order() == [r["seed"] for r in bundled["runs"]]
+    assert "runs" not in record.data() and record.data()["plan_sha256"] == bundled["plan_sha256"]
+    for run, raw in zip(record.runs, bundled["runs"], strict=True):
+        assert isinstance(run, SeedEntry) and run.data() is raw and run.seed == raw["seed"]
+        # digests are taken from the JSON as written, and still match those it carries
+        assert run_digests(run.data())["evaluations"] == raw["digests"]["evaluations"]
+        greedy = run.evaluations["initial"]["test"].greedy
+        stored = raw["evaluations"]["initial"]["test"]["greedy"]
+        assert isinstance(greedy, RowList) and greedy.stored is stored
+        assert list(greedy) == [Row(a, b, text, done) for a, b, text, done in stored]
+        assert greedy[0] == Row(*stored[0]) and greedy[:2] == [Row(*r) for r in stored[:2]]
+        for arm, history in run.arms.items():
+            step = history[0]
+            assert isinstance(step, Step) and step.step == 1
+            assert step.updates[0].kl == raw["training"][arm][0]["updates"][0]["kl"]
+            assert [row.pair for row in step.rows] == [
+                (a, b) for a, b, *_ in raw["training"][arm][0]["rows"]]
+
+
+def test_a_typed_record_is_frozen(bundled):
+    record = Record.of(bundled, "r")
+    with pytest.raises(ValueError, match="frozen"):
+        record.plan_sha256 = "0" * 64
+    with pytest.raises(ValueError, match="frozen"):
+        record.runs[0].seed = 5

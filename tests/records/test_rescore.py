@@ -7,11 +7,12 @@ from conftest import tiny_record
 
 from postlab.cli import main
 from postlab.plan.frozen import freeze, load_plan, plan_bytes, teaching_plan
+from postlab.records.models import Record
 from postlab.records.rescore import rescore
 
 
-def _record_with_leading_zeros():
-    record = tiny_record("x")
+def _leading_zeros_json() -> dict:
+    record = tiny_record("0" * 64)
     # strict stage, test split: greedy "03" for 1+2 (strict yes, exact no), "9" for 4+5
     record["runs"][0]["evaluations"]["strict"]["test"]["greedy"][0][2] = "03"
     # sampled for 1+2: "3", "003"; for 4+5: "9", "09"
@@ -19,6 +20,10 @@ def _record_with_leading_zeros():
     sampled[1][2] = "003"
     sampled[3][2] = "09"
     return record
+
+
+def _record_with_leading_zeros() -> Record:
+    return Record.of(_leading_zeros_json())
 
 
 def test_rescore_by_hand():
@@ -44,7 +49,7 @@ def test_report_with_contracts_leaves_the_record_untouched(tmp_path, capsys):
     plan = tmp_path / "plan.json"
     plan.write_bytes(plan_bytes(teaching_plan() | {"eval_samples": 2}))
     record = tmp_path / "record.json"
-    data = _record_with_leading_zeros()
+    data = _leading_zeros_json()
     data["plan_sha256"] = load_plan(plan).sha256
     record.write_text(json.dumps(data))
     before = hashlib.sha256(record.read_bytes()).hexdigest()
@@ -119,4 +124,4 @@ def test_derived_plan_trains(tmp_path):
                  'arms=["exact"]', "--set", "seeds=[3]"]) == 0
     record = run_plan(load_plan(new), new.read_bytes(),
                       RunOptions(out_dir=tmp_path / "run", workers=1))
-    assert list(record["runs"][0]["training"]) == ["exact"]
+    assert list(record.runs[0].arms) == ["exact"]

@@ -18,12 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def bundled_analysis():
-    import gzip
+    from postlab.records.record import bundled_record_path, load_record
 
-    from postlab.records.record import bundled_record_path
-
-    record = json.loads(gzip.decompress(bundled_record_path().read_bytes()))
-    return analyse(record, teaching_plan_loaded().model)
+    return analyse(load_record(bundled_record_path()), teaching_plan_loaded().model)
 
 
 def _keys(value, prefix=""):

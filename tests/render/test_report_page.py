@@ -29,15 +29,26 @@ from postlab.analysis.samples import (
 from postlab.cli import main
 from postlab.plan.frozen import teaching_plan_loaded
 from postlab.plan.schema import Plan
-from postlab.records.record import bundled_record_path, bundled_run_dir, load_record
+from postlab.records.models import Record
+from postlab.records.record import (
+    bundled_record_path,
+    bundled_run_dir,
+    load_record,
+    one_document,
+)
 from postlab.render import figures as figures_module
 from postlab.render.sentences import sentence
 from postlab.tasks.contracts import CONTRACTS
 
 
 @pytest.fixture(scope="module")
-def record() -> dict:
+def record() -> Record:
     return load_record(bundled_record_path())
+
+
+def _with_runs(record: Record, runs: list[dict]) -> Record:
+    """The record with other seeds' entries (their JSON), typed as a reader types it."""
+    return Record.of(one_document(record) | {"runs": runs})
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +72,7 @@ def _judge(a: int, b: int, text: str, terminated: bool) -> str:
 
 def test_two_seed_rates_stay_inside_the_unit_interval(record, plan):
     """The report's own example: two seeds whose coverage differs a lot got [-1.38, 1.96]."""
-    two = dict(record, runs=record["runs"][:2])
+    two = _with_runs(record, [run.data() for run in record.runs[:2]])
     result = analyse(two, plan)
     coverage = result.outcome("substring", "test", "sampled", "coverage").value
     assert interval(coverage.per_seed).low < 0  # a t interval on these rates leaves [0, 1]
@@ -78,9 +89,9 @@ def test_outcome_intervals_count_outputs_and_questions(record, plan, analysis):
     x 19 held-out test questions, each cell a greedy answer (1 trial), a question's share of
     16 samples, or its coverage; a change from SFT from the per-cell differences."""
     questions = len(plan.split["test"])
-    run = record["runs"][0]
-    assert len(run["evaluations"]["initial"]["test"]["greedy"]) == questions
-    assert len(run["evaluations"]["initial"]["test"]["sampled"]) == questions * 16
+    run = record.runs[0]
+    assert len(run.evaluations["initial"]["test"].greedy) == questions
+    assert len(run.evaluations["initial"]["test"].sampled) == questions * 16
     for decoding, metric, per_cell in (("greedy", "strict_rate", 1),
                                        ("sampled", "strict_rate", 16),
                                        ("sampled", "coverage", 1)):
@@ -119,8 +130,8 @@ def test_training_reward_is_the_last_tenth_of_steps(record, analysis):
     """Recomputed with a plain loop over the rows of the last 24 of 240 steps."""
     for reward in analysis.training_rewards:
         assert reward.steps == (217, 240)
-        for run, value in zip(record["runs"], reward.reward.per_seed, strict=True):
-            rows = [row for step in run["training"][reward.arm][-24:] for row in step["rows"]]
+        for run, value in zip(record.runs, reward.reward.per_seed, strict=True):
+            rows = [row for step in run.arms[reward.arm][-24:] for row in step.rows]
             paid = sum(CONTRACTS[reward.contract]((a, b), text, done, a + b)
                        for a, b, text, done in rows)
             assert value == paid / len(rows)
@@ -159,8 +170,8 @@ def test_findings_of_the_teaching_run(record, plan, analysis):
         assert f"seed {onset.seed}: step {onset.onset}" in text
     # the share the trained contract pays for wrong answers, counted by a plain loop
     for seed, share in zip(analysis.seeds, gaming.values["share"].per_seed, strict=True):
-        run = next(r for r in record["runs"] if r["seed"] == seed)
-        rows = run["evaluations"]["substring"]["test"]["sampled"]
+        run = next(r for r in record.runs if r.seed == seed)
+        rows = run.evaluations["substring"]["test"].sampled
         assert share == sum(_judge(*row) == "gamed" for row in rows) / len(rows)
     # the same findings in Chinese, with the same numbers, signs included
     for finding in found:
@@ -174,7 +185,8 @@ def test_gaming_is_judged_by_the_contract_the_arm_trained_on(record, plan):
     accepts a wrong answer, so its share is zero and no example is shown."""
     renamed = plan.replace(arms=["strict", "exact"])
     runs = []
-    for run in record["runs"]:
+    for entry in record.runs:
+        run = entry.data()
         moved = dict(run)
         moved["evaluations"] = {("exact" if k == "substring" else k): v
                                 for k, v in run["evaluations"].items()}
@@ -183,7 +195,7 @@ def test_gaming_is_judged_by_the_contract_the_arm_trained_on(record, plan):
         moved["compute"] = {("exact" if k == "substring" else k): v
                             for k, v in run["compute"].items()}
         runs.append(moved)
-    other = dict(record, runs=runs)
+    other = _with_runs(record, runs)
     found = findings(analyse(other, renamed), other, renamed, "test")
     gaming = next(f for f in found if f.key == "gaming")
     assert gaming.values["contract"] == "exact"
@@ -209,9 +221,9 @@ def test_classify():
 
 def test_samples_agree_with_a_plain_loop(record, plan):
     counted: Counter = Counter()
-    for run in record["runs"]:
-        for stage, splits in run["evaluations"].items():
-            for a, b, text, done in splits["test"]["sampled"]:
+    for run in record.runs:
+        for stage, splits in run.evaluations.items():
+            for a, b, text, done in splits["test"].sampled:
                 counted[(stage, _judge(a, b, text, done))] += 1
     mine = Counter((s.stage, s.kind) for s in iter_samples(record, plan, split="test",
                                                            decoding="sampled"))
@@ -239,8 +251,8 @@ def test_pair_grids_equal_a_plain_loop(record, plan):
     for (stage, split), grid in grids.items():
         assert set(grid.rates) == {tuple(p) for p in plan.split[split]}
         per_pair: dict = {}
-        for run in record["runs"]:
-            for a, b, text, done in run["evaluations"][stage][split]["sampled"]:
+        for run in record.runs:
+            for a, b, text, done in run.evaluations[stage][split].sampled:
                 cell = per_pair.setdefault((a, b), [])
                 cell.append(_judge(a, b, text, done) == "correct")
         for pair, answers in per_pair.items():
@@ -269,8 +281,8 @@ def test_samples_jsonl_is_every_answer(record, capsys):
     assert main(["samples", "--format", "jsonl", "--split", "rollouts", "--seed", "22",
                  "--stage", "strict"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    run = next(r for r in record["runs"] if r["seed"] == 22)
-    assert len(lines) == sum(len(step["rows"]) for step in run["training"]["strict"])
+    run = next(r for r in record.runs if r.seed == 22)
+    assert len(lines) == sum(len(step.rows) for step in run.arms["strict"])
     first = json.loads(lines[0])
     assert first["step"] == 1 and first["decoding"] == "rollout" and first["split"] is None
     assert first["kind"] == _judge(first["a"], first["b"], first["text"], first["terminated"])

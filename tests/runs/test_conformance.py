@@ -15,7 +15,7 @@ from recordfiles import inline_record, read_record
 from postlab.cli import main
 from postlab.plan.frozen import freeze, load_plan
 from postlab.records.compare import compare_records
-from postlab.records.record import bundled_record_path
+from postlab.records.record import bundled_record_path, load_record
 from postlab.runs.orchestration import RunOptions, run_plan
 
 
@@ -92,7 +92,7 @@ def test_the_bundled_run_is_reproduced_row_for_row(postlab_teaching_run):
     """A fresh run of the teaching plan (two workers) equals the bundled record in every row,
     statistic and checkpoint hash, as ``postlab reproduce`` compares them (its command line is
     run on each seed in tests/machine/test_numerics.py)."""
-    bundled = json.loads(gzip.decompress(bundled_record_path().read_bytes()))
-    comparison = compare_records(bundled, read_record(postlab_teaching_run))
+    bundled = load_record(bundled_record_path())
+    comparison = compare_records(bundled, load_record(postlab_teaching_run / "record.json"))
     assert comparison.identical, comparison.first
     assert comparison.compared["checkpoints"] == 2 * 3 * 3  # seeds x stages x (hash, reload)

@@ -48,19 +48,19 @@ def _train(folder, **changes):
 
 def _record_rows(record):
     count = 0
-    for run in record["runs"]:
-        for history in run["training"].values():
+    for run in record.runs:
+        for history in run.arms.values():
             for step in history:
-                count += len(step["rows"])
-                count += len(step.get("sampling", {}).get("dropped_rows", []))
-        for evaluation in run["evaluations"].values():
-            count += sum(len(s["greedy"]) + len(s["sampled"]) for s in evaluation.values())
+                count += len(step.rows)
+                count += len(step.sampling.dropped_rows) if step.sampling is not None else 0
+        for evaluation in run.evaluations.values():
+            count += sum(len(s.greedy) + len(s.sampled) for s in evaluation.values())
     return count
 
 
 def _checkpoints(record):
-    return [{stage: info["sha256"] for stage, info in run["checkpoints"].items()}
-            for run in record["runs"]]
+    return [{stage: info.sha256 for stage, info in run.checkpoints.items()}
+            for run in record.runs]
 
 
 @pytest.fixture(scope="module")
@@ -82,15 +82,15 @@ def test_counts_by_hand_and_against_a_real_run(tiny):
     # SFT 6, sft-only arm 5, two RL arms x 3 steps x 2 updates
     assert est.gradient_steps == 6 + 5 + 2 * 3 * 2 == 23
     assert est.record_rows == 36 + 4 * 100 * 3 == 1236
-    assert est.parameters == record["parameters"] == CharGRU.from_plan(plan).parameter_count()
+    assert est.parameters == record.parameters == CharGRU.from_plan(plan).parameter_count()
     # the largest batch: the train split's questions sampled twice, 4 prompt + 6 - 1 positions
     assert (est.batch_kind, est.batch_sequences, est.batch_positions) == ("evaluation",
                                                                            63 * 2, 9)
 
-    compute = [c for run in record["runs"] for c in run["compute"].values()]
-    assert sum(c["completions"] for c in compute) == est.rl_completions
-    assert sum(c["gradient_steps"] for c in compute) == est.gradient_steps
-    recorded_tokens = sum(c["tokens_generated"] for c in compute)
+    compute = [c for run in record.runs for c in run.compute.values()]
+    assert sum(c.completions for c in compute) == est.rl_completions
+    assert sum(c.gradient_steps for c in compute) == est.gradient_steps
+    recorded_tokens = sum(c.tokens_generated for c in compute)
     assert recorded_tokens <= est.rl_completions * plan.max_new_tokens <= est.tokens
     assert _record_rows(record) == est.record_rows
 
@@ -100,10 +100,10 @@ def test_dynamic_sampling_is_an_upper_bound(tmp_path):
     plan, record = _train(tmp_path, **changes)
     est = estimate_counts(plan)
     assert est.rl_completions == 3 * (2 + 2) * 3
-    compute = record["runs"][0]["compute"]["strict"]
-    assert 3 * 2 * 3 <= compute["completions"] <= est.rl_completions
-    assert compute["gradient_steps"] == 3 * 2
-    assert compute["tokens_generated"] <= est.rl_completions * plan.max_new_tokens
+    compute = record.runs[0].compute["strict"]
+    assert 3 * 2 * 3 <= compute.completions <= est.rl_completions
+    assert compute.gradient_steps == 3 * 2
+    assert compute.tokens_generated <= est.rl_completions * plan.max_new_tokens
     assert _record_rows(record) <= est.record_rows
 
 
@@ -432,7 +432,7 @@ def test_calibration_leaves_training_bit_identical(tiny, tmp_path):
     assert torch.get_num_threads() == threads
     _, after = _train(tmp_path, **TINY)
     assert rows(after) == rows(before)
-    assert [run["compute"] for run in after["runs"]] == [run["compute"] for run in before["runs"]]
+    assert [run.compute for run in after.runs] == [run.compute for run in before.runs]
     assert _checkpoints(after) == _checkpoints(before)
 
 

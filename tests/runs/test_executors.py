@@ -19,6 +19,7 @@ from postlab.engines.exact import ArmTask, CheckpointRef
 from postlab.plan.frozen import load_plan
 from postlab.plan.schema import Plan
 from postlab.policies.checkpoint import CheckpointError
+from postlab.records.models import Record
 from postlab.runs.executors import EXECUTORS, make_executor
 from postlab.runs.orchestration import RunOptions, run_plan
 from postlab.runs.progress import Quiet
@@ -38,7 +39,7 @@ class Recorder(Quiet):
         self.events.append(event)
 
 
-def _run(plan: Path, out: Path, kind: str, workers: int) -> tuple[dict, Recorder]:
+def _run(plan: Path, out: Path, kind: str, workers: int) -> tuple[Record, Recorder]:
     display = Recorder()
     loaded = load_plan(plan)
     record = run_plan(loaded, plan.read_bytes(),
@@ -69,7 +70,8 @@ def test_local_and_processes_give_the_same_record(local_run, tmp_path):
     pooled, pooled_display = _run(plan, tmp_path / "pool", "processes", 2)
     assert rows(pooled) == rows(record)
     for key in ("arm_sft_loss", "compute", "checkpoints", "digests"):
-        assert [run[key] for run in pooled["runs"]] == [run[key] for run in record["runs"]]
+        assert [run.data()[key] for run in pooled.runs] == [run.data()[key]
+                                                             for run in record.runs]
     assert (tmp_path / "pool" / "summary.json").read_bytes() == (out / "summary.json").read_bytes()
     for checkpoint in sorted(out.glob("*.pt")):
         assert (tmp_path / "pool" / checkpoint.name).read_bytes() == checkpoint.read_bytes()
@@ -86,8 +88,8 @@ def test_an_arm_task_alone_reproduces_its_result(local_run, tmp_path, arm):
     fresh.mkdir()
     shutil.copy(out / "seed-4-initial.pt", fresh / "seed-4-initial.pt")
     result = _alone_in(fresh, out, load_plan(plan).model, arm)
-    run = record["runs"][1]
-    assert run["seed"] == 4
+    assert record.runs[1].seed == 4
+    run = record.runs[1].data()  # the task's result is JSON, as the record's entry is
     assert result["evaluation"] == run["evaluations"][arm]
     assert result["checkpoint"] == run["checkpoints"][arm]
     assert result["compute"] == run["compute"][arm]

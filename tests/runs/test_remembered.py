@@ -7,10 +7,12 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from recordfiles import read_record
 
 from postlab.cli import main
 from postlab.machine import provenance
 from postlab.machine.cache import CACHE_VARIABLE
+from postlab.records.models import Record
 from postlab.records.record import bundled_run_dir, load_record, locate_run
 from postlab.render.overview import verification_line
 from postlab.runs import remembered
@@ -168,13 +170,15 @@ def test_an_unwritable_memo_folder_costs_only_the_reuse(run, tmp_path, monkeypat
 def test_checks_of_a_record_naming_a_checkpoint_the_key_missed_are_not_kept(run,
                                                                           monkeypatch):
     # the key hashes the folder's .pt files without decoding the seeds; a record that names
-    # another file (here, one in a subfolder) fails verify, and that failure is not kept,
-    # since a change to that file would not change the key
+    # another file (here, one not named .pt: a record cannot name one in a subfolder) fails
+    # verify, and that failure is not kept, since a change to that file would not change
+    # the key
     calls = _counting(monkeypatch)
-    files, record = _opened(run)
-    (run / "elsewhere").mkdir()
-    shutil.copy(run / "seed-11-strict.pt", run / "elsewhere" / "seed-11-strict.pt")
-    record["runs"][0]["checkpoints"]["strict"]["file"] = "elsewhere/seed-11-strict.pt"
+    files, _ = _opened(run)
+    shutil.copy(run / "seed-11-strict.pt", run / "seed-11-strict.ckpt")
+    data = read_record(files.record)
+    data["runs"][0]["checkpoints"]["strict"]["file"] = "seed-11-strict.ckpt"
+    record = Record.of(data, str(files.record))
     for _ in range(2):
         result = remembered.verify_remembered(files, record)
         assert result.reused_from is None

@@ -23,11 +23,12 @@ from postlab.plan.arms import plan_contracts
 from postlab.plan.frozen import freeze, teaching_plan
 from postlab.plan.schema import Plan
 from postlab.plan.validation import validate_plan
+from postlab.records.blocks import iter_rows
 from postlab.records.record import load_record, record_in
 from postlab.tasks.arithmetic import Task
 from postlab.tasks.contracts import CONTRACT_WORDS, CONTRACTS, ContractWords, describe, score
 from postlab.tasks.registry import TASKS
-from postlab.tasks.rows import Row, iter_rows
+from postlab.tasks.rows import Row
 
 TASK = "single_digit_subtraction"
 EXACT, LENIENT = "exact_difference", "lenient_difference"

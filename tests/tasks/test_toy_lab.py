@@ -40,7 +40,7 @@ def toy_lab() -> Iterator[None]:
         if "bigram" not in POLICIES:  # test_policies may have registered it already
             stack.enter_context(POLICIES.registered("bigram", PolicyKind(
                 build=Bigram, fields=BigramFields,
-                size=lambda plan: (len(plan["vocab"]) ** 2, len(plan["vocab"])),
+                size=lambda plan: (len(plan.vocab) ** 2, len(plan.vocab)),
                 summary="a test's lookup table indexed by the previous token")))
         yield
 
@@ -53,8 +53,8 @@ def test_a_toy_policy_on_a_toy_task_runs_verifies_and_reports(toy_lab, tmp_path,
     assert main(["run", "--plan", str(plan), "--out-dir", str(run), "--workers", "1",
                  "--quiet"]) == 0
     record = load_record(run / "record.json")
-    assert record["parameters"] == 14 * 14  # the table, not a GRU
-    assert list(record["runs"][0]["training"]) == [EXACT, LENIENT]
+    assert record.parameters == 14 * 14  # the table, not a GRU
+    assert list(record.runs[0].arms) == [EXACT, LENIENT]
     assert load_checkpoint(run / f"seed-3-{EXACT}.pt", None, kind="bigram")["kind"] == "bigram"
     capsys.readouterr()
     assert main(["verify", str(run)]) == 0
@@ -62,7 +62,7 @@ def test_a_toy_policy_on_a_toy_task_runs_verifies_and_reports(toy_lab, tmp_path,
     assert main(["report", str(run), "--format", "json"]) == 0
     text = capsys.readouterr().out
     report = json.loads(text)
-    assert report["plan_sha256"] == record["plan_sha256"]
+    assert report["plan_sha256"] == record.plan_sha256
     assert f"{EXACT}_rate" in text and "substring" not in text and "strict" not in text
     page = tmp_path / "report.html"
     assert main(["report", str(run), "--html", str(page), "--lang", "en"]) == 0

@@ -46,6 +46,7 @@ from postlab.tasks.registry import answer_function
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
+    from postlab.records.models import Record
 
 SCHEMA = "postlab.analysis.aggregate/1"
 INTERVAL_METHOD = (f"held-out rates, coverage, pass@k, changes from SFT and hacking gaps: "
@@ -64,7 +65,7 @@ def dynamics_series(contracts: Sequence[str]) -> tuple[str, ...]:
     return (*(f"{name}_reward" for name in contracts), *STEP_SERIES)
 
 
-def record_facts(record: dict[str, Any], plan: Plan,
+def record_facts(record: Record, plan: Plan,
                  tables: Iterable[Any] | None = None) -> Iterator[SeedFacts]:
     """Every seed's facts in record order, computed columnar a batch of seeds at a time
     (:func:`~postlab.analysis.facts.table_facts`) from ``tables`` (by default the record's
@@ -78,15 +79,15 @@ def record_facts(record: dict[str, Any], plan: Plan,
         yield from table_facts(batch, samples, answer, contracts)
 
 
-def oracle_facts(record: dict[str, Any], plan: Plan) -> Iterator[SeedFacts]:
+def oracle_facts(record: Record, plan: Plan) -> Iterator[SeedFacts]:
     """Every seed's facts from its Python rows, row by row (:func:`~postlab.analysis.facts.
     run_facts`): the plain path the columnar one is tested against."""
     samples, answer, contracts = plan.eval_samples, answer_function(plan), plan_contracts(plan)
-    for run in record["runs"]:
+    for run in record.runs:
         yield run_facts(run, samples, answer, contracts)
 
 
-def analyse(record: dict[str, Any], plan: Plan, *,
+def analyse(record: Record, plan: Plan, *,
             registration: dict[str, Any] | None = None,
             exploratory: dict[str, Any] | None = None,
             facts: Iterable[SeedFacts] | None = None) -> Analysis:
@@ -97,7 +98,7 @@ def analyse(record: dict[str, Any], plan: Plan, *,
 
     Hypotheses decided: a checked ``registration``'s (else the plan's own), and
     ``exploratory`` ones given afterwards (a hypotheses section), each family on its own."""
-    if not record["runs"]:
+    if not record.runs:
         raise ValueError("the record holds no completed seed")
     gathered = _Gathering(plan)
     for fact in record_facts(record, plan) if facts is None else facts:
@@ -106,7 +107,7 @@ def analyse(record: dict[str, Any], plan: Plan, *,
         raise ValueError("the record holds no completed seed")
 
     held = {key: np.stack(rows) for key, rows in gathered.counts.items()}
-    tabled = Analysis(schema=SCHEMA, plan_sha256=record["plan_sha256"],
+    tabled = Analysis(schema=SCHEMA, plan_sha256=record.plan_sha256,
                       seeds=tuple(gathered.seeds), stages=gathered.stages, arms=(),
                       splits=gathered.splits, eval_samples=gathered.samples,
                       interval_method="", band_method="", outcomes=(), hacking_gaps=(),
@@ -118,7 +119,7 @@ def analyse(record: dict[str, Any], plan: Plan, *,
     pass_curves = _pass_curves(gathered, spread)
     dynamics, onsets, rewards = _arm_results(gathered)
     rule = gathered.rule
-    analysis = Analysis(schema=SCHEMA, plan_sha256=record["plan_sha256"],
+    analysis = Analysis(schema=SCHEMA, plan_sha256=record.plan_sha256,
                         seeds=tuple(gathered.seeds), stages=gathered.stages,
                         arms=tuple(gathered.arms), splits=gathered.splits,
                         eval_samples=gathered.samples, interval_method=INTERVAL_METHOD,
@@ -336,7 +337,7 @@ def _arm_results(gathered: _Gathering) -> tuple[tuple[Dynamics, ...], tuple[Onse
     return tuple(dynamics), tuple(onsets), tuple(rewards)
 
 
-def _decided(analysis: Analysis, record: dict[str, Any], plan: Plan,
+def _decided(analysis: Analysis, record: Record, plan: Plan,
              registration: dict[str, Any] | None,
              exploratory: dict[str, Any] | None) -> Analysis:
     """The analysis with its registration and its hypotheses decided, from the same per-seed
@@ -346,7 +347,7 @@ def _decided(analysis: Analysis, record: dict[str, Any], plan: Plan,
     decided = families(plan, registration, exploratory)
     if registration is not None:
         analysis = dataclasses.replace(analysis, registration={
-            key: record["registration"][key]
+            key: getattr(record.registration, key)
             for key in ("registered_at", "training_started_at", "sha256")})
     if decided and len(analysis.seeds) >= 2:
         # Decided here, from the same per-seed values as every other number of the report.

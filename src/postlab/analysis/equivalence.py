@@ -29,17 +29,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from postlab.analysis.intervals import interval, t_quantile
 from postlab.plan import margins
 from postlab.plan.arms import plan_contracts, rl_contracts
 from postlab.records.metrics import evaluate
-from postlab.records.record import seeds_of
 from postlab.tasks.registry import answer_function
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
+    from postlab.records.models import Record
 
 #: Equivalence margins, on each metric's scale (final_kl: on log KL), with their reasons in
 #: :mod:`postlab.plan.margins`.
@@ -110,39 +110,39 @@ def tost(metric: str, arm: str, first: Sequence[float], second: Sequence[float],
                        equivalent=-margin < low and high < margin, paired=paired)
 
 
-def seed_metrics(record: dict[str, Any], plan: Plan, split: str = "test"
+def seed_metrics(record: Record, plan: Plan, split: str = "test"
                  ) -> dict[tuple[str, str], list[float]]:
     """(metric, arm) -> one value per seed of the record, in the record's order of runs."""
     contracts = plan_contracts(plan)
     answer = answer_function(plan)
     samples = plan.eval_samples
     values: dict[tuple[str, str], list[float]] = {}
-    for run in record["runs"]:
+    for run in record.runs:
         for arm in rl_contracts(plan):
-            result = evaluate(run["evaluations"][arm][split]["sampled"], samples, answer,
+            result = evaluate(run.evaluations[arm][split].sampled, samples, answer,
                               contracts)
             found = {"strict_success": result[f"{contracts[0]}_rate"],
                      "coverage": result["covered"] / result["questions"]}
             if len(contracts) > 1:
                 found["hacking_gap"] = (result[f"{contracts[1]}_rate"]
                                         - result[f"{contracts[0]}_rate"])
-            history = run["training"][arm]
+            history = run.arms[arm]
             late = history[-max(1, len(history) // 10):]
-            kl = [sum(u["kl"] for u in step["updates"]) / len(step["updates"]) for step in late]
+            kl = [sum(u.kl for u in step.updates) / len(step.updates) for step in late]
             found["final_kl"] = math.log(max(sum(kl) / len(kl), 1e-12))
             for metric, value in found.items():
                 values.setdefault((metric, arm), []).append(value)
     return values
 
 
-def compare_engines(first: dict[str, Any], second: dict[str, Any], plan: Plan,
+def compare_engines(first: Record, second: Record, plan: Plan,
                     margins: dict[str, float] = MARGINS, paired: bool = False
                     ) -> list[Equivalence]:
     """Every metric of every RL arm: the first record's seeds against the second's; with
     ``paired``, both records must hold the same seeds, matched seed by seed."""
     a, b = seed_metrics(first, plan), seed_metrics(second, plan)
     if paired:
-        seeds, others = seeds_of(first), seeds_of(second)
+        seeds, others = first.seed_order(), second.seed_order()
         if sorted(seeds) != sorted(others):
             raise ValueError("a paired comparison needs the same seeds in both records")
         at = {seed: index for index, seed in enumerate(others)}

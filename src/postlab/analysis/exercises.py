@@ -22,6 +22,7 @@ from postlab.tasks.rows import Row
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
+    from postlab.records.models import Record
 
 #: The teaching task's contracts: the reference rule ("correct") and the gameable one.
 REFERENCE, GAMEABLE = ARITHMETIC_CONTRACTS
@@ -191,7 +192,7 @@ def _interval(value: Any, signed: bool = True) -> str:
     return f"{value.mean:{form}} [{value.low:{form}}, {value.high:{form}}]"
 
 
-def exercise_8(record: dict[str, Any], plan: Plan, folder: Any,
+def exercise_8(record: Record, plan: Plan, folder: Any,
                prompts: int = 4, samples: int = 5000, *,
                tables: Callable[[], Any] | None = None) -> Exercise:
     """Answer 8 on a run (``tables`` unused: it reads the first seed's entry, checked as it is
@@ -209,14 +210,18 @@ def exercise_8(record: dict[str, Any], plan: Plan, folder: Any,
     from postlab.policies.checkpoint import load_checkpoint
     from postlab.policies.restore import policy_from_checkpoint
 
-    run = record["runs"][0]
-    seed = run["seed"]
+    run = record.runs[0]
+    seed = run.seed
+    checkpoints = run.checkpoints
+    if checkpoints is None:
+        raise KeyError("checkpoints")
+    # the policies' layer reads the checkpoints as plain values (file, sha256)
+    plain = {stage: info.model_dump() for stage, info in checkpoints.items()}
 
     def load(stage: str) -> Any:
-        info = run["checkpoints"][stage]
-        payload = load_checkpoint(folder / info["file"], info["sha256"],
-                                  kind=policy_kind(plan))
-        return policy_from_checkpoint(plan, payload, seed, folder, run["checkpoints"]).eval()
+        info = checkpoints[stage]
+        payload = load_checkpoint(folder / info.file, info.sha256, kind=policy_kind(plan))
+        return policy_from_checkpoint(plan, payload, seed, folder, plain).eval()
 
     reference = load("initial")
     pairs = plan.split["test"][:prompts]
@@ -260,7 +265,7 @@ def exercise_8(record: dict[str, Any], plan: Plan, folder: Any,
     return Exercise(8, "exact KL at visited prefixes vs over whole completions", values, lines)
 
 
-def _exercise_9_on_run(record: dict[str, Any], plan: Plan, folder: Any, *,
+def _exercise_9_on_run(record: Record, plan: Plan, folder: Any, *,
                        tables: Callable[[], Any] | None = None) -> Exercise:
     from postlab.analysis.aggregate import analyse, record_facts
     from postlab.errors import UserError

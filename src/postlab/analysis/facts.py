@@ -27,7 +27,7 @@ import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,7 +39,9 @@ from postlab.records.metrics import (
     step_series,
 )
 from postlab.tasks.contracts import CONTRACTS, PARTIAL_CREDIT, scored
-from postlab.tasks.rows import Row
+
+if TYPE_CHECKING:
+    from postlab.records.models import SeedEntry
 
 #: The update statistics a step's series averages, by series name (``STEP_SERIES``).
 UPDATE_SERIES = ("kl", "entropy", "ratio_outside_clip", "gradient_norm_before_clip", "loss")
@@ -95,16 +97,14 @@ def _per_question(decoding: str, samples: int) -> int | None:
     return {GREEDY: 1, SAMPLED: samples}.get(decoding)
 
 
-def run_facts(run: dict[str, Any], samples: int, answer: Answer,
+def run_facts(run: SeedEntry, samples: int, answer: Answer,
               contracts: Sequence[str]) -> SeedFacts:
     """The oracle: one seed's facts from its rows, row by row."""
     evaluations = {}
-    for stage, splits in run["evaluations"].items():
+    for stage, splits in run.evaluations.items():
         for split, decoded in splits.items():
-            for decoding, raw in decoded.items():
-                per = _per_question(decoding, samples)
-                if per is None:
-                    continue
+            for decoding, raw, per in ((GREEDY, decoded.greedy, 1),
+                                       (SAMPLED, decoded.sampled, samples)):
                 groups = question_groups(raw, per)
                 evaluations[(stage, split, decoding)] = Evaluated(
                     questions=tuple(tuple(group[0].pair) for group in groups),
@@ -112,8 +112,8 @@ def run_facts(run: dict[str, Any], samples: int, answer: Answer,
                               for name in contracts},
                     rows=len(raw))
     training = {}
-    for arm, history in run.get("training", {}).items():
-        rows = [[Row.of(r) for r in step["rows"]] for step in history]
+    for arm, history in run.arms.items():
+        rows = [list(step.rows) for step in history]
         accepted = {name: [count_under(block, name, answer) for block in rows]
                     for name in contracts}
         per_step = [step_series(step, block, answer, contracts)
@@ -121,16 +121,17 @@ def run_facts(run: dict[str, Any], samples: int, answer: Answer,
         names = (*(f"{name}_reward" for name in contracts), *STEP_SERIES)
         series = {name: [values[name] for values in per_step] for name in names}
         training[arm] = Trained(
-            steps=tuple(step["step"] for step in history),
+            steps=tuple(step.step for step in history),
             series={name: np.array(values, dtype=np.float64) for name, values in series.items()},
             accepted={name: np.array(values) for name, values in accepted.items()},
             rows=np.array([len(block) for block in rows], dtype=np.int64),
             row_scores={name: np.array([scored(CONTRACTS[name], answer, row)
                                         for block in rows for row in block], dtype=np.float64)
                         for name in contracts if name in PARTIAL_CREDIT})
-    return SeedFacts(seed=run["seed"], evaluations=evaluations, training=training,
-                     sft_loss=list(run.get("sft_loss", [])),
-                     compute=run.get("compute"))
+    compute = (None if run.compute is None else
+               {stage: counts.model_dump() for stage, counts in run.compute.items()})
+    return SeedFacts(seed=run.seed, evaluations=evaluations, training=training,
+                     sft_loss=list(run.sft_loss or []), compute=compute)
 
 
 def _bounds(values: np.ndarray) -> list[tuple[int, int]]:

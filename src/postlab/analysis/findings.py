@@ -23,6 +23,7 @@ from postlab.plan.arms import plan_contracts
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
+    from postlab.records.models import Record
 
 UP, DOWN, UNCLEAR, SINGLE = "up", "down", "unclear", "single"
 
@@ -47,7 +48,7 @@ def direction(value: Interval) -> str:
     return UNCLEAR
 
 
-def findings(analysis: Analysis, record: dict[str, Any], plan: Plan,
+def findings(analysis: Analysis, record: Record, plan: Plan,
              split: str, tables: Callable[[], Iterable[Any]] | None = None) -> list[Finding]:
     """The run's findings on ``split``, in reading order: SFT, then each arm. ``tables``
     makes the record's checked flat tables afresh for each pass over the answers (None: the
@@ -118,7 +119,7 @@ def _reward_minus_held_out(analysis: Analysis, trained: TrainingReward, stage: s
                                mean=sum(per_seed) / len(per_seed)).interval()
 
 
-def paid_and_wrong(record: dict[str, Any], plan: Plan, stage: str, split: str,
+def paid_and_wrong(record: Record, plan: Plan, stage: str, split: str,
                    contract: str) -> tuple[dict[int, float], int]:
     """Per seed, the share of a stage's sampled answers on ``split`` that ``contract`` accepts
     and the reference refuses; and how many answers each seed gave."""
@@ -138,7 +139,7 @@ class _GamedTally:
         self.total: dict[str, dict[int, int]] = {stage: {} for stage in stages}
         self.gamed = {stage: Tally() for stage in stages}
 
-    def walk(self, record: dict[str, Any], plan: Plan,
+    def walk(self, record: Record, plan: Plan,
              tables: Iterable[Any] | None = None) -> _GamedTally:
         """Tally the record's judged answers (:func:`~postlab.analysis.samples.judged_rows`,
         ``tables`` as it takes)."""
@@ -187,7 +188,7 @@ class _GamedTally:
         return {seed: paid[seed] / total[seed] for seed in total}, trials
 
 
-def _gaming(analysis: Analysis, record: dict[str, Any], plan: Plan, stage: str,
+def _gaming(analysis: Analysis, record: Record, plan: Plan, stage: str,
             split: str, contract: str, tables: Callable[[], Iterable[Any]] | None) -> Finding:
     """What an arm trained on a lenient contract learned to game: the share of its sampled
     answers that contract pays although they are wrong, its change from the SFT model (which

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from postlab.plan.arms import plan_contracts
-from postlab.records.record import seeds_of
+from postlab.records.blocks import ROLLOUT, iter_run_rows
 from postlab.tasks.contracts import score
 from postlab.tasks.registry import answer_function, task_for
-from postlab.tasks.rows import ROLLOUT, iter_run_rows
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
+    from postlab.records.models import Record
 
 CORRECT, GAMED, WRONG = "correct", "gamed", "wrong"
 #: The kinds of answer, in the order reports show them.
@@ -58,7 +58,7 @@ def classify(accepted: Sequence[str], contracts: Sequence[str]) -> str:
     return GAMED if accepted else WRONG
 
 
-def iter_samples(record: dict[str, Any], plan: Plan, *,
+def iter_samples(record: Record, plan: Plan, *,
                  stages: Iterable[str] | None = None, split: str | None = None,
                  decoding: str | None = None, kinds: Iterable[str] | None = None,
                  seeds: Iterable[int] | None = None, rollouts: bool = False
@@ -73,10 +73,10 @@ def iter_samples(record: dict[str, Any], plan: Plan, *,
     wanted_stages = None if stages is None else set(stages)
     wanted_kinds = None if kinds is None else set(kinds)
     wanted_seeds = None if seeds is None else set(seeds)
-    for index, seed in enumerate(seeds_of(record)):
+    for index, seed in enumerate(record.seed_order()):
         if wanted_seeds is not None and seed not in wanted_seeds:
             continue  # not read at all: a chunked record's other seeds stay on disk
-        run = record["runs"][index]
+        run = record.runs[index]
         for place, row in iter_run_rows(run, evaluations=not rollouts, training=rollouts):
             if rollouts and place.decoding != ROLLOUT:
                 continue  # rows a dynamic-sampling step dropped were never trained on
@@ -97,7 +97,7 @@ def iter_samples(record: dict[str, Any], plan: Plan, *,
                          accepted=accepted, kind=kind)
 
 
-def judged_rows(record: dict[str, Any], plan: Plan, tables: Iterable[Any] | None = None,
+def judged_rows(record: Record, plan: Plan, tables: Iterable[Any] | None = None,
                 *, rollouts: bool = False) -> Iterator[Any]:
     """The record's answers judged, a batch of seeds at a time, as Arrow tables in record
     order (columnar: each distinct answer judged once): the columns of a :class:`Sample`
@@ -218,7 +218,7 @@ class Tally:
                 for key in chosen]
 
 
-def answer_tallies(record: dict[str, Any], plan: Plan,
+def answer_tallies(record: Record, plan: Plan,
                    tables: Iterable[Any] | None = None, *,
                    stages: Iterable[str] | None = None, split: str | None = None,
                    decoding: str | None = None, kinds: Iterable[str] | None = None,
@@ -319,7 +319,7 @@ class PairCells:
                 for (stage, split), cells in self.cells.items()]
 
 
-def pair_grids(record: dict[str, Any], plan: Plan, decoding: str = "sampled",
+def pair_grids(record: Record, plan: Plan, decoding: str = "sampled",
                tables: Iterable[Any] | None = None) -> list[PairGrid]:
     """One grid per stage and split, from the evaluation answers of ``decoding``; none for a
     task whose questions are not operand pairs. ``tables``: as :func:`judged_rows` takes."""
@@ -382,7 +382,7 @@ class StageTallies:
         return result
 
 
-def stage_examples(record: dict[str, Any], plan: Plan, split: str,
+def stage_examples(record: Record, plan: Plan, split: str,
                    decoding: str = "sampled", per_kind: int = 4,
                    tables: Iterable[Any] | None = None) -> list[KindExamples]:
     """Per stage and kind (correct, gamed, wrong): counts and the commonest answers."""
@@ -392,7 +392,7 @@ def stage_examples(record: dict[str, Any], plan: Plan, split: str,
     return tallies.result(per_kind)
 
 
-def page_samples(record: dict[str, Any], plan: Plan, split: str,
+def page_samples(record: Record, plan: Plan, split: str,
                  decoding: str = "sampled", per_kind: int = 4,
                  tables: Iterable[Any] | None = None
                  ) -> tuple[list[PairGrid], list[KindExamples]]:

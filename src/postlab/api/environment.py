@@ -6,9 +6,12 @@ command line to print and a script to log.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
+
+if TYPE_CHECKING:
+    from postlab.records.models import Record
 
 
 def did_you_mean(word: str, known: list[str]) -> str:
@@ -46,12 +49,20 @@ def _pin_fallback(reason: str) -> str:
     return f"code path: {describe_path(fallback)} ({reason})"
 
 
-def pin_for_record(record: dict[str, Any], choice: str | None, *, strict: bool) -> str:
+def pin_for_record(record: Record, choice: str | None, *, strict: bool) -> str:
     """Pin the code path a record was made on (or ``choice``); return a line saying which.
 
     With ``strict``, a path this machine cannot run is an error naming what the record needs
     and what the machine has; without, the machine's portable path is used and said.
     """
+    return pin_for_numerics(None if record.numerics is None else record.data()["numerics"],
+                            choice, strict=strict)
+
+
+def pin_for_numerics(recorded: dict[str, Any] | None, choice: str | None, *,
+                     strict: bool) -> str:
+    """:func:`pin_for_record` from the ``numerics`` a record (or a resumed run's kept
+    settings) holds as JSON (None: it names none)."""
     from postlab.machine import numerics
 
     check_cpu_path(choice)
@@ -59,7 +70,6 @@ def pin_for_record(record: dict[str, Any], choice: str | None, *, strict: bool) 
         name = numerics.resolve_choice(choice)
         numerics.pin(name)
         return f"code path: {describe_path(name)} (chosen with --cpu-path)"
-    recorded = record.get("numerics")
     name = numerics.recorded_path(recorded)
     if name is not None:
         why = numerics.cannot_run(name)
@@ -95,7 +105,7 @@ def pin_for_run(out_dir: Path, cpu_path: str | None, resume: bool) -> str:
 
         settings = resume_settings(out_dir)
         if settings is not None:
-            return pin_for_record(settings, None, strict=True)
+            return pin_for_numerics(settings.get("numerics"), None, strict=True)
     name = numerics.resolve_choice(cpu_path or numerics.PORTABLE)
     numerics.pin(name)
     how = "chosen with --cpu-path" if cpu_path else "portable, the default"
@@ -124,7 +134,7 @@ def device_for_run(out_dir: Path, choice: str | None, resume: bool) -> tuple[str
     return resolved, f"device: {resolved} ({how})"
 
 
-def device_for_record(record: dict[str, Any], choice: str | None) -> str:
+def device_for_record(record: Record, choice: str | None) -> str:
     """The device to reproduce a record on: ``choice``, else the record's, which this machine
     must have; refused in one line before training otherwise."""
     from postlab.machine import device
@@ -132,11 +142,11 @@ def device_for_record(record: dict[str, Any], choice: str | None) -> str:
     if choice is not None:
         device.prepare(choice)
         return device.resolve(choice)
-    recorded = record.get("device", "cpu")
+    recorded = record.device or "cpu"
     device.prepare(recorded)
     if recorded == "cuda" and not device.cuda_available():
-        numerics = record.get("numerics")
-        gpu = numerics.get("cuda", {}).get("device_name") if isinstance(numerics, dict) else None
+        cuda = None if record.numerics is None else record.numerics.cuda
+        gpu = (cuda or {}).get("device_name")
         made_on = f"cuda ({gpu})" if gpu else "cuda"
         raise UserError(f"the record was made on {made_on} and torch finds no CUDA device "
                         "here; reproduce it on a machine with CUDA, or pass --device cpu to "
@@ -151,7 +161,7 @@ def worker_count(workers: int | None, device: str = "cpu") -> int:
     On CUDA a run has one worker: processes sharing one GPU would split its memory and gain
     little on models this size, and one process keeps the GPU's state in one place.
     """
-    from postlab.records.models import MAX_WORKERS
+    from postlab.records.fields import MAX_WORKERS
     from postlab.runs.workers import WORKERS_VARIABLE, default_workers, start_worker_server
 
     if device == "cuda":

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from postlab.analysis.results import Analysis
     from postlab.analysis.versions import Comparison
     from postlab.plan.schema import Plan
+    from postlab.records.models import SeedEntry
     from postlab.runs.verdicts import Check
 
 
@@ -52,9 +53,9 @@ def check_split(opened: OpenedRun, split: str) -> None:
               functools.partial(_no_split, opened.source))
 
 
-def _split_missing(split: str, run: dict[str, Any]) -> list[str]:
-    return [f"seed {run['seed']}, stage {stage} has no {split!r} split"
-            for stage, splits in run["evaluations"].items() if split not in splits]
+def _split_missing(split: str, run: SeedEntry) -> list[str]:
+    return [f"seed {run.seed}, stage {stage} has no {split!r} split"
+            for stage, splits in run.evaluations.items() if split not in splits]
 
 
 def _no_split(source: Path, problems: list[str]) -> None:
@@ -149,7 +150,7 @@ def verify(run: str | Path | None = None, *, expect: str | None = None,
     note = environment.pin_for_record(record, None, strict=False)
     if say is not None:
         say(note)  # before the checks, which take a while
-    if record.get("device") == "cuda":
+    if record.device == "cuda":
         from postlab.machine.device import prepare
 
         prepare("cuda")  # re-evaluates on CUDA where it exists; before CUDA initialises
@@ -371,7 +372,6 @@ def samples(run: str | Path | None, *, stages: Sequence[str] = (), split: str | 
     read."""
     from postlab.plan.arms import plan_contracts
     from postlab.records.opened import check_whole, open_run
-    from postlab.records.record import seeds_of
 
     if decoding is not None and split == "rollouts":
         raise UserError("--decoding is for evaluation splits; training rollouts are sampled")
@@ -383,15 +383,15 @@ def samples(run: str | Path | None, *, stages: Sequence[str] = (), split: str | 
     if chosen_split is not None:
         check_split(opened, chosen_split)
     # every seed of a record that fits its plan has the same stages and arms: the first's
-    first = record["runs"][0] if record["runs"] else {"evaluations": {}}
-    all_stages = list(first["evaluations"])
-    arms = [s for s in all_stages if s in first.get("training", {})]
+    first = record.runs[0] if record.runs else None
+    all_stages = [] if first is None else list(first.evaluations)
+    arms = [] if first is None else [s for s in all_stages if s in first.arms]
     known = arms if rollouts else all_stages
     for stage in stages:
         if stage not in known:
             what = "RL arms with rollouts" if rollouts else "stages"
             raise UserError(f"--stage {stage}: the run's {what} are {', '.join(known) or 'none'}")
-    recorded = seeds_of(record)
+    recorded = record.seed_order()
     for seed in seeds:
         if seed not in recorded:
             raise UserError(f"--seed {seed}: the run's seeds are "

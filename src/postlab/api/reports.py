@@ -143,11 +143,11 @@ def _verdict_lines(opened: OpenedRun, lang: str, exploratory: dict | None) -> st
     if table is None:
         return "\n(hypotheses need at least two completed seeds to be decided)\n"
     lines = ["", table.title]
-    if opened.registration is not None:
-        named = opened.record["registration"]
-        lines.append(f"registration: registered {named['registered_at']}, training began "
-                     f"{named['training_started_at']} (registration.json sha256 "
-                     f"{named['sha256'][:16]}…)")
+    named = opened.record.registration  # read from the folder only where the record names it
+    if opened.registration is not None and named is not None:
+        lines.append(f"registration: registered {named.registered_at}, training began "
+                     f"{named.training_started_at} (registration.json sha256 "
+                     f"{named.sha256[:16]}…)")
     for row in table.rows:
         ident, statement, claim, _, numbers, level, verdict, standing = row
         lines.append(f"{ident}: {verdict.upper()} — {statement}")

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from postlab.plan.frozen import LoadedPlan
     from postlab.plan.schema import Plan
     from postlab.records.compare import Comparison
+    from postlab.records.models import Record
     from postlab.runs.counts import ComputeEstimate
     from postlab.runs.progress import Quiet
     from postlab.sweeps.progress import SweepProgress
@@ -41,7 +42,7 @@ class RunResult:
     """A finished run: its folder, record, fingerprint, and how it was computed."""
 
     out_dir: Path
-    record: dict[str, Any]
+    record: Record
     fingerprint: str  # every file of the run, provenance included
     #: plan, rows, summary and checkpoints: the same for every run of the plan on this path
     results_fingerprint: str
@@ -110,7 +111,7 @@ def train(plan: LoadedPlan | None, raw: bytes | None, out_dir: Path, *, workers:
           log: tuple[str, ...] = (), display: Quiet | None = None,
           progress_every: int = 0, registration: bytes | None = None,
           checked: tuple[LoadedPlan, dict[str, Any] | None] | None = None
-          ) -> dict[str, Any]:
+          ) -> Record:
     """Train a checked plan into ``out_dir`` with an already chosen setting; the record.
     ``registration``: a checked registration's bytes, copied into the folder first;
     ``checked``: on resume, the folder's check already taken (``check_resumable``)."""
@@ -184,7 +185,7 @@ class ReproduceResult:
     """A recorded run trained again: the row-by-row comparison, and the new record."""
 
     comparison: Comparison
-    record: dict[str, Any]
+    record: Record
     #: why bits may differ: each difference of what decides them, or that there is none
     environment_hint: str
     #: the results fingerprints of the recorded run and of the new one, where all its seeds
@@ -208,7 +209,7 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
     bits do not depend on the others it was trained with). The new folder then holds the
     plan with just these seeds, derived from the recorded one (its parent)."""
     from postlab.records.compare import compare_records
-    from postlab.records.record import load_record, locate_run, seeds_of
+    from postlab.records.record import load_record, locate_run
 
     environment.check_cpu_path(cpu_path)
     target = None if run is None else Path(run)
@@ -231,11 +232,11 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
             raise UserError(f"{files.record}: seed {stray} has a run in the record but is not "
                             "in its plan (a damaged record: verify it)")
         say(f"seeds {', '.join(map(str, picked))} ({len(picked)} of the record's "
-            f"{len(record['runs'])}; a spot check: the others are not trained)")
+            f"{len(record.runs)}; a spot check: the others are not trained)")
         # only the chosen seeds' entries are read (a chunked record's others stay on disk)
-        chosen_runs = [record["runs"][index] for index, seed in enumerate(seeds_of(record))
+        chosen_runs = [record.runs[index] for index, seed in enumerate(record.seed_order())
                        if seed in seeds]
-        record = dict(record, runs=chosen_runs)
+        record = record.with_runs(chosen_runs)
         plan, raw = _plan_of_seeds(plan, picked, str(files.record))
     from postlab.runs.estimate_text import render_estimate
 
@@ -259,7 +260,7 @@ def reproduce(run: str | Path | None, out_dir: str | Path, *, workers: int | Non
 
 
 def _checked_before_training(target: Path | None, seeds: Sequence[int]
-                             ) -> tuple[dict[str, Any], LoadedPlan]:
+                             ) -> tuple[Record, LoadedPlan]:
     """The record to reproduce, opened as every reader opens it (its folder, plan,
     registration) and the seeds to train again read (their chunks hashed against the
     manifest) and checked, before anything is trained or written: a record refused after
@@ -275,10 +276,8 @@ def _checked_before_training(target: Path | None, seeds: Sequence[int]
     return opened.record, opened.plan
 
 
-def _check_seeds(record: dict[str, Any], seeds: Sequence[int], source: str) -> None:
-    from postlab.records.record import seeds_of
-
-    recorded = seeds_of(record)  # without reading a chunked record's rows
+def _check_seeds(record: Record, seeds: Sequence[int], source: str) -> None:
+    recorded = record.seed_order()  # without reading a chunked record's rows
     for seed in seeds:
         if seed not in recorded:
             raise UserError(f"--seed {seed}: {source} has no run of seed {seed} (its seeds: "
@@ -308,7 +307,7 @@ def _plan_of_seeds(plan: LoadedPlan, seeds: list[int], source: str
     return parse_plan(raw, f"{source}: the plan of seeds {seeds}", plan.path), raw
 
 
-def _rehashed(fresh: dict[str, Any], out_dir: Path, plan: Plan) -> dict[str, Any]:
+def _rehashed(fresh: Record, out_dir: Path, plan: Plan) -> Record:
     """``fresh`` with each checkpoint's sha256 as if saved under ``plan``: a checkpoint holds
     its plan, so a spot check's (of a derived plan) is compared by what it would be under the
     recorded one: the same weights and kind, bit for bit."""
@@ -316,30 +315,34 @@ def _rehashed(fresh: dict[str, Any], out_dir: Path, plan: Plan) -> dict[str, Any
     import hashlib
 
     from postlab.policies.checkpoint import checkpoint_bytes, load_checkpoint
+    from postlab.records.models import SeedEntry
 
-    # the seeds' entries as a list of copies (a chunked record's are read afresh on every
-    # access, so an edit of one would not stay); a spot check holds few seeds
-    compared = dict(fresh, runs=copy.deepcopy(list(fresh["runs"])))
-    for run in compared["runs"]:
-        for info in run.get("checkpoints", {}).values():
+    # the seeds' entries as copies of their JSON, rehashed and typed again (their rows were
+    # checked as they were read); a spot check holds few seeds
+    entries = []
+    for run in fresh.runs:
+        data = copy.deepcopy(run.data())
+        for info in data.get("checkpoints", {}).values():
             payload = load_checkpoint(out_dir / info["file"], info["sha256"])
-            data = checkpoint_bytes(plan.data(), payload["state_dict"], payload["kind"],
-                                    base=payload.get("base"))
-            info["sha256"] = hashlib.sha256(data).hexdigest()
-    return compared
+            saved = checkpoint_bytes(plan.data(), payload["state_dict"], payload["kind"],
+                                     base=payload.get("base"))
+            info["sha256"] = hashlib.sha256(saved).hexdigest()
+        entries.append(SeedEntry.of(data, f"{out_dir}: seed {run.seed}", rows_checked=True))
+    return fresh.with_runs(entries)
 
 
-def environment_hint(recorded: dict[str, Any], fresh: dict[str, Any]) -> str:
+def environment_hint(recorded: Record, fresh: Record) -> str:
     """Why the bits may differ: each difference of what decides them, or none."""
     from postlab.machine import numerics
 
-    then, now = recorded.get("numerics"), fresh.get("numerics")
-    if not isinstance(then, dict) or not isinstance(now, dict):
+    if recorded.numerics is None or fresh.numerics is None:
         return ("  the record names no numeric environment, so a different CPU code path "
                 "or BLAS may explain the difference\n")
-    deciding, _ = numerics.differences(then, now)
-    versions = [f"{key} {recorded.get(key)} then, {fresh.get(key)} now"
-                for key in ("torch", "python") if recorded.get(key) != fresh.get(key)]
+    deciding, _ = numerics.differences(recorded.data()["numerics"], fresh.data()["numerics"])
+    versions = [f"{key} {then} then, {now} now"
+                for key, then, now in (("torch", recorded.torch, fresh.torch),
+                                       ("python", recorded.python, fresh.python))
+                if then != now]
     if deciding or versions:
         return f"  what decides the bits differs: {'; '.join(versions + deciding)}\n"
     return ("  the numeric environment is the same (code path, BLAS, threads, torch), so the "
@@ -352,7 +355,7 @@ def sweep(sweep_file: str | Path | None, out_dir: str | Path, *, resume: bool = 
           device: str | None = None, engine: str = DEFAULT_ENGINE,
           log: tuple[str, ...] = (), allow_large: bool = False, recalibrate: bool = False,
           say: Say = _silent, progress: SweepProgress | None = None
-          ) -> dict[str, dict[str, Any] | None]:
+          ) -> dict[str, Record | None]:
     """Freeze every plan version of ``sweep_file`` into ``out_dir`` and train every (version,
     seed), locally or on Ray (``executor="ray"``, ``address``); or complete it with
     ``resume``. Returns each version's record, or None for a version whose tasks failed."""

@@ -22,6 +22,7 @@ from postlab.registry import Registry
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
     from postlab.policies import Policy
+    from postlab.records.models import Record
 
 #: (run folder, seed, stage): one stage of one seed of one run, the unit results come in.
 StageKey = tuple[str, int, str]
@@ -103,10 +104,10 @@ def cpu_capability() -> str:
     return str(torch.backends.cpu.get_cpu_capability())
 
 
-def engine_for(record: Mapping[str, Any]) -> Engine:
+def engine_for(record: Record) -> Engine:
     """The engine that made a record (its ``engine`` field; absent: the exact engine);
     refused in one line when this postlab has no engine of that name."""
-    name = record.get("engine", DEFAULT_ENGINE)
+    name = record.engine or DEFAULT_ENGINE
     if name not in ENGINES:
         raise UserError(f"the record was made by the {name!r} engine, which this postlab "
                         f"does not have; it has {', '.join(ENGINES.names())}")

@@ -52,13 +52,16 @@ def reward_tag(contract: str) -> str:
 
 def rl_scalars(entry: dict[str, Any], answer: Callable[..., int],
                contracts: Sequence[str]) -> dict[str, float]:
-    """One RL step's scalars from its history entry, by the report's own function, so a live
-    curve and the report's curve are the same numbers."""
+    """One RL step's scalars from its history entry (the step as the engine made it, the
+    record's form), by the report's own function, so a live curve and the report's curve are
+    the same numbers."""
     # Here, not at the top: the command line imports this module to list the loggers.
     from postlab.records.metrics import STEP_SERIES, step_series
-    from postlab.tasks.rows import rows_of
+    from postlab.records.models import Step
 
-    series = step_series(entry, rows_of(entry["rows"]), answer, contracts)
+    # typed as a record's step is read; its rows are the engine's own, not checked again
+    step = Step.model_validate(entry, context={"rows_checked": True})
+    series = step_series(step, list(step.rows), answer, contracts)
     values = {reward_tag(name): series[f"{name}_reward"] for name in contracts}
     values.update({RL_TAGS[name]: series[name] for name in STEP_SERIES})
     return values

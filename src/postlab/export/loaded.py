@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from postlab.errors import UserError
 from postlab.plan.frozen import LoadedPlan
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from postlab.export.tables import Source
+    from postlab.records.models import Record
     from postlab.records.opened import OpenedRun
 
 EXTRA_HINT = "pip install 'postlab[export]'"
@@ -56,7 +57,7 @@ class LoadedRun:
     arms: tuple[str, ...]  # the RL arms, each rewarded by the contract ``rewarded_by`` names
     rewarded_by: dict[str, str]
     plan: LoadedPlan = field(repr=False)
-    record: dict[str, Any] = field(repr=False)
+    record: Record = field(repr=False)
     #: the opening it was read through, whose checks its tables' rows pass (None: a record
     #: checked whole in memory)
     opened: OpenedRun | None = field(default=None, repr=False)

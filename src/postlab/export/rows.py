@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from postlab.export.tables import SAMPLING_COUNTS, UPDATE_STATISTICS, Source
+from postlab.records.blocks import ROLLOUT, iter_rows
+from postlab.records.models import Record, Step
 from postlab.tasks.contracts import score
-from postlab.tasks.rows import ROLLOUT, Row, iter_rows
+from postlab.tasks.rows import Row
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -60,34 +62,35 @@ def _rollout_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[An
                *values[6:])
 
 
-def _steps_of(record: dict[str, Any]) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    for run in record["runs"]:
-        for arm, history in run.get("training", {}).items():
+def _steps_of(record: Record) -> Iterator[tuple[int, str, Step]]:
+    for run in record.runs:
+        for arm, history in run.arms.items():
             for step in history:
-                yield run["seed"], arm, step
+                yield run.seed, arm, step
 
 
 def _update_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
     for seed, arm, step in _steps_of(source.record):
-        for index, update in enumerate(step["updates"]):
-            yield (seed, arm, step["step"], index,
-                   *(float(update[name]) for name in UPDATE_STATISTICS))
+        for index, update in enumerate(step.updates):
+            yield (seed, arm, step.step, index,
+                   *(float(getattr(update, name)) for name in UPDATE_STATISTICS))
 
 
 def _step_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
     for seed, arm, step in _steps_of(source.record):
-        sampling = step.get("sampling")
-        yield (seed, arm, step["step"], len(step["rows"]), step["zero_variance_groups"],
-               len(step["updates"]),
-               *(None if sampling is None else sampling[name] for name in SAMPLING_COUNTS))
+        sampling = step.sampling
+        yield (seed, arm, step.step, len(step.rows), step.zero_variance_groups,
+               len(step.updates),
+               *(None if sampling is None else getattr(sampling, name)
+                 for name in SAMPLING_COUNTS))
 
 
 def _sft_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
-    for run in source.record["runs"]:
-        losses = {"initial": run.get("sft_loss", []), **run.get("arm_sft_loss", {})}
+    for run in source.record.runs:
+        losses = {"initial": run.sft_loss or [], **(run.arm_sft_loss or {})}
         for stage, values in losses.items():
             for index, loss in enumerate(values):
-                yield run["seed"], stage, index + 1, float(loss)
+                yield run.seed, stage, index + 1, float(loss)
 
 
 def _summary_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[Any, ...]]:
@@ -135,8 +138,8 @@ def seed_sources(sources: Sequence[Source]) -> Iterator[Source]:
     """Each source's seeds one at a time, as one-seed sources: tables built from them, in this
     order, hold the rows :func:`table_rows` gives over the whole sources."""
     for source in sources:
-        for entry in source.record["runs"]:
-            yield dataclasses.replace(source, record={**source.record, "runs": [entry]})
+        for entry in source.record.runs:
+            yield dataclasses.replace(source, record=source.record.with_runs([entry]))
 
 
 def arrow_batches(sources: Sequence[Source], contracts: Sequence[str],

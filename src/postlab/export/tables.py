@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from postlab.plan.schema import Plan
+    from postlab.records.models import Record
 
 #: The exported tables' schema version: within one version columns are only ever added.
 SCHEMA = "postlab.export/1"
@@ -201,7 +202,7 @@ class Source:
     what makes its flat tables checked as a reader checks them (None: the record's own, each
     seed checked first, :func:`~postlab.records.columns.record_tables`)."""
 
-    record: dict[str, Any]
+    record: Record
     plan: Plan
     version: str | None = None
     tables: Callable[[], Iterable[Any]] | None = None

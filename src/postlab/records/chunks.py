@@ -15,7 +15,6 @@ is ``records.chunk_codec``; here are the files and the manifest that names them.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 import threading
@@ -96,28 +95,29 @@ def read_chunk(folder: Path, chunk: dict[str, Any]) -> Any:
 
 
 
-class ChunkedRuns(Sequence[dict[str, Any]]):
-    """A chunked record's seed entries, in record order, read from disk on each access.
+class ChunkedRuns(Sequence[Any]):
+    """A chunked record's seed entries, in record order, read from disk on each access and
+    typed by ``typed`` (``records.models``: a ``SeedEntry``, or a UserError naming what is
+    wrong with the entry).
 
     A walk over all seeds holds one seed's entry and one chunk's bytes at a time, plus the
     first :data:`KEPT_SEEDS` entries read, which are kept: a command may walk the seeds several
     times (verify about five; a report's checks ride on its one walk, :meth:`on_each`), and a
     record of a few seeds then decodes each once (decoding a teaching seed takes about 30 ms;
     verify of 16 teaching seeds went from 17.8 s to 11.6 s, the one-document layout's 7.9 s).
-    Callers treat entries as read-only. Each entry is
-    checked as a JSON record's are (``check``) the first time it is read.
+    Callers treat entries as read-only.
     """
 
     def __init__(self, folder: Path, chunks: list[dict[str, Any]], seeds: list[int],
-                 check: Callable[[Any, str], None], source: str) -> None:
+                 typed: Callable[[dict[str, Any], str], Any], source: str) -> None:
         self.folder, self.chunks, self.seeds = folder, chunks, seeds
+        self._typed, self._source = typed, source
         self._place = {seed: (index, group) for index, chunk in enumerate(chunks)
                        for group, seed in enumerate(chunk["seeds"])}
         self._open: tuple[int, Any] | None = None
-        # (check, seeds it has seen): the structural check first, then those readers add
-        self._checks: list[tuple[Callable[[dict[str, Any]], None], set[int]]] = [
-            (functools.partial(_structural, check, source), set())]
-        self._kept: dict[int, dict[str, Any]] = {}
+        # (check, seeds it has seen): those readers add
+        self._checks: list[tuple[Callable[[Any], None], set[int]]] = []
+        self._kept: dict[int, Any] = {}
         #: seeds a columnar pass proved pass every per-seed check (``records.opened``)
         self.proven: set[int] = set()
         # a reader's next batch is proven in a thread (``columns.read_ahead``), which may
@@ -146,30 +146,30 @@ class ChunkedRuns(Sequence[dict[str, Any]]):
         return copied
 
     @overload
-    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    def __getitem__(self, index: int) -> Any: ...
     @overload
-    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: slice) -> list[Any]: ...
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
             return [self.entry(seed) for seed in self.seeds[index]]
         return self.entry(self.seeds[index])
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Any]:
         for seed in self.seeds:
             yield self.entry(seed)
 
-    def on_each(self, check: Callable[[dict[str, Any]], None]) -> None:
+    def on_each(self, check: Callable[[Any], None]) -> None:
         """Run ``check`` on each seed's entry the first time a walk reaches it from now on,
         before the walk sees it: a reader's checks then ride on its own walk instead of each
         reading every seed again (a 64-seed report read each seed about six times)."""
         self._checks.append((check, set()))
 
-    def entry(self, seed: int) -> dict[str, Any]:
+    def entry(self, seed: int) -> Any:
         with self._lock:
             return self._entry(seed)
 
-    def _entry(self, seed: int) -> dict[str, Any]:
+    def _entry(self, seed: int) -> Any:
         entry = self._kept.get(seed)
         if entry is None:
             entry = self._read(seed)
@@ -183,7 +183,7 @@ class ChunkedRuns(Sequence[dict[str, Any]]):
                 seen.add(seed)
         return entry
 
-    def _read(self, seed: int) -> dict[str, Any]:
+    def _read(self, seed: int) -> Any:
         import pyarrow as pa
 
         index, group = self._place[seed]
@@ -200,13 +200,10 @@ class ChunkedRuns(Sequence[dict[str, Any]]):
         if table.num_rows != 1 or table.column("seed")[0].as_py() != seed:
             raise UserError(f"{where}: the chunk holds another seed there")
         try:
-            return entry_of(flat_of_group(table, where), where)
+            data = entry_of(flat_of_group(table, where), where)
         except (KeyError, TypeError, AttributeError, ValueError, pa.ArrowException) as exc:
             raise UserError(f"{where}: damaged entry ({exc!r:.80})") from None
-
-
-def _structural(check: Callable[[Any, str], None], source: str, entry: dict[str, Any]) -> None:
-    check(entry, f"{source}: seed {entry['seed']}")
+        return self._typed(data, f"{self._source}: seed {data['seed']}")
 
 
 def check_manifest(chunks: Any, seeds: Any, where: str) -> None:

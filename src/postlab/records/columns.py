@@ -31,6 +31,7 @@ from postlab.records.chunks import ChunkedRuns, read_chunk
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
+    from postlab.records.models import Record
 
 #: Seeds flattened at once. A report of 64 teaching seeds took 2.4-2.5 s whether batches held
 #: 4, 8, 16 or 64 seeds; its peak memory rose 23, 85, 123 and (when rows still carried their
@@ -161,26 +162,26 @@ def entries_table(entries: Sequence[dict[str, Any]]) -> pa.Table:
                                 schema=chunk_schema())
 
 
-def row_tables(record: dict[str, Any], batch: int = BATCH_SEEDS) -> Iterator[RowTables]:
+def row_tables(record: Record, batch: int = BATCH_SEEDS) -> Iterator[RowTables]:
     """Every seed's rows, ``batch`` seeds at a time, in the record's seed order.
 
     A chunked record's chunks are hashed as each is opened; a batch may span chunks."""
-    runs = record["runs"]
+    runs = record.runs
     if not isinstance(runs, ChunkedRuns):
         if not runs:
             return
         for start in range(0, len(runs), batch):
-            yield flatten(entries_table(runs[start:start + batch]))
+            yield flatten(entries_table([run.data() for run in runs[start:start + batch]]))
         return
     folder = runs.folder
-    place = {seed: (index, group) for index, chunk in enumerate(record["chunks"])
+    place = {seed: (index, group) for index, chunk in enumerate(runs.chunks)
              for group, seed in enumerate(chunk["seeds"])}
     opened: dict[int, Any] = {}  # chunk -> its file, hashed once, oldest first
     pending: list[pa.Table] = []
     count = 0
     for run in _runs_of_groups([place[seed] for seed in runs.seeds]):
         index, first, stop = run
-        chunk = record["chunks"][index]
+        chunk = runs.chunks[index]
         if index not in opened:
             if len(opened) >= OPEN_CHUNKS:
                 del opened[next(iter(opened))]  # its bytes go before the next are read
@@ -400,7 +401,7 @@ def checked_batches(record: dict[str, Any], plan: Plan, folder: Path | None = No
     postlab takes its seeds as proven (:mod:`~postlab.records.proofs`)."""
     from postlab.records import proofs
 
-    runs = record["runs"]
+    runs = record.runs
     chunked = isinstance(runs, ChunkedRuns)
     # only a pass that proves every seed itself, under this plan, is remembered (a second
     # pass of one opening, the page's answer tables, needs no key: its seeds are proven)
@@ -442,11 +443,11 @@ def not_proven(tables: RowTables, plan: Plan, folder: Path | None
     return unproven, digests
 
 
-def record_tables(record: dict[str, Any], plan: Plan) -> Iterator[RowTables]:
+def record_tables(record: Record, plan: Plan) -> Iterator[RowTables]:
     """A record's flat tables checked as :func:`proven_tables` checks them, for a caller
     given no tables: a chunked record's seeds pass the checks its readers registered (in its
     run folder, if ``plan.json`` is beside it) before any number is computed from them."""
-    runs = record["runs"]
+    runs = record.runs
     folder = None
     if isinstance(runs, ChunkedRuns) and (runs.folder / "plan.json").is_file():
         folder = runs.folder

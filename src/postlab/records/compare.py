@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from postlab.records.record import seeds_of
+from postlab.records.models import Record
 
 PARTS = ("structure", "SFT losses", "evaluation rows", "rollout rows", "zero-variance counts",
          "update statistics", "dynamic sampling", "compute", "checkpoints")
@@ -60,13 +60,16 @@ class _Walker:
         return [k for k in keys if k in old and k in new]
 
 
-def compare_records(recorded: dict[str, Any], new: dict[str, Any]) -> Comparison:
+def compare_records(recorded: Record, new: Record) -> Comparison:
+    """Where two records' seeds differ, value by value as each record wrote them (a
+    reproduction must give the same JSON: 63 and 63.0 differ, so entries are compared as read,
+    ``data()``, not as typed)."""
     walk = _Walker()
     # by position, so a chunked record's seeds are read one pair at a time
-    old_at = {seed: index for index, seed in enumerate(seeds_of(recorded))}
-    new_at = {seed: index for index, seed in enumerate(seeds_of(new))}
+    old_at = {seed: index for index, seed in enumerate(recorded.seed_order())}
+    new_at = {seed: index for index, seed in enumerate(new.seed_order())}
     for seed in walk.keys("seed", old_at, new_at):
-        old, fresh = recorded["runs"][old_at[seed]], new["runs"][new_at[seed]]
+        old, fresh = recorded.runs[old_at[seed]].data(), new.runs[new_at[seed]].data()
         walk.sequence("SFT losses", f"seed {seed}, SFT loss", old.get("sft_loss"),
                       fresh.get("sft_loss"))
         for stage in walk.keys(f"seed {seed}, stage", old["evaluations"], fresh["evaluations"]):
@@ -100,7 +103,7 @@ def compare_records(recorded: dict[str, Any], new: dict[str, Any]) -> Comparison
                 walk.item(part, f"seed {seed}, {key}", old.get(key), fresh.get(key))
         checkpoints_old, checkpoints_new = old.get("checkpoints", {}), fresh.get("checkpoints", {})
         # Checkpoint bytes are postlab's own layout: compare hashes only between its records.
-        fields = ("sha256", "reload_equal") if "postlab_version" in recorded else ("reload_equal",)
+        fields = ("sha256", "reload_equal") if recorded.made_by_postlab else ("reload_equal",)
         for stage in walk.keys(f"seed {seed}, checkpoint", checkpoints_old, checkpoints_new):
             for field in fields:
                 walk.item("checkpoints", f"seed {seed}, stage {stage} checkpoint {field}",

@@ -35,6 +35,7 @@ from typing import Any
 
 from postlab.errors import UserError
 from postlab.jsonio import read_bytes
+from postlab.records.models import Record, SeedEntry
 from postlab.records.record import record_data
 
 #: The file beside a run that keeps its fingerprint (a convenience; ``--expect`` is the check).
@@ -57,7 +58,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def run_fingerprint(folder: Path, record_path: Path, record: dict[str, Any], *,
+def run_fingerprint(folder: Path, record_path: Path, record: Record, *,
                     checkpoint_files: Iterable[str] | None = None) -> Fingerprint:
     """Hash every file of a run; UserError if one of them cannot be read.
 
@@ -68,38 +69,34 @@ def run_fingerprint(folder: Path, record_path: Path, record: dict[str, Any], *,
     parts = [("plan.json", _sha256(read_bytes(folder / "plan.json", "plan"))),
              ("record.json", _sha256(raw)),
              ("summary.json", _sha256(read_bytes(folder / "summary.json", "summary")))]
-    if "tokenizer_sha256" in record:
+    if record.tokenizer_sha256 is not None:
         parts.append(("tokenizer.json", _sha256(read_bytes(folder / "tokenizer.json",
                                                            "tokenizer"))))
-    if "registration" in record:
+    if record.registration is not None:
         parts.append(("registration.json", _sha256(read_bytes(folder / "registration.json",
                                                               "registration"))))
     # a chunked record's chunks: named with their digests in record.json, hashed here too
     parts += [(chunk["file"], _sha256(read_bytes(folder / chunk["file"], "record chunk")))
-              for chunk in sorted(record.get("chunks", []), key=lambda c: c["file"])]
+              for chunk in sorted(record.chunks or [], key=lambda c: c["file"])]
     if checkpoint_files is None:
-        checkpoint_files = named_checkpoints(record["runs"])
+        checkpoint_files = named_checkpoints(record.runs)
     names = sorted(set(checkpoint_files))
     parts += [(name, _sha256(read_bytes(folder / name, "checkpoint"))) for name in names]
     manifest = MANIFEST_HEADER + "".join(f"{digest}  {name}\n" for name, digest in parts)
     return Fingerprint(value=_sha256(manifest.encode()), parts=tuple(parts))
 
 
-def seed_results_sha256(run: dict[str, Any], digests: dict[str, Any] | None = None) -> str:
+def seed_results_sha256(seed: int, digests: dict[str, Any]) -> str:
     """One seed's results: the sha256 of the digests of its rows and statistics
-    (``records.integrity``), so equal rows give equal hashes in either layout. ``digests``:
-    ones already known to be the rows' (taken as the rows were made, or checked against
-    them); else they are recomputed from the rows."""
-    if digests is None:
-        from postlab.records.integrity import run_digests
-
-        digests = run_digests(run)
-    text = json.dumps({"seed": run["seed"], "digests": digests}, sort_keys=True,
+    (``records.integrity``; ones known to be the rows': taken as the rows were made, checked
+    against them, or recomputed from them), so equal rows give equal hashes in either
+    layout."""
+    text = json.dumps({"seed": seed, "digests": digests}, sort_keys=True,
                       separators=(",", ":"), ensure_ascii=False, allow_nan=True)
     return _sha256(text.encode())
 
 
-def results_fingerprint(folder: Path, record: dict[str, Any], *,
+def results_fingerprint(folder: Path, record: Record, *,
                         seeds: list[tuple[int, str]] | None = None,
                         checkpoint_files: Iterable[str] | None = None) -> Fingerprint:
     """The results fingerprint (see the module docstring). ``seeds``: each seed's
@@ -108,28 +105,30 @@ def results_fingerprint(folder: Path, record: dict[str, Any], *,
     if seeds is None:
         # one walk, one seed at a time: a chunked record's seeds are never all held at once
         seeds, named = [], set()
-        for run in record["runs"]:
-            seeds.append((run["seed"], seed_results_sha256(run)))
+        from postlab.records.integrity import run_digests
+
+        for run in record.runs:
+            seeds.append((run.seed, seed_results_sha256(run.seed, run_digests(run.data()))))
             named |= named_checkpoints([run])
         if checkpoint_files is None:
             checkpoint_files = named
     parts = [("plan.json", _sha256(read_bytes(folder / "plan.json", "plan"))),
              ("summary.json", _sha256(read_bytes(folder / "summary.json", "summary")))]
-    if "tokenizer_sha256" in record:
+    if record.tokenizer_sha256 is not None:
         parts.append(("tokenizer.json", _sha256(read_bytes(folder / "tokenizer.json",
                                                            "tokenizer"))))
     parts += [(f"seed {seed}", digest) for seed, digest in seeds]
     if checkpoint_files is None:
-        checkpoint_files = named_checkpoints(record["runs"])
+        checkpoint_files = named_checkpoints(record.runs)
     parts += [(name, _sha256(read_bytes(folder / name, "checkpoint")))
               for name in sorted(set(checkpoint_files))]
     manifest = RESULTS_HEADER + "".join(f"{digest}  {name}\n" for name, digest in parts)
     return Fingerprint(value=_sha256(manifest.encode()), parts=tuple(parts))
 
 
-def named_checkpoints(runs: Iterable[dict[str, Any]]) -> set[str]:
+def named_checkpoints(runs: Iterable[SeedEntry]) -> set[str]:
     """The checkpoint files the given seeds' entries name."""
-    return {info["file"] for run in runs for info in run.get("checkpoints", {}).values()}
+    return {info.file for run in runs for info in (run.checkpoints or {}).values()}
 
 
 def read_fingerprint_file(folder: Path) -> str | None:

@@ -17,11 +17,14 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postlab.errors import UserError
 from postlab.jsonio import file_kind
 from postlab.records.chunks import CHUNK_DIR, chunk_layout_problems
+
+if TYPE_CHECKING:
+    from postlab.records.models import Record
 
 PLAN_FILE = "plan.json"
 RECORD_FILE = "record.json"
@@ -76,14 +79,14 @@ def link_problems(folder: Path, *, whole: bool = True) -> list[str]:
             for entry in foreign_entries(folder, whole=whole)]
 
 
-def layout_problems(folder: Path, record: dict[str, Any], *,
+def layout_problems(folder: Path, record: Record, *,
                     unlisted_ok: bool = False) -> list[str]:
     """Where the folder's files disagree with the record's layout, from the file system
     alone: a chunked record's ``rows/`` against its manifest (``unlisted_ok``: chunks no
     manifest names are left to a resume, which removes them), or a ``rows/`` beside a
     record of the one-document layout."""
-    if "chunks" in record:
-        return chunk_layout_problems(folder, record["chunks"], unlisted_ok=unlisted_ok)
+    if record.chunks is not None:
+        return chunk_layout_problems(folder, record.chunks, unlisted_ok=unlisted_ok)
     rows = folder / CHUNK_DIR
     if rows.exists() or rows.is_symlink():
         return [f"{CHUNK_DIR}/: beside a record of the one-document layout, whose seeds are "

@@ -13,10 +13,12 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from postlab.plan.arms import plan_contracts
+from postlab.records.blocks import iter_run_rows, rows_by_place
+from postlab.records.models import Record, SeedEntry, Step
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
 from postlab.tasks.contracts import CONTRACTS, Answer, scored
 from postlab.tasks.registry import answer_function
-from postlab.tasks.rows import Row, iter_run_rows, rows_by_place
+from postlab.tasks.rows import Row
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
@@ -88,14 +90,14 @@ def evaluate(rows: Sequence[Sequence[Any]], samples: int, answer: Answer = sum,
                 questions=len(rows) // samples)
 
 
-def summarize(record: dict[str, Any], eval_samples: int, answer: Answer = sum,
+def summarize(record: Record, eval_samples: int, answer: Answer = sum,
               contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> list[dict[str, Any]]:
     """One entry per seed and stage, each split scored greedy (1 sample) and sampled."""
-    return [entry for run in record["runs"]
+    return [entry for run in record.runs
             for entry in summarize_run(run, eval_samples, answer, contracts)]
 
 
-def summarize_run(run: dict[str, Any], eval_samples: int, answer: Answer = sum,
+def summarize_run(run: SeedEntry, eval_samples: int, answer: Answer = sum,
                   contracts: Sequence[str] = ARITHMETIC_CONTRACTS) -> list[dict[str, Any]]:
     """:func:`summarize` of one seed, for readers that walk the seeds once."""
     blocks = rows_by_place(iter_run_rows(run, training=False))
@@ -186,7 +188,7 @@ def table_summary(tables: Any, samples: int, answer: Answer = sum,
     return list(entries.values())
 
 
-def summary_of(record: dict[str, Any], plan: Plan,
+def summary_of(record: Record, plan: Plan,
                tables: Iterable[Any] | None = None) -> list[dict[str, Any]]:
     """:func:`summary_for`, computed columnar (:func:`table_summary`) from ``tables``, the
     record's flat tables as a reader checked them (None: the record's own, each seed checked
@@ -198,12 +200,12 @@ def summary_of(record: dict[str, Any], plan: Plan,
             for entry in table_summary(batch, plan.eval_samples, answer, contracts)]
 
 
-def summary_for(record: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
+def summary_for(record: Record, plan: Plan) -> list[dict[str, Any]]:
     """The summary a plan's run writes: its samples, its task's answers, its contracts."""
     return summarize(record, plan.eval_samples, answer_function(plan), plan_contracts(plan))
 
 
-def run_summary_for(run: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
+def run_summary_for(run: SeedEntry, plan: Plan) -> list[dict[str, Any]]:
     """:func:`summary_for` of one seed."""
     return summarize_run(run, plan.eval_samples, answer_function(plan), plan_contracts(plan))
 
@@ -214,20 +216,20 @@ STEP_SERIES = ("zero_variance_groups", "kl", "entropy", "ratio_outside_clip",
                "gradient_norm_before_clip", "loss", "mean_tokens", "truncated")
 
 
-def step_series(step: dict[str, Any], rows: Sequence[Row], answer: Answer,
+def step_series(step: Step, rows: Sequence[Row], answer: Answer,
                 contracts: Sequence[str]) -> dict[str, float]:
     """One RL step's series (:func:`dynamics_series`) from its history entry and rollout rows;
     shared with live logging (``engines.steplog``) so both show the same numbers."""
     n = len(rows)
-    updates = step["updates"]
+    updates = step.updates
 
     def mean_update(key: str) -> float:
         # NaN: the step made no update (DAPO's dynamic sampling found no group with signal)
-        return sum(u[key] for u in updates) / len(updates) if updates else math.nan
+        return sum(getattr(u, key) for u in updates) / len(updates) if updates else math.nan
 
     return {
         **{f"{name}_reward": count_under(rows, name, answer) / n for name in contracts},
-        "zero_variance_groups": float(step["zero_variance_groups"]),
+        "zero_variance_groups": float(step.zero_variance_groups),
         "kl": mean_update("kl"), "entropy": mean_update("entropy"),
         "ratio_outside_clip": mean_update("ratio_outside_clip"),
         "gradient_norm_before_clip": mean_update("gradient_norm_before_clip"),

@@ -6,6 +6,14 @@ the record, as ``record.json.runs[0].seed: wrong type str, expected an integer``
 a traceback or, worse, a quietly wrong table. Completeness (what a verified record must
 hold) and fit to the plan are checked elsewhere (``verify``, :mod:`.conformance`).
 
+Readers receive these models, never the JSON: :meth:`Record.of` is the one typed reader (a
+record file's bytes are decoded by ``records.record``), and the record writer checks each
+seed's entry against :class:`SeedEntry` before writing it. A block of rows is a
+:class:`~postlab.tasks.rows.RowList` (each row a ``Row`` when read). Each model keeps the JSON
+object it was read from (``data()``), which is what the digests taken in training, the
+summary and the fingerprint hash: a model's dump orders fields its own way, and an earlier
+record's bytes must keep hashing the same.
+
 Rows ``[a, b, text, terminated]`` read from a Parquet chunk were checked column by column as
 the chunk was decoded (:mod:`.chunk_codec`); a seed read from a chunk is validated with
 ``context={"rows_checked": True}``, which checks its rows' lists but not each row again.
@@ -13,138 +21,47 @@ the chunk was decoded (:mod:`.chunk_codec`); a seed read from a chunk is validat
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     PlainValidator,
+    PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
-    TypeAdapter,
-    ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from postlab.errors import UserError
-from postlab.records.chunk_codec import ROW_LIMITS
-
-#: The most worker processes a record may name (and so a run may use).
-MAX_WORKERS = 4096
-MAX_SEED = 2**62
-#: Generous bounds on counts no real run reaches; beyond them a field is damaged, not large.
-MAX_COUNT = 10**15
-#: A row's answer text and operands (chunks check their columns against the same limits).
-MAX_TEXT = ROW_LIMITS["text"]
-
-#: Names of stages, splits and arms: the plan's name pattern.
-NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-SHA256 = r"^[0-9a-f]{64}$"
-#: A checkpoint's file name: plain characters, in the run folder itself.
-FILE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}$"
-#: A source file named in ``source_sha256``: a relative path of plain characters to a .py file.
-FILE_PATH = r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,251}\.py$"
-#: A time as registrations and records write it (UTC, to the second).
-UTC_TIME = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"
-
-Count = Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)]
-Operand = Annotated[StrictInt, Field(ge=0, le=ROW_LIMITS["operand"])]
-Sha = Annotated[StrictStr, Field(pattern=SHA256)]
-Name = Annotated[StrictStr, Field(pattern=NAME)]
-Plain = Annotated[StrictStr, Field(max_length=200)]
-Time = Annotated[StrictStr, Field(pattern=UTC_TIME)]
-
-
-def _number(value: Any) -> float:
-    """A finite JSON number (an integer or a float, not a boolean), kept as written."""
-    if type(value) not in (int, float):
-        raise ValueError(f"wrong type {_kind(value)}, expected a number")
-    try:
-        finite = math.isfinite(value)
-    except OverflowError:  # an integer beyond any float
-        finite = False
-    if not finite:
-        raise ValueError(f"{value!r} is not a finite number")
-    return value
-
-
-def _between(low: float, high: float) -> AfterValidator:
-    def check(value: float) -> float:
-        if not low <= value <= high:
-            raise ValueError(f"{value!r} is outside {low}..{high}")
-        return value
-    return AfterValidator(check)
-
-
-Finite = Annotated[Any, PlainValidator(_number)]
-NonNegative = Annotated[Any, PlainValidator(_number), _between(0.0, math.inf)]
-Share = Annotated[Any, PlainValidator(_number), _between(0.0, 1.0)]
-
-def _json_list(value: Any) -> Any:
-    """A row as JSON writes it: a list (a tuple would pass the tuple type, and no record
-    parsed from a file holds one)."""
-    if not isinstance(value, list):
-        raise ValueError("not a list")
-    return value
-
-
-#: A row ``[a, b, text, terminated]``.
-RowItem = Annotated[
-    tuple[Operand, Operand, Annotated[StrictStr, Field(max_length=MAX_TEXT)], StrictBool],
-    BeforeValidator(_json_list)]
-_ROWS = TypeAdapter(list[RowItem])
-
-
-def _rows(value: Any, info: ValidationInfo, *, empty: bool = False) -> Any:
-    """A non-empty list of rows (``empty``: or none), each checked unless a chunk reader
-    checked them already."""
-    if not isinstance(value, list) or not (value or empty):
-        raise ValueError("expected a non-empty list of rows")
-    if not (info.context or {}).get("rows_checked"):
-        try:
-            _ROWS.validate_python(value)
-        except ValidationError as exc:
-            first = exc.errors(include_url=False)[0]
-            index = first["loc"][0]
-            if first["type"] in ("greater_than_equal", "less_than_equal"):
-                problem = f"operand {first['input']!r} is outside 0..{ROW_LIMITS['operand']}"
-            elif first["type"] == "string_too_long":
-                problem = "the answer text is longer than any plan allows"
-            else:
-                problem = f"expected a row [a, b, text, terminated], got {value[index]!r:.80}"
-            raise PydanticCustomError("record_part", "{problem}",
-                                      {"part": f"[{index}]", "problem": problem}) from None
-    return value
-
-
-Rows = Annotated[Any, AfterValidator(_rows)]
-#: Rows a step's dynamic sampling dropped: checked as rows, and there may be none.
-DroppedRows = Annotated[Any, AfterValidator(lambda v, info: _rows(v, info, empty=True))]
-
-
-class Strict(BaseModel):
-    """Unknown fields refused, and so is an explicit null (postlab leaves a field out where
-    it has no value); frozen once built."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_null(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for key, value in data.items():
-                if value is None:
-                    raise PydanticCustomError("record_part", "wrong type null",
-                                              {"part": f".{key}", "problem": "wrong type null"})
-        return data
+from postlab.records.chunks import ChunkedRuns, check_manifest
+from postlab.records.fields import (
+    FILE_NAME,
+    FILE_PATH,
+    MAX_COUNT,
+    MAX_SEED,
+    MAX_WORKERS,
+    Count,
+    DroppedRows,
+    Finite,
+    Name,
+    NonNegative,
+    Plain,
+    Rows,
+    Sha,
+    Share,
+    Strict,
+    Time,
+    between,
+    kind_of,
+    number,
+    validated,
+)
 
 
 class Update(Strict):
@@ -228,6 +145,27 @@ class SeedEntry(Strict):
     arm_sft_loss: dict[Name, list[Finite]] | None = None
     compute: dict[Name, Compute] | None = None
     digests: Digests | None = None
+    _data: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def of(cls, data: Any, source: str = "record", *, rows_checked: bool = False
+           ) -> SeedEntry:
+        """The entry ``data`` (a seed's JSON object) typed, or a UserError naming its first
+        problem at ``source``."""
+        entry = validated(cls, data, source, rows_checked=rows_checked)
+        entry._data = data
+        return entry
+
+    def data(self) -> dict[str, Any]:
+        """The JSON object this entry was read from, which its digests and the summary are
+        taken from. Shared with the record, not copied (a teaching seed's is about 6 MB):
+        read it, never change it."""
+        return self._data
+
+    @property
+    def arms(self) -> dict[str, list[Step]]:
+        """The RL arms' steps (none for a record that trained no RL arm)."""
+        return self.training or {}
 
 
 class Numerics(Strict):
@@ -297,7 +235,7 @@ class Numerics(Strict):
             if key in flags and type(item) is not bool:
                 raise PydanticCustomError("record_part", "{problem}", {
                     "part": f".{key}",
-                    "problem": f"wrong type {_kind(item)}, expected true or false"})
+                    "problem": f"wrong type {kind_of(item)}, expected true or false"})
             if key not in flags and (not isinstance(item, str) or len(item) > 200):
                 raise PydanticCustomError("record_part", "{problem}", {
                     "part": f".{key}", "problem": f"{item!r:.80} is not a valid value here"})
@@ -328,10 +266,8 @@ REFERENCE_FIELDS = ("plan_sha256", "source_sha256", "python", "torch", "platform
 POSTLAB_FIELDS = (*REFERENCE_FIELDS, "postlab_version", "threads", "workers", "numerics")
 
 
-class Record(Strict):
-    """A record's header and, in the one-document layout, its seeds (``runs``); a chunked
-    record lists its chunk files and seeds instead (the chunks are read and checked seed by
-    seed, :mod:`.chunks`)."""
+class _Header(Strict):
+    """What a record's top level holds besides its seeds (or their manifest)."""
 
     plan_sha256: Sha
     #: absent: the exact engine (records written before there were engines keep their form)
@@ -347,90 +283,99 @@ class Record(Strict):
     threads: Annotated[StrictInt, Field(ge=1, le=256)] | None = None
     workers: Annotated[StrictInt, Field(ge=1, le=MAX_WORKERS)] | None = None
     parameters: Annotated[StrictInt, Field(ge=1, le=MAX_COUNT)] | None = None
-    wall_seconds: Annotated[Any, PlainValidator(_number), _between(0.0, 10.0**9)] | None = None
+    wall_seconds: Annotated[Any, PlainValidator(number), between(0.0, 10.0**9)] | None = None
     numerics: Numerics | None = None
     registration: Registration | None = None
-    #: each a :class:`SeedEntry`, checked one at a time by :func:`check_record` (a model tree
-    #: of every seed at once would hold about 1.4 MB per seed)
+
+
+class Record(_Header):
+    """A record's header, and its seeds' entries as :attr:`runs` (read from the record in the
+    one-document layout, or chunk by chunk from the chunk files its manifest names)."""
+
+    #: a chunked record's manifest: its chunk files and its seeds in record order (checked by
+    #: :func:`~postlab.records.chunks.check_manifest`)
+    chunks: list[dict[str, Any]] | None = None
+    seeds: list[int] | None = None
+    _runs: Sequence[SeedEntry] = PrivateAttr(default=())
+    _data: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def of(cls, data: Any, source: str = "record.json", folder: Path | None = None
+           ) -> Record:
+        """The one typed reader of records: a record file's JSON (``data``) checked field by
+        field and typed, its seeds' entries typed as :class:`SeedEntry` (a chunked record's
+        as each is first read from its chunk files in ``folder``, the record file's folder),
+        or a UserError naming the first problem. Completeness (what a verified record must
+        hold) is ``verify``'s concern, fit to the plan ``records.conformance``'s."""
+        validated(_RecordFile, data, source)
+        if "runs" not in data and "chunks" not in data:
+            # the reference's records and postlab's first ones are of the one-document layout
+            raise UserError(f"{source}: missing field 'runs'")
+        if "runs" in data and "chunks" in data:
+            raise UserError(f"{source}: mixes two layouts: seeds inline ('runs') and in chunk "
+                            "files ('chunks'); a record has one or the other")
+        if "chunks" in data:
+            check_manifest(data["chunks"], data.get("seeds"), source)
+        elif "seeds" in data:
+            raise UserError(f"{source}: unknown field 'seeds' (only a chunked record lists "
+                            "them)")
+        header = {key: value for key, value in data.items() if key != "runs"}
+        record = cls.model_validate(header, context={"rows_checked": True})
+        record._data = header
+        if "runs" in data:
+            record._runs = [SeedEntry.of(run, f"{source}.runs[{index}]")
+                            for index, run in enumerate(data["runs"])]
+        elif folder is None:
+            raise UserError(f"{source}: a chunked record is read from its run folder")
+        else:
+            record._runs = ChunkedRuns(folder, data["chunks"], data["seeds"], _chunk_entry,
+                                       source)
+        return record
+
+    @property
+    def runs(self) -> Sequence[SeedEntry]:
+        """The seeds' entries in record order (a chunked record's read on each access)."""
+        return self._runs
+
+    @property
+    def chunked(self) -> bool:
+        return self.chunks is not None
+
+    @property
+    def made_by_postlab(self) -> bool:
+        """Whether postlab wrote the record (the reference program's lack postlab's fields)."""
+        return self.postlab_version is not None
+
+    def with_runs(self, runs: Sequence[SeedEntry]) -> Record:
+        """This record's header with only the seeds' entries ``runs`` (a spot check's seeds,
+        one seed of an export); a chunked record's seed list then names those alone."""
+        seeds = [run.seed for run in runs]
+        subset = self.model_copy(update=None if self.seeds is None else {"seeds": seeds})
+        subset._runs = list(runs)
+        subset._data = self._data if self.seeds is None else {**self._data, "seeds": seeds}
+        return subset
+
+    def seed_order(self) -> list[int]:
+        """The record's seeds in order, without reading a chunked record's rows."""
+        return list(self.seeds) if self.seeds is not None else [run.seed for run in self.runs]
+
+    def data(self) -> dict[str, Any]:
+        """The header's JSON object as read (the inline seeds left out: each seed's is its
+        entry's ``data()``). Shared, not copied: read it, never change it."""
+        return self._data
+
+
+class _RecordFile(_Header):
+    """A record file's top level: the header and, in the one-document layout, its seeds
+    (each checked as a :class:`SeedEntry` on its own, so that only one error is built)."""
+
     runs: list[Any] | None = None
+    # the manifest's own check names what is wrong with it
     chunks: Any = None
     seeds: Any = None
 
 
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-_EXPECTED = {"int": "an integer", "string": "a string", "bool": "true or false",
-             "dict": "a JSON object", "model": "a JSON object",
-             "model_attributes": "a JSON object", "list": "a list"}
-
-
-def _place(where: str, loc: tuple[Any, ...]) -> str:
-    for key in loc:
-        where = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}"
-    return where
-
-
-def _one_line(error: dict[str, Any], where: str) -> str:
-    """A pydantic error as the record's first problem, named by its path."""
-    kind, loc, value = error["type"], tuple(error["loc"]), error.get("input")
-    loc = tuple(key for key in loc if not (isinstance(key, str) and key.startswith(
-        ("function-", "json-or-python", "is-instance", "tagged-union"))))
-    if loc and loc[-1] == "[key]":
-        what = "source file path" if "source_sha256" in loc else "name"
-        return f"{_place(where, loc[:-2])}: {loc[-2]!r} is not a valid {what}"
-    if kind == "missing":
-        return f"{_place(where, loc[:-1])}: missing field {loc[-1]!r}"
-    if kind == "extra_forbidden":
-        return f"{_place(where, loc[:-1])}: unknown field {loc[-1]!r}"
-    place = _place(where, loc)
-    if kind.endswith("_type"):
-        expected = _EXPECTED.get(kind.removesuffix("_type"), "another type")
-        return f"{place}: wrong type {_kind(value)}, expected {expected}"
-    if kind in ("greater_than_equal", "less_than_equal"):
-        bound = error.get("ctx", {})
-        limit = f"at least {bound['ge']}" if "ge" in bound else f"at most {bound.get('le')}"
-        return f"{place}: {value!r:.80} is outside the range a record allows ({limit})"
-    if kind == "record_part":  # a row of a list of rows, a field of an object
-        context = error["ctx"]
-        return f"{place}{context['part']}: {context['problem']}"
-    if kind == "value_error":
-        return f"{place}: {str(error['msg']).removeprefix('Value error, ')}"
-    return f"{place}: {value!r:.80} is not a valid value here"
-
-
-def validated(model: type[BaseModel], value: Any, source: str, *,
-              rows_checked: bool = False) -> BaseModel:
-    """``value`` as ``model``, or a UserError naming its first problem in one line."""
-    try:
-        return model.model_validate(value, context={"rows_checked": rows_checked})
-    except ValidationError as exc:
-        raise UserError(_one_line(exc.errors(include_url=False)[0], source)) from None
-
-
-def check_record(record: Any, source: str) -> None:
-    """Check every field's type and range and refuse unknown ones (:class:`Record`), and that
-    the record has one layout; raise UserError naming the first problem. Completeness (what a
-    verified record must hold) is ``verify``'s concern."""
-    from postlab.records.chunks import check_manifest
-
-    validated(Record, record, source)
-    for index, run in enumerate(record.get("runs") or ()):
-        validated(SeedEntry, run, f"{source}.runs[{index}]")
-    if "runs" not in record and "chunks" not in record:
-        # the reference's records and postlab's first ones are of the one-document layout
-        raise UserError(f"{source}: missing field 'runs'")
-    if "runs" in record and "chunks" in record:
-        raise UserError(f"{source}: mixes two layouts: seeds inline ('runs') and in chunk "
-                        "files ('chunks'); a record has one or the other")
-    if "chunks" in record:
-        check_manifest(record["chunks"], record.get("seeds"), source)
-    elif "seeds" in record:
-        raise UserError(f"{source}: unknown field 'seeds' (only a chunked record lists them)")
-
-
-def check_chunk_run(run: Any, where: str) -> None:
+def _chunk_entry(data: Any, where: str) -> SeedEntry:
     """A seed's entry read from a chunk, whose rows the chunk reader checked column by
-    column: every other field checked as :func:`check_record` checks an inline seed."""
-    validated(SeedEntry, run, where, rows_checked=True)
+    column: every other field checked as an inline seed's."""
+    return SeedEntry.of(data, where, rows_checked=True)

@@ -31,12 +31,12 @@ from postlab.records.conformance import (
     run_reading_problems,
 )
 from postlab.records.layout import check_layout, check_links, first_of
+from postlab.records.models import Record, SeedEntry
 from postlab.records.record import (
     RunFiles,
     check_plan_link,
     decode_record_bytes,
     locate_run,
-    seeds_of,
 )
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class OpenedRun:
     """A checked run: where its files are, its record (and the record's sha256), its plan."""
 
     files: RunFiles
-    record: dict[str, Any]
+    record: Record
     record_sha256: str
     plan: LoadedPlan
     #: the run folder's registration, checked against the record and the plan; None if the
@@ -73,7 +73,7 @@ def plan_beside(record_path: Path, plan_path: Path | None = None) -> LoadedPlan:
     return load_plan(beside) if beside.is_file() else teaching_plan_loaded()
 
 
-def registration_of(record: dict[str, Any], plan: LoadedPlan, folder: Path
+def registration_of(record: Record, plan: LoadedPlan, folder: Path
                     ) -> tuple[dict[str, Any] | None, list[str]]:
     """The registration a record names, read from its run folder, and every way it fails:
     missing, not the file the record names, unsound for the plan, or made after training
@@ -81,16 +81,16 @@ def registration_of(record: dict[str, Any], plan: LoadedPlan, folder: Path
     from postlab.jsonio import MalformedJSON, parse_json
     from postlab.plan.registration import REGISTRATION_FILE, parse_time, registration_problems
 
-    named = record.get("registration")
+    named = record.registration
     if named is None:
         return None, []
     path = folder / REGISTRATION_FILE
     if not path.is_file():
         return None, [f"{path}: missing; the record names a registration"]
     raw = read_bytes(path, "registration")
-    if hashlib.sha256(raw).hexdigest() != named["sha256"]:
+    if hashlib.sha256(raw).hexdigest() != named.sha256:
         return None, [f"{path}: changed since training (the record names sha256 "
-                      f"{named['sha256']})"]
+                      f"{named.sha256})"]
     try:
         registration = parse_json(raw, str(path))
     except MalformedJSON as exc:
@@ -98,14 +98,14 @@ def registration_of(record: dict[str, Any], plan: LoadedPlan, folder: Path
     problems = [f"{path}: {p}" for p in registration_problems(registration, plan.model,
                                                              plan.sha256)]
     if not problems:
-        if registration["hypotheses_sha256"] != named["hypotheses_sha256"] or \
-                registration["registered_at"] != named["registered_at"]:
+        if registration["hypotheses_sha256"] != named.hypotheses_sha256 or \
+                registration["registered_at"] != named.registered_at:
             problems.append(f"{path}: the record names other hypotheses or another time")
-        registered = parse_time(named["registered_at"])
-        began = parse_time(named["training_started_at"])
+        registered = parse_time(named.registered_at)
+        began = parse_time(named.training_started_at)
         if registered is not None and began is not None and registered > began:
-            problems.append(f"{path}: registered at {named['registered_at']}, after training "
-                            f"began ({named['training_started_at']})")
+            problems.append(f"{path}: registered at {named.registered_at}, after training "
+                            f"began ({named.training_started_at})")
     return (None if problems else registration), problems
 
 
@@ -116,7 +116,7 @@ def refuse(problems: list[str], source: Path, what: str,
         raise error(f"{source}: {what}: {first_of(problems)}")
 
 
-def refuse_each(record: dict[str, Any], problems_of: Callable[[dict[str, Any]], list[str]],
+def refuse_each(record: Record, problems_of: Callable[[SeedEntry], list[str]],
                 source: Path, what: str, error: type[UserError] = UserError) -> None:
     """:func:`refuse` on every seed's problems (a chunked record's as each seed is read:
     :func:`~postlab.records.conformance.each_seed`)."""
@@ -124,13 +124,13 @@ def refuse_each(record: dict[str, Any], problems_of: Callable[[dict[str, Any]], 
                                                      error=error))
 
 
-def require_readable(record: dict[str, Any], plan: Plan, source: Path) -> None:
+def require_readable(record: Record, plan: Plan, source: Path) -> None:
     """Every seed readable under the plan (``reading_problems``), or refused."""
     refuse_each(record, functools.partial(run_reading_problems, plan=plan), source,
                 "record does not fit the plan")
 
 
-def check_unchanged(record: dict[str, Any], source: Path) -> None:
+def check_unchanged(record: Record, source: Path) -> None:
     """A reader shows only numbers whose rows still match the digests taken in training."""
     each_seed(record, run_changed_parts, functools.partial(_changed, source))
 
@@ -141,10 +141,10 @@ def check_whole(opened: OpenedRun) -> None:
     per stage among them, its file in the folder) and its counts fitting the plan. A record
     made by another program (the reference's) is read as far as it goes."""
     check_unchanged(opened.record, opened.source)
-    if made_by_postlab(opened.record):
+    if opened.record.made_by_postlab:
         # the seed list at once (a chunked record names its seeds in record.json): a reader
         # that decides what to print from it has then not printed anything yet
-        refuse(seed_order_problems(seeds_of(opened.record), opened.plan.model.seeds),
+        refuse(seed_order_problems(opened.record.seed_order(), opened.plan.model.seeds),
                opened.source, "not a whole record of its plan")
         # a record read alone (no plan.json beside it) has no checkpoint files to look for
         folder = opened.source.parent if opened.files.plan.is_file() else None
@@ -165,11 +165,7 @@ def seed_order_problems(recorded: list[int], planned: list[int]) -> list[str]:
     return problems
 
 
-def made_by_postlab(record: dict[str, Any]) -> bool:
-    return "postlab_version" in record
-
-
-def whole_problems(run: dict[str, Any], plan: Plan, folder: Path | None
+def whole_problems(run: SeedEntry, plan: Plan, folder: Path | None
                    ) -> list[str]:
     """What a seed of a postlab record lacks or holds beyond its plan (see
     :func:`check_whole`, which checks the seed list), and, in its run ``folder`` (None: a
@@ -177,11 +173,11 @@ def whole_problems(run: dict[str, Any], plan: Plan, folder: Path | None
     run's record lacks whole seeds, never parts."""
     from postlab.plan.arms import arm_names
 
-    seed = run["seed"]
+    seed = run.seed
     problems = run_missing_parts(run, ["initial", *arm_names(plan)])
-    problems += [f"seed {seed}: checkpoint {info['file']} is not in the run folder"
-                 for info in run.get("checkpoints", {}).values()
-                 if folder is not None and not (folder / info["file"]).is_file()]
+    problems += [f"seed {seed}: checkpoint {info.file} is not in the run folder"
+                 for info in (run.checkpoints or {}).values()
+                 if folder is not None and not (folder / info.file).is_file()]
     return problems + run_plan_problems(run, plan)
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from postlab.errors import UserError
 from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
@@ -36,6 +36,7 @@ from postlab.machine.cache import cache_dir
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
+    from postlab.records.models import Record
 
 #: Versions the memo's key and layout.
 MEMO_VERSION = 1
@@ -45,14 +46,14 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def proof_key(record: dict[str, Any], plan: Plan, folder: Path | None) -> str | None:
+def proof_key(record: Record, plan: Plan, folder: Path | None) -> str | None:
     """One sha256 over everything proving a chunked record's seeds depends on (see the
     module's docstring), or None for a record that is not chunked or a folder that cannot be
     listed (then the proofs run)."""
     from postlab.machine import provenance
     from postlab.records.chunks import ChunkedRuns
 
-    runs = record.get("runs")
+    runs = record.runs
     if not isinstance(runs, ChunkedRuns):
         return None
     checkpoints = None
@@ -73,7 +74,7 @@ def proof_key(record: dict[str, Any], plan: Plan, folder: Path | None) -> str | 
         return None
     parts = {
         "memo": MEMO_VERSION,
-        "chunks": record["chunks"],
+        "chunks": record.chunks,
         "rows": str(runs.folder.absolute()),
         "seeds": list(runs.seeds),
         "plan": _sha256(dump_json(plan.data())),
@@ -106,7 +107,7 @@ def remembered(key: str | None) -> bool:
         return False  # unreadable or not a memo: the proofs simply run
 
 
-def remember_if_unchanged(key: str | None, record: dict[str, Any], plan: Plan,
+def remember_if_unchanged(key: str | None, record: Record, plan: Plan,
                           folder: Path | None, seeds: int) -> None:
     """:func:`remember` the state ``key`` named before a pass, if it names it still: a
     checkpoint file removed (or added) while the pass ran leaves the proof unremembered."""

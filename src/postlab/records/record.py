@@ -1,9 +1,9 @@
 """Reading and writing run records: where a run's files are, a record's bytes, the
 chunked layout's seeds, summaries, kept task results, and the plan-hash link.
 
-A record is the raw output of a run (every evaluation and rollout row). It is checked as it is
-read (:func:`~postlab.records.models.check_record`); whether it fits its plan is
-``records.conformance``'s concern.
+A record is the raw output of a run (every evaluation and rollout row). It is checked and
+typed as it is read (:meth:`~postlab.records.models.Record.of`); whether it fits its plan
+is ``records.conformance``'s concern.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 from postlab.errors import UserError
 from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
 from postlab.plan.frozen import LoadedPlan
-from postlab.records.chunks import ChunkedRuns
-from postlab.records.models import check_chunk_run, check_record
+from postlab.records.models import Record
 
 BUNDLED_RUN = "teaching-run"
 RECORD_NAMES = ("record.json", "record.json.gz")
@@ -120,62 +119,46 @@ def summary_closing(count: int) -> bytes:
     return b"\n]\n" if count else b"[]\n"
 
 
-def decode_record_bytes(raw: bytes, source: str, folder: Path | None = None) -> dict[str, Any]:
-    """A record from its file's bytes, checked. A chunked record's ``runs`` become a lazy
-    sequence over the chunk files in ``folder`` (the record file's folder)."""
-    record = parse_json(record_data(raw, source), source)
-    check_record(record, source)
-    if "chunks" in record:
-        if folder is None:
-            raise UserError(f"{source}: a chunked record is read from its run folder")
-        attach_runs(record, folder)
-    return record
+def decode_record_bytes(raw: bytes, source: str, folder: Path | None = None) -> Record:
+    """A record from its file's bytes, checked and typed. A chunked record's seeds are read
+    from the chunk files in ``folder`` (the record file's folder) as they are reached."""
+    return Record.of(parse_json(record_data(raw, source), source), source, folder)
 
 
-def load_record(path: Path) -> dict[str, Any]:
+def load_record(path: Path) -> Record:
+    """The record file at ``path`` (``record.json`` or its gzip form), checked and typed; a
+    chunked record's seeds are read from the file's folder."""
     return decode_record_bytes(read_bytes(path, "record"), str(path), path.parent)
 
 
-def attach_runs(record: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """A chunked record's header with its seeds' entries readable as ``record["runs"]``."""
-    record["runs"] = ChunkedRuns(folder, record["chunks"], record["seeds"], check_chunk_run,
-                                 str(folder / RECORD_NAMES[0]))
-    return record
-
-
-def seeds_of(record: dict[str, Any]) -> list[int]:
+def seeds_of(record: Record) -> list[int]:
     """The record's seeds in order, without reading a chunked record's rows."""
-    runs = record["runs"]
-    return list(runs.seeds) if isinstance(runs, ChunkedRuns) else [r["seed"] for r in runs]
+    return record.seed_order()
 
 
-def one_document(record: dict[str, Any]) -> dict[str, Any]:
-    """A record in the one-document layout earlier versions wrote (and the reference reads):
-    every seed inline as ``runs``, where a chunked record has its manifest."""
+def one_document(record: Record) -> dict[str, Any]:
+    """A record's JSON in the one-document layout earlier versions wrote (and the reference
+    reads): every seed's entry inline as ``runs``, where a chunked record has its manifest."""
     document: dict[str, Any] = {}
-    for key, value in record.items():
+    for key, value in record.data().items():
         if key == "chunks":
-            document["runs"] = list(record["runs"])
-        elif key not in ("seeds", "runs"):
+            document["runs"] = entries_of(record)
+        elif key != "seeds":
             document[key] = value
     if "runs" not in document:
-        document["runs"] = list(record["runs"])
+        document["runs"] = entries_of(record)
     return document
 
 
-def is_chunked(record: dict[str, Any]) -> bool:
-    return "chunks" in record
+def entries_of(record: Record) -> list[dict[str, Any]]:
+    """Every seed's entry as its JSON object, in record order."""
+    return [run.data() for run in record.runs]
 
 
-def header_of(record: dict[str, Any]) -> dict[str, Any]:
-    """What ``record.json`` holds of a chunked record: everything but the seeds' entries."""
-    return {key: value for key, value in record.items() if key != "runs"}
-
-
-def check_plan_link(record: dict[str, Any], plan: LoadedPlan, source: str) -> None:
+def check_plan_link(record: Record, plan: LoadedPlan, source: str) -> None:
     """Refuse to report a record against a plan other than the one it was trained under."""
-    if record["plan_sha256"] != plan.sha256:
-        raise UserError(f"{source}: record was made under plan sha256 {record['plan_sha256']}, "
+    if record.plan_sha256 != plan.sha256:
+        raise UserError(f"{source}: record was made under plan sha256 {record.plan_sha256}, "
                         f"but {plan.path} has sha256 {plan.sha256}")
 
 
@@ -203,9 +186,9 @@ def resume_settings(out_dir: Path) -> dict[str, Any] | None:
     """What a resumed run must be computed under: its record (``numerics``, ``device``) if it
     has one, else the settings its kept task results were computed under, else None. Reads
     no torch, so the command line can pin a code path from it."""
-    record_path = out_dir / "record.json"
+    record_path = out_dir / RECORD_NAMES[0]
     if record_path.is_file():
-        return load_record(record_path)
+        return load_record(record_path).data()
     kept = out_dir / KEPT_DIR / KEPT_SETTINGS
     if kept.is_file():
         data = parse_json(read_bytes(kept, "kept settings"), str(kept))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from postlab.records.metrics import count_text
+from postlab.records.models import Record
 from postlab.tasks.contracts import CONTRACTS, PARTIAL_CREDIT, Answer
 
 
@@ -43,7 +44,7 @@ class Rescore:
     gaps: tuple[ContractGap, ...]
 
 
-def rescore(record: dict[str, Any], trained: dict[str, str], contracts: list[str],
+def rescore(record: Record, trained: dict[str, str], contracts: list[str],
             split: str | None = None, answer: Answer = sum,
             tables: Iterable[Any] | None = None) -> Rescore:
     """Score every evaluation row under each contract; ``split`` limits to one split.
@@ -60,7 +61,7 @@ def rescore(record: dict[str, Any], trained: dict[str, str], contracts: list[str
 
     for name in contracts:
         CONTRACTS[name]  # an unknown name fails before any row is read
-    if tables is None and isinstance(record["runs"], ChunkedRuns):
+    if tables is None and isinstance(record.runs, ChunkedRuns):
         raise ValueError("a chunked record is re-scored from the tables its reader checked "
                          "(records.opened.checked_tables)")
     pairs = [(looser, stricter) for i, first in enumerate(contracts)

@@ -32,8 +32,8 @@ from postlab.records.integrity import run_digests
 from postlab.records.kept import remove_kept
 from postlab.records.layout import RECORD_FILE, SUMMARY_FILE, UNNAMED_ENGINE
 from postlab.records.metrics import run_summary_for
-from postlab.records.models import SeedEntry
-from postlab.records.record import attach_runs, header_of, summary_bytes
+from postlab.records.models import Record, SeedEntry
+from postlab.records.record import summary_bytes
 
 
 def new_record(plan: LoadedPlan, workers: int, device: str = "cpu",
@@ -126,12 +126,12 @@ def write_record(out_dir: Path, record: dict[str, Any], entries: Sequence[dict[s
     replace_bytes(out_dir / RECORD_FILE, dump_json(record))
 
 
-def finish_record(out_dir: Path, record: dict[str, Any], plan: Any,
-                  say: Callable[[str], None]) -> dict[str, Any]:
-    """Write the summary and the fingerprint of a written record whose seeds are all in
-    (each only if not there yet: a finished run finishes again unchanged); the record, its
-    seeds attached."""
-    record = attach_runs(header_of(record), out_dir)
+def finish_record(out_dir: Path, header: dict[str, Any], plan: Any,
+                  say: Callable[[str], None]) -> Record:
+    """Write the summary and the fingerprint of a written record (``header``: what
+    ``record.json`` holds) whose seeds are all in (each only if not there yet: a finished run
+    finishes again unchanged); the record as readers see it."""
+    record = Record.of(header, str(out_dir / RECORD_FILE), out_dir)
     summary_path = out_dir / SUMMARY_FILE
     summarise = not summary_path.exists()
     fingerprint = read_fingerprint_file(out_dir) is None
@@ -141,12 +141,12 @@ def finish_record(out_dir: Path, record: dict[str, Any], plan: Any,
     summary: list[dict[str, Any]] = []
     names: set[str] = set()
     seeds: list[tuple[int, str]] = []
-    for entry in record["runs"] if summarise or fingerprint else []:
+    for entry in record.runs if summarise or fingerprint else []:
         if summarise:
             summary += run_summary_for(entry, plan)
         names |= named_checkpoints([entry])
         # the digests were taken from the rows as this run made them
-        seeds.append((entry["seed"], seed_results_sha256(entry, entry.get("digests"))))
+        seeds.append((entry.seed, seed_results_sha256(entry.seed, entry.data()["digests"])))
     if not summarise:
         say("the run was already complete; nothing to do")
     else:
@@ -155,8 +155,8 @@ def finish_record(out_dir: Path, record: dict[str, Any], plan: Any,
     return record if not fingerprint else _fingerprinted(out_dir, record, names, seeds)
 
 
-def _fingerprinted(out_dir: Path, record: dict[str, Any], names: set[str],
-                   seeds: list[tuple[int, str]]) -> dict[str, Any]:
+def _fingerprinted(out_dir: Path, record: Record, names: set[str],
+                   seeds: list[tuple[int, str]]) -> Record:
     """Last, over the finished files: the one hash a reader notes to check the run later."""
     value = run_fingerprint(out_dir, out_dir / RECORD_FILE, record,
                             checkpoint_files=names).value

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from postlab.plan.arms import arm_specs, plan_contracts
-from postlab.records.record import seeds_of
 from postlab.tasks.registry import task_for
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
+    from postlab.records.models import Record
 
 OVERVIEW_WORDS: dict[str, dict[str, str]] = {
     "en": {
@@ -101,7 +101,7 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
 }
 
 
-def _policy(plan: Plan, record: dict[str, Any], words: dict[str, str]) -> str:
+def _policy(plan: Plan, record: Record, words: dict[str, str]) -> str:
     from postlab.policies.base import section_fields
 
     section = plan.policy
@@ -110,8 +110,8 @@ def _policy(plan: Plan, record: dict[str, Any], words: dict[str, str]) -> str:
     else:
         details = ", ".join(f"{key} {value}" for key, value in section_fields(section).items())
         shape = f"{section.kind}: {details}"
-    if "parameters" in record:
-        shape += "; " + words["parameters"].format(n=record["parameters"])
+    if record.parameters is not None:
+        shape += "; " + words["parameters"].format(n=record.parameters)
     if plan.precision:
         shape += f"; {plan.precision}"
     if plan.tokenizer:
@@ -163,7 +163,12 @@ def _task_words(plan: Plan, task: Any, words: dict[str, str]) -> str:
             + f"; {words['gym_items'].format(version=section.version, seed=section.seed)}")
 
 
-def overview_rows(plan: Plan, record: dict[str, Any], written: str | None,
+def _or(value: Any, default: Any) -> Any:
+    """A header field as read, or what the overview shows where the record lacks it."""
+    return default if value is None else value
+
+
+def overview_rows(plan: Plan, record: Record, written: str | None,
                   lang: str) -> list[tuple[str, str]]:
     """(label, value) rows of what was trained, for the report's first screen."""
     words = OVERVIEW_WORDS[lang]
@@ -185,7 +190,7 @@ def overview_rows(plan: Plan, record: dict[str, Any], written: str | None,
             extra=plan.dynamic_sampling.max_extra_groups))
     options.append(OPTION_WORDS_ZH.get(plan.selection, plan.selection) if lang == "zh"
                    else plan.selection)
-    numerics = record.get("numerics", {})
+    numerics = record.numerics
     separator = "；" if lang == "zh" else "; "
     rows = [
         (words["task"], f"{_task_words(plan, task, words)}; {splits}"),
@@ -201,16 +206,18 @@ def overview_rows(plan: Plan, record: dict[str, Any], written: str | None,
         (words["options"], separator.join(options)),
         (words["evaluation"], words["evaluation_value"].format(
             samples=plan.eval_samples, contracts=", ".join(plan_contracts(plan)))),
-        (words["seeds"], ", ".join(str(seed) for seed in seeds_of(record))),
+        (words["seeds"], ", ".join(str(seed) for seed in record.seed_order())),
         (words["plan"], words["plan_value"].format(version=plan.version, date=plan.date,
-                                                   sha=record["plan_sha256"][:16] + "…")),
+                                                   sha=record.plan_sha256[:16] + "…")),
         (words["when"], words["when_value"].format(date=plan.date,
                                                    written=written or "—")),
         (words["machine"], words["machine_value"].format(
-            device=record.get("device", "cpu"), cpu=numerics.get("cpu_model", "?"),
-            path=numerics.get("code_path", "?"), torch=record.get("torch", "?"),
-            python=record.get("python", "?"), threads=record.get("threads", 1),
-            workers=record.get("workers", 1), wall=record.get("wall_seconds", 0.0))),
+            device=_or(record.device, "cpu"),
+            cpu="?" if numerics is None else numerics.cpu_model,
+            path="?" if numerics is None else numerics.code_path,
+            torch=_or(record.torch, "?"), python=_or(record.python, "?"),
+            threads=_or(record.threads, 1), workers=_or(record.workers, 1),
+            wall=_or(record.wall_seconds, 0.0))),
     ]
     return rows
 

@@ -17,6 +17,7 @@ from postlab.tasks.contracts import describe
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
+    from postlab.records.models import Record
 
 #: Success probabilities at which the report shows the chance of a mixed group.
 REPORT_PROBABILITIES = (0.01, 0.5, 0.99)
@@ -43,7 +44,7 @@ class Report:
     held_out: tuple[HeldOutRow, ...]
 
 
-def build_report(record: dict[str, Any], plan: Plan,
+def build_report(record: Record, plan: Plan,
                  split: str = "test", tables: Iterable[Any] | None = None) -> Report:
     """The reference's text report of ``split`` (``tables``: the record's flat tables, as
     :func:`~postlab.records.metrics.summary_of` takes them)."""

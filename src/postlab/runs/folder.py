@@ -24,6 +24,7 @@ from postlab.records.chunks import CHUNK_DIR, unlisted_chunks
 from postlab.records.fingerprint import read_fingerprint_file
 from postlab.records.integrity import compare_digests
 from postlab.records.layout import PLAN_FILE, RECORD_FILE, check_layout, check_links
+from postlab.records.models import Record
 from postlab.records.record import load_record
 
 
@@ -38,8 +39,8 @@ def check_out_dir(out_dir: Path, resume: bool) -> None:
 
 def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Path,
                     resume: bool, registration: bytes | None = None,
-                    checked: tuple[LoadedPlan, dict[str, Any] | None] | None = None
-                    ) -> tuple[LoadedPlan, dict[str, Any] | None]:
+                    checked: tuple[LoadedPlan, Record | None] | None = None
+                    ) -> tuple[LoadedPlan, Record | None]:
     """Create the run folder with its plan, or, on resume, check and reopen it.
 
     On resume the plan stored in the folder is the one trained; a plan given as well must be
@@ -71,7 +72,8 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
         else:
             leftover.unlink()
     # chunks published but never named by the record: a crash between the two writes
-    for name in unlisted_chunks(out_dir, record.get("chunks", []) if record else []):
+    listed = record.chunks if record is not None and record.chunks is not None else []
+    for name in unlisted_chunks(out_dir, listed):
         path = out_dir / name
         if path.is_dir():
             shutil.rmtree(path)
@@ -82,7 +84,7 @@ def prepare_out_dir(plan: LoadedPlan | None, raw_plan: bytes | None, out_dir: Pa
 
 def check_resumable(out_dir: Path, plan: LoadedPlan | None = None,
                     registration: bytes | None = None
-                    ) -> tuple[LoadedPlan, dict[str, Any] | None]:
+                    ) -> tuple[LoadedPlan, Record | None]:
     """An interrupted run folder checked whole before anything in it is removed or written:
     no link in it, its plan (the one given, if any), its record's layout, seeds, digests,
     checkpoints and registration; returns the plan and the record (None: no seed recorded
@@ -110,27 +112,28 @@ def check_resumable(out_dir: Path, plan: LoadedPlan | None = None,
     return stored, record
 
 
-def _check_resumed_seeds(out_dir: Path, record: dict[str, Any], stored: LoadedPlan) -> None:
+def _check_resumed_seeds(out_dir: Path, record: Record, stored: LoadedPlan) -> None:
     """A record resumed from: of the folder's plan, each seed one of its pending seeds,
     complete, unchanged since it was recorded, its checkpoints the files it names."""
     record_path = out_dir / RECORD_FILE
-    if record.get("plan_sha256") != stored.sha256:
+    if record.plan_sha256 != stored.sha256:
         raise UserError(f"{record_path}: not a record of the plan in {out_dir / PLAN_FILE}")
     stages = ["initial", *arm_names(stored.model)]
     seen = set()
-    for run in record["runs"]:
-        seed = run["seed"]
+    for run in record.runs:
+        seed = run.seed
         if seed not in stored.model.seeds or seed in seen:
             raise UserError(f"{record_path}: seed {seed} is not a pending seed of the plan; "
                             "cannot resume from this record")
         seen.add(seed)
-        if list(run.get("checkpoints", {})) != stages or list(run["evaluations"]) != stages:
+        if list(run.checkpoints or {}) != stages or list(run.evaluations) != stages:
             raise UserError(f"{record_path}: seed {seed} is incomplete; cannot resume from it")
-        if "digests" in run and compare_digests(run, run["digests"]):
+        # digests are taken, and compared, from the entry's JSON
+        if run.digests is not None and compare_digests(run.data(), run.data()["digests"]):
             raise UserError(f"{record_path}: seed {seed} changed since it was recorded; "
                             "cannot resume from it")
-        for info in run["checkpoints"].values():
-            load_checkpoint(out_dir / info["file"], info["sha256"])  # refuses a changed file
+        for info in (run.checkpoints or {}).values():
+            load_checkpoint(out_dir / info.file, info.sha256)  # refuses a changed file
 
 
 def _check_resumed_registration(out_dir: Path, registration: bytes | None) -> None:
@@ -147,7 +150,7 @@ def _check_resumed_registration(out_dir: Path, registration: bytes | None) -> No
                         "(or without --registration)")
 
 
-def registration_entry(plan: LoadedPlan, out_dir: Path, previous: dict[str, Any] | None
+def registration_entry(plan: LoadedPlan, out_dir: Path, previous: Record | None
                        ) -> dict[str, Any] | None:
     """What the record says of the run folder's registration: the file's sha256, the time
     it was registered and the time training began. A resumed run keeps what its record says,
@@ -158,7 +161,7 @@ def registration_entry(plan: LoadedPlan, out_dir: Path, previous: dict[str, Any]
 
     path = out_dir / REGISTRATION_FILE
     if previous is not None:
-        if "registration" not in previous:
+        if previous.registration is None:
             if path.exists():
                 raise UserError(f"{path}: the record names no registration; one added after "
                                 "training began would not precede it")
@@ -166,7 +169,8 @@ def registration_entry(plan: LoadedPlan, out_dir: Path, previous: dict[str, Any]
         _, problems = registration_of(previous, plan, out_dir)
         if problems:
             raise UserError(problems[0])
-        return previous["registration"]
+        # the new record's header is JSON: the entry as the previous record holds it
+        return previous.data()["registration"]
     if not path.exists():
         return None
     raw = read_bytes(path, "registration")

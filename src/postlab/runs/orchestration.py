@@ -34,7 +34,7 @@ from postlab.machine import numerics
 from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan
 from postlab.records import kept as kept_results
-from postlab.records.record import is_chunked
+from postlab.records.models import Record
 from postlab.records.writer import SeedAssembly, finish_record, new_record, write_record
 from postlab.runs.executors import TaskExecutor, configure_torch, default_kind, make_executor
 from postlab.runs.folder import prepare_out_dir, registration_entry
@@ -69,7 +69,7 @@ class RunOptions:
     #: invocation (the caller checked it before printing or starting anything); None: checked
     #: when the run is opened. Checking reads every chunk and loads every checkpoint, so it is
     #: done once
-    checked: tuple[LoadedPlan, dict[str, Any] | None] | None = None
+    checked: tuple[LoadedPlan, Record | None] | None = None
 
 
 @dataclass
@@ -82,6 +82,7 @@ class OpenRun:
 
     plan: LoadedPlan
     options: RunOptions
+    #: the header ``record.json`` is written with (the writer's JSON, not a read record)
     record: dict[str, Any]
     pending: list[int]
     started: float
@@ -135,25 +136,29 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
     if registered is not None:
         record["registration"] = registered
     if previous is not None:
-        then_engine = previous.get("engine", DEFAULT_ENGINE)
+        then_engine = DEFAULT_ENGINE if previous.engine is None else previous.engine
         if then_engine != options.engine:
             raise UserError(f"{options.out_dir}: the run was started with the {then_engine} "
                             f"engine; resume it with --engine {then_engine}")
-        then = previous.get("numerics")
-        deciding = numerics.differences(then, record["numerics"])[0] if then else []
+        # the machine layer compares the numerics as the records hold them
+        deciding = (numerics.differences(previous.data()["numerics"], record["numerics"])[0]
+                    if previous.numerics is not None else [])
         if deciding:
             raise UserError(f"{options.out_dir}: the run was started with other numeric "
                             f"settings ({'; '.join(deciding)}); resume it where they can be "
                             f"the same (postlab run --resume pins the run's own code path)")
-        for key in ("parameters", "wall_seconds"):
-            if key in previous:
-                record[key] = previous[key]
+        if previous.parameters is not None:
+            record["parameters"] = previous.parameters
+        if previous.wall_seconds is not None:
+            record["wall_seconds"] = previous.wall_seconds
     unwritten: list[dict[str, Any]] = []
-    if previous is not None and is_chunked(previous):
-        record["chunks"], record["seeds"] = previous["chunks"], previous["seeds"]
+    if previous is not None and previous.chunked:
+        # the writer extends the manifest: its own lists, the previous record's left as read
+        assert previous.chunks is not None and previous.seeds is not None
+        record["chunks"], record["seeds"] = list(previous.chunks), list(previous.seeds)
     elif previous is not None:
         # a record of the earlier layout: its seeds go into chunks with the next write
-        unwritten = list(previous["runs"])
+        unwritten = [run.data() for run in previous.runs]
     done = {*record["seeds"], *(entry["seed"] for entry in unwritten)}
     pending = [seed for seed in data.seeds if seed not in done]
     if done:
@@ -177,7 +182,7 @@ def open_run(plan: LoadedPlan | None, raw_plan: bytes | None, options: RunOption
     return run
 
 
-def finish_run(run: OpenRun) -> dict[str, Any]:
+def finish_run(run: OpenRun) -> Record:
     """Write the wall time, the summary and the fingerprint of a run whose seeds are done."""
     record = run.record
     if run.pending or "wall_seconds" not in record:
@@ -188,7 +193,7 @@ def finish_run(run: OpenRun) -> dict[str, Any]:
 
 
 def run_plan(plan: LoadedPlan | None, raw_plan: bytes | None,
-             options: RunOptions) -> dict[str, Any]:
+             options: RunOptions) -> Record:
     """Train every seed and arm of ``plan`` into ``options.out_dir``; return the record."""
     run = open_run(plan, raw_plan, options)
     if run.pending:

@@ -28,13 +28,13 @@ import hashlib
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from postlab.errors import UserError
 from postlab.jsonio import dump_json, parse_json, read_bytes, replace_bytes
 from postlab.machine import numerics
 from postlab.machine.cache import cache_dir
 from postlab.records.fingerprint import FINGERPRINT_FILE, run_fingerprint
+from postlab.records.models import Record
 from postlab.records.record import RunFiles
 from postlab.runs.verdicts import Check
 from postlab.runs.verify import device_here, verify_walked
@@ -56,7 +56,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def state_key(files: RunFiles, record: dict[str, Any]) -> str | None:
+def state_key(files: RunFiles, record: Record) -> str | None:
     """One sha256 over everything a verification's outcome depends on, or None when a file
     it covers cannot be read (then the checks run, and say what is wrong)."""
     from postlab.machine.provenance import software, source_digest
@@ -112,7 +112,7 @@ def _covered(key: str | None, files: RunFiles, named: frozenset[str]) -> Path | 
     return _memo_path(key)
 
 
-def _check_and_keep(files: RunFiles, record: dict[str, Any], key: str | None) -> list[Check]:
+def _check_and_keep(files: RunFiles, record: Record, key: str | None) -> list[Check]:
     """Every check afresh, remembered under ``key`` where the key covers what they read."""
     verified = verify_walked(files, record)
     path = _covered(key, files, verified.checkpoint_files)
@@ -154,14 +154,14 @@ def _write_memo(path: Path, key: str, checks: list[Check], when: str) -> None:
         pass  # a cache that cannot be written costs the next render its checks, nothing more
 
 
-def verify_and_remember(files: RunFiles, record: dict[str, Any]) -> list[Check]:
+def verify_and_remember(files: RunFiles, record: Record) -> list[Check]:
     """Every check afresh, as ``postlab verify`` runs them, remembered for the page: a page
     rendered after a verify of the same state shows that verification instead of repeating
     it (the state is taken before the checks run, so it is the state they checked)."""
     return _check_and_keep(files, record, state_key(files, record))
 
 
-def verify_remembered(files: RunFiles, record: dict[str, Any]) -> Verification:
+def verify_remembered(files: RunFiles, record: Record) -> Verification:
     """The run's checks as ``postlab verify`` computes them, reused from an earlier call when
     every input they depend on is unchanged (see the module's docstring)."""
     key = state_key(files, record)

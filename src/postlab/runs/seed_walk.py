@@ -32,8 +32,9 @@ from postlab.records.conformance import (
     seed_list_problems,
 )
 from postlab.records.fingerprint import named_checkpoints, seed_results_sha256
-from postlab.records.integrity import compare_digests
+from postlab.records.integrity import compare_digests, run_digests
 from postlab.records.metrics import run_summary_for, table_summary
+from postlab.records.models import Checkpoint, Decodings, Record, SeedEntry
 from postlab.runs.summary_stream import SummaryStream
 from postlab.tasks.registry import answer_function
 
@@ -96,45 +97,54 @@ class _Loaded:
     reload_equal: bool
 
 
-def _seed_checkpoints(run: dict[str, Any], plan: Plan | None, folder: Path,
-                     device: str, seen: Walk, waiting: list[_Loaded], *,
-                     quick: bool = False,
-                     recorded: Callable[[str], dict[str, Any] | None] | None = None) -> None:
+def _recorded_rows(splits: dict[str, Decodings] | None) -> dict[str, Any] | None:
+    """A stage's recorded evaluation rows as re-evaluation gives them (split -> decoding ->
+    rows ``[a, b, text, terminated]``); None for a stage the seed has none of."""
+    if splits is None:
+        return None
+    return {split: {"greedy": decoded.greedy.stored, "sampled": decoded.sampled.stored}
+            for split, decoded in splits.items()}
+
+
+def _seed_checkpoints(seed: int, checkpoints: dict[str, Checkpoint], plan: Plan | None,
+                      folder: Path, device: str, seen: Walk, waiting: list[_Loaded], *,
+                      quick: bool = False,
+                      recorded: Callable[[str], dict[str, Any] | None]) -> None:
     """One seed's checkpoints: each hashed before loading, then loaded into ``waiting`` for
-    re-evaluation (``quick``: hashed only). ``run`` needs its seed and checkpoints; its
-    evaluations are what re-evaluation must give, unless ``recorded`` gives a stage's."""
-    for stage, info in run.get("checkpoints", {}).items():
+    re-evaluation (``quick``: hashed only); ``recorded`` gives a stage's recorded evaluation
+    rows, which re-evaluation must give."""
+    # the policies' layer reads a base checkpoint's entry as the record's JSON holds it
+    named = {stage: info.model_dump() for stage, info in checkpoints.items()}
+    for stage, info in checkpoints.items():
         seen.checkpoints += 1
-        path = folder / info["file"]
+        path = folder / info.file
         try:
             if quick:  # hashed, not deserialised
-                check_checkpoint_bytes(read_bytes(path, "checkpoint"), info["sha256"], path)
+                check_checkpoint_bytes(read_bytes(path, "checkpoint"), info.sha256, path)
                 continue
-            payload = load_checkpoint(path, info["sha256"])
+            payload = load_checkpoint(path, info.sha256)
         except UserError as exc:  # CheckpointError among them
             seen.hash_problems.append(str(exc))
             continue
         if plan is None:
             continue
         try:
-            check_kind(payload, policy_kind(plan), f"seed {run['seed']}, stage {stage}")
+            check_kind(payload, policy_kind(plan), f"seed {seed}, stage {stage}")
         except CheckpointError as exc:
             seen.eval_problems.append(str(exc))
             continue
         try:
             model = place_policy(policy_from_checkpoint(
-                plan, payload, run["seed"], folder, run.get("checkpoints", {})), device)
+                plan, payload, seed, folder, named), device)
         except CheckpointError as exc:
-            seen.eval_problems.append(f"seed {run['seed']}, stage {stage}: {exc}")
+            seen.eval_problems.append(f"seed {seed}, stage {stage}: {exc}")
             continue
         except (RuntimeError, KeyError) as exc:
-            seen.eval_problems.append(f"seed {run['seed']}, stage {stage}: weights do not "
+            seen.eval_problems.append(f"seed {seed}, stage {stage}: weights do not "
                                       f"fit the plan's model ({str(exc).splitlines()[0]})")
             continue
-        waiting.append(_Loaded(seed=run["seed"], stage=stage, model=model,
-                               recorded=run["evaluations"].get(stage) if recorded is None
-                               else recorded(stage),
-                               reload_equal=info.get("reload_equal", False)))
+        waiting.append(_Loaded(seed=seed, stage=stage, model=model, recorded=recorded(stage),
+                               reload_equal=info.reload_equal))
 
 
 def _reevaluate(waiting: list[_Loaded], plan: Plan, device: str, engine: Any,
@@ -188,57 +198,63 @@ class _Walker:
         self.waiting.clear()
         self.seen.evaluation_seconds += time.perf_counter() - started
 
-    def checkpoints(self, run: dict[str, Any],
-                    recorded: Callable[[str], dict[str, Any] | None] | None = None) -> None:
-        """One seed's checkpoints hashed and loaded (timed), re-evaluated once a batch waits."""
+    def checkpoints(self, seed: int, checkpoints: dict[str, Checkpoint],
+                    recorded: Callable[[str], dict[str, Any] | None]) -> None:
+        """One seed's checkpoints hashed and loaded (timed), re-evaluated once a batch waits;
+        ``recorded`` gives a stage's recorded evaluation rows."""
         started = time.perf_counter()
-        _seed_checkpoints(run, self.plan, self.folder, self.device, self.seen, self.waiting,
-                          quick=self.quick, recorded=recorded)
+        _seed_checkpoints(seed, checkpoints, self.plan, self.folder, self.device, self.seen,
+                          self.waiting, quick=self.quick, recorded=recorded)
         self.seen.evaluation_seconds += time.perf_counter() - started
         self.seen.seeds += 1
         if len(self.waiting) >= EVALUATION_BATCH:
             self.reevaluate()
 
-    def entry(self, run: dict[str, Any]) -> None:
+    def entry(self, run: SeedEntry) -> None:
         """One seed checked from its entry, part by part (what each check says names it)."""
         seen, plan = self.seen, self.plan
         seen.missing += run_missing_parts(run, self.stages)
         seen.checkpoint_files |= named_checkpoints([run])
-        self.checkpoints(run)
+        self.checkpoints(run.seed, run.checkpoints or {},
+                         lambda stage: _recorded_rows(run.evaluations.get(stage)))
         if plan is not None:
             seen.unfit += run_reading_problems(run, plan)
             if not seen.unfit:  # rows that do not fit the plan cannot be summarised
                 seen.summary.add(run_summary_for(run, plan))
             seen.plan_problems += run_plan_problems(run, plan)
-        if "digests" in run:
-            problems = compare_digests(run, run["digests"])
+        if run.digests is not None:
+            # digests are taken, and compared, from the entry's JSON
+            digests = run.data()["digests"]
+            problems = compare_digests(run.data(), digests)
             seen.digest_problems += problems
             # digests just checked against the rows stand for them; else recomputed
-            known = None if problems else run["digests"]
+            known = None if problems else digests
         else:
             seen.without_digests += 1
             known = None
         # a seed missing parts has no results to hash (other checks say what is missing); a
         # mark stands in, so the results fingerprint matches no complete run
-        complete = all(key in run for key in ("sft_loss", "evaluations", "training"))
-        seen.seed_results.append((run["seed"], seed_results_sha256(run, known) if complete
-                                  else "incomplete"))
+        complete = run.sft_loss is not None and run.training is not None
+        if not complete:
+            seen.seed_results.append((run.seed, "incomplete"))
+        else:
+            seen.seed_results.append((run.seed, seed_results_sha256(
+                run.seed, run_digests(run.data()) if known is None else known)))
 
-    def proven(self, seed: int, named: dict[str, dict[str, Any]],
+    def proven(self, seed: int, named: dict[str, Checkpoint],
                recorded: Callable[[str], dict[str, Any] | None],
-               summary: dict[int, list[dict[str, Any]]], digests: dict[str, Any] | None
-               ) -> None:
+               summary: dict[int, list[dict[str, Any]]], digests: dict[str, Any]) -> None:
         """A seed the columnar checks proved passes every per-seed check: only its
-        checkpoints and its summary remain."""
+        checkpoints and its summary remain (``digests``: its rows', recomputed from them)."""
         seen = self.seen
-        seen.checkpoint_files |= {info["file"] for info in named.values()}
-        self.checkpoints({"seed": seed, "checkpoints": named}, recorded=recorded)
+        seen.checkpoint_files |= {info.file for info in named.values()}
+        self.checkpoints(seed, named, recorded)
         if not seen.unfit:
             seen.summary.add(summary[seed])
-        seen.seed_results.append((seed, seed_results_sha256({"seed": seed}, digests)))
+        seen.seed_results.append((seed, seed_results_sha256(seed, digests)))
 
 
-def walk_seeds(record: dict[str, Any], plan: Plan | None, folder: Path,
+def walk_seeds(record: Record, plan: Plan | None, folder: Path,
                device: str, *, quick: bool = False) -> Walk:
     """Walk the record's seeds once for every check (``quick``: checkpoints hashed, not
     re-evaluated); a chunked record with its plan is read from its flat tables."""
@@ -253,7 +269,7 @@ def walk_seeds(record: dict[str, Any], plan: Plan | None, folder: Path,
         seen.plan_problems += seed_list_problems(record, plan)
     walker = _Walker(plan=plan, folder=folder, device=device, quick=quick, engine=engine,
                      stages=stages, seen=seen)
-    runs = record["runs"]
+    runs = record.runs
     if plan is None or not isinstance(runs, ChunkedRuns):
         for run in runs:
             walker.entry(run)
@@ -263,14 +279,15 @@ def walk_seeds(record: dict[str, Any], plan: Plan | None, folder: Path,
     return seen
 
 
-def _walk_chunked(walker: _Walker, record: dict[str, Any], plan: Plan, folder: Path) -> None:
+def _walk_chunked(walker: _Walker, record: Record, plan: Plan, folder: Path) -> None:
     """A chunked record checked a batch of seeds at a time from its flat tables: a seed the
     columnar checks prove (fits its plan, digests recomputed equal) passes every per-seed
     check, so only its checkpoints and summary remain; any other seed is read and checked
     part by part, which names what is wrong."""
     from postlab.records import proofs as remembered_proofs
 
-    runs = record["runs"]
+    runs = record.runs
+    assert isinstance(runs, ChunkedRuns)
     answer, contracts = answer_function(plan), plan_contracts(plan)
     # the state proven, named before the walk: remembered only if it is the same after
     proof_key = remembered_proofs.proof_key(record, plan, folder)
@@ -301,7 +318,10 @@ def _walk_batch(walker: _Walker, runs: ChunkedRuns, plan: Plan, tables: RowTable
         if seed in unproven:
             walker.entry(runs.entry(seed))
             continue
-        named = {info["stage"]: {k: v for k, v in info.items() if k != "stage"}
+        named = {info["stage"]: Checkpoint.model_validate(
+                     {k: v for k, v in info.items() if k != "stage"})
                  for info in checkpoints[index]}
+        found = digests[index]
+        assert found is not None  # a seed is proven only with its digests recomputed
         walker.proven(seed, named, functools.partial(seed_evaluations, tables, seed), summary,
-                      digests[index])
+                      found)

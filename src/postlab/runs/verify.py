@@ -20,13 +20,14 @@ from typing import Any
 from postlab.plan.frozen import LoadedPlan, load_plan, teaching_plan_loaded
 from postlab.records.chunks import chunk_problems
 from postlab.records.layout import layout_problems, link_problems
+from postlab.records.models import Record
 from postlab.records.record import RunFiles
 from postlab.runs.seed_walk import walk_seeds
 from postlab.runs.verdicts import Check
 from postlab.runs.verify_checks import CHECKS, Verifying
 
 
-def _plan_for(files: RunFiles, record: dict[str, Any]) -> tuple[LoadedPlan | None, Check]:
+def _plan_for(files: RunFiles, record: Record) -> tuple[LoadedPlan | None, Check]:
     """The plan beside the record (else the teaching plan), if it is the one the record
     names, and the check that says so."""
     if files.plan.is_file():
@@ -35,20 +36,20 @@ def _plan_for(files: RunFiles, record: dict[str, Any]) -> tuple[LoadedPlan | Non
     else:
         plan = teaching_plan_loaded()
         where = "the teaching plan (no plan.json beside the record)"
-    if plan.sha256 == record["plan_sha256"]:
+    if plan.sha256 == record.plan_sha256:
         return plan, Check(name="plan", status="pass", detail=f"{where} has the recorded "
                                                               f"sha256 {plan.sha256[:16]}…")
     return None, Check(name="plan", status="fail",
                        detail=f"{where} has sha256 {plan.sha256}, the record names "
-                              f"{record['plan_sha256']}")
+                              f"{record.plan_sha256}")
 
 
-def device_here(record: dict[str, Any]) -> str:
+def device_here(record: Record) -> str:
     """Re-evaluate on the record's device where this machine has it, else on CPU (and the
     environment check then names the difference)."""
     from postlab.machine.device import cuda_available
 
-    return "cuda" if record.get("device") == "cuda" and cuda_available() else "cpu"
+    return "cuda" if record.device == "cuda" and cuda_available() else "cpu"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,12 +74,12 @@ def _gated(plan_check: Check, failed: Check, why: str) -> Verified:
         for name in CHECKS if CHECKS[name].gated)])
 
 
-def _row_files(folder: Path, record: dict[str, Any]) -> Check:
-    """A chunked record's row files against its manifest."""
-    problems = chunk_problems(folder, record["chunks"])
+def _row_files(folder: Path, chunks: list[dict[str, Any]]) -> Check:
+    """A chunked record's row files against its manifest (``chunks``)."""
+    problems = chunk_problems(folder, chunks)
     return Check(name="row files", status="fail" if problems else "pass", detail=(
         _shown(problems) if problems else
-        f"{len(record['chunks'])} chunk files match the record's manifest (sha256, "
+        f"{len(chunks)} chunk files match the record's manifest (sha256, "
         "size, seeds) and no other file is in rows/"))
 
 
@@ -94,28 +95,28 @@ def _blame_environment(checks: list[Check]) -> list[Check]:
             for c in checks]
 
 
-def verify_run(files: RunFiles, record: dict[str, Any], *,
+def verify_run(files: RunFiles, record: Record, *,
                expect: str | None = None, quick: bool = False) -> list[Check]:
     """Run every check on a run folder or record (already strictly loaded); ``quick``: every
     check but the checkpoints' re-evaluation, which is said to be skipped."""
     return verify_walked(files, record, expect=expect, quick=quick).checks
 
 
-def verify_walked(files: RunFiles, record: dict[str, Any], *,
+def verify_walked(files: RunFiles, record: Record, *,
                   expect: str | None = None, quick: bool = False) -> Verified:
     """:func:`verify_run`, with the checkpoint files its walk found."""
     from postlab.runs.executors import configure_torch
 
     folder = files.record.parent
     plan, plan_check = _plan_for(files, record)
-    shape = link_problems(folder, whole=files.folder is not None) or ([] if "chunks" in record
+    shape = link_problems(folder, whole=files.folder is not None) or ([] if record.chunked
                                       else layout_problems(folder, record))
     if shape:
         # a link makes the run depend on a file nobody hashed as part of it, and a second
         # layout is evidence no check reads: no other check can speak for this folder
         return _gated(plan_check, Check(name="run folder", status="fail", detail=_shown(shape)),
                       "needs a run folder of its own files in one layout")
-    row_files = _row_files(folder, record) if "chunks" in record else None
+    row_files = _row_files(folder, record.chunks) if record.chunks is not None else None
     if row_files is not None and row_files.status == "fail":
         # every other check reads the rows: none can run on files that are not the ones the
         # record names

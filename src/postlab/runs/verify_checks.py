@@ -10,15 +10,14 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from postlab.errors import UserError
 from postlab.jsonio import read_bytes
 from postlab.machine import numerics
 from postlab.policies import build_policy, policy_kind
 from postlab.records.fingerprint import read_fingerprints, results_fingerprint, run_fingerprint
-from postlab.records.models import POSTLAB_FIELDS
-from postlab.records.opened import made_by_postlab
+from postlab.records.models import POSTLAB_FIELDS, Record
 from postlab.records.record import RunFiles
 from postlab.registry import Registry
 from postlab.runs.numeric_environment import environment_check, pin_problems
@@ -37,7 +36,7 @@ class Verifying:
     the checks made before the others, and the walk over the seeds."""
 
     files: RunFiles
-    record: dict[str, Any]
+    record: Record
     folder: Path
     plan: LoadedPlan | None
     #: the plan file against the record, made first: the other checks need its plan
@@ -87,12 +86,14 @@ def check(name: str, *, before_walk: bool = False, gated: bool = False
 def _completeness(v: Verifying) -> Check:
     """Everything a postlab record must carry is there; a foreign record is named as such."""
     record, seen = v.record, v.seen
-    if not made_by_postlab(record):
+    if not record.made_by_postlab:
         return Check(name="record", status="fail",
                      detail="made by another program (no postlab_version): it carries no "
                             "digests, numeric environment or fingerprint, so it cannot be "
                             "verified; what can be checked is checked below")
-    missing = [f"field {key}" for key in POSTLAB_FIELDS if key not in record]
+    # a record never holds null: a field it lacks reads as None (its seeds are always there,
+    # inline or named by its manifest)
+    missing = [f"field {key}" for key in POSTLAB_FIELDS if getattr(record, key) is None]
     missing += seen.missing
     if missing:
         shown = "; ".join(missing[:6]) + (f"; and {len(missing) - 6} more"
@@ -141,7 +142,7 @@ def _tokenizer(v: Verifying) -> Check | None:
     record, typed, folder = v.record, v.typed, v.folder
     from postlab.policies.tokenizers import TOKENIZER_FILE, tokenizer_sha256, uses_bpe
 
-    recorded = record.get("tokenizer_sha256")
+    recorded = record.tokenizer_sha256
     trains = typed is not None and uses_bpe(typed)
     if recorded is None and not trains:
         return None
@@ -176,7 +177,7 @@ def _registration(v: Verifying) -> Check | None:
     from postlab.plan.registration import REGISTRATION_FILE
     from postlab.records.opened import registration_of
 
-    named = record.get("registration")
+    named = record.registration
     if named is None:
         if (folder / REGISTRATION_FILE).exists():
             return Check(name="registration", status="warn", detail=(
@@ -192,8 +193,8 @@ def _registration(v: Verifying) -> Check | None:
     count = len(registration["hypotheses"]["tests"])
     return Check(name="registration", status="pass", detail=(
         f"{count} hypothes{'is' if count == 1 else 'es'} registered "
-        f"{named['registered_at']}, before training began {named['training_started_at']}; "
-        f"{REGISTRATION_FILE} has the recorded sha256 {named['sha256'][:16]}…"))
+        f"{named.registered_at}, before training began {named.training_started_at}; "
+        f"{REGISTRATION_FILE} has the recorded sha256 {named.sha256[:16]}…"))
 
 
 @check("checkpoint hashes", gated=True)
@@ -274,23 +275,24 @@ def _provenance(v: Verifying) -> Check:
     if plan is None:
         return Check(name="provenance", status="skip", detail="needs the record's plan")
     problems = []
-    if "threads" in record and record["threads"] != plan.threads:
-        problems.append(f"threads {record['threads']}, the plan sets {plan.threads}")
-    recorded = record.get("numerics")
-    if isinstance(recorded, dict) and recorded["threads"] != plan.threads:
-        problems.append(f"numerics.threads {recorded['threads']}, the plan sets "
+    if record.threads is not None and record.threads != plan.threads:
+        problems.append(f"threads {record.threads}, the plan sets {plan.threads}")
+    recorded = record.numerics
+    if recorded is not None and recorded.threads != plan.threads:
+        problems.append(f"numerics.threads {recorded.threads}, the plan sets "
                         f"{plan.threads}")
-    if isinstance(recorded, dict) and not recorded["deterministic"]:
+    if recorded is not None and not recorded.deterministic:
         problems.append("deterministic algorithms were off, which postlab never does")
-    if "parameters" in record:
+    if record.parameters is not None:
         expected = build_policy(plan).parameter_count()
-        if record["parameters"] != expected:
-            problems.append(f"parameters {record['parameters']}, the plan's model has "
+        if record.parameters != expected:
+            problems.append(f"parameters {record.parameters}, the plan's model has "
                             f"{expected}")
-    if isinstance(recorded, dict):
+    if recorded is not None:
         problems += pin_problems(recorded)
-    if "workers" in record and "wall_seconds" in record and record["wall_seconds"] <= 0:
-        problems.append(f"wall_seconds {record['wall_seconds']} is not a duration")
+    if record.workers is not None and record.wall_seconds is not None \
+            and record.wall_seconds <= 0:
+        problems.append(f"wall_seconds {record.wall_seconds} is not a duration")
     if problems:
         return Check(name="provenance", status="fail", detail="; ".join(problems))
     return Check(name="provenance", status="pass",
@@ -302,7 +304,7 @@ def _digests(v: Verifying) -> Check:
     """Every SFT loss, evaluation split and RL step matches its digest."""
     record, seen = v.record, v.seen
     problems, absent = seen.digest_problems, seen.without_digests
-    if absent and not made_by_postlab(record):
+    if absent and not record.made_by_postlab:
         return Check(name="raw rows", status="skip",
                      detail="a record made by another program carries no digests; rollout "
                             "rows cannot be checked without re-running (postlab reproduce)")
@@ -377,8 +379,8 @@ def _source(v: Verifying) -> Check:
     from postlab.machine.provenance import source_hashes
 
     record = v.record
-    recorded = record.get("source_sha256")
-    if not isinstance(recorded, dict):
+    recorded = record.source_sha256
+    if recorded is None:
         return Check(name="source", status="warn", detail="the record names no source")
     now = source_hashes()
     if not any(name.startswith("postlab/") for name in recorded):
@@ -392,7 +394,7 @@ def _source(v: Verifying) -> Check:
     parts = [f"{what} {', '.join(names)}" for what, names in
              (("changed", changed), ("new", added), ("gone", removed)) if names]
     if parts:
-        version = record.get("postlab_version", "?")
+        version = "?" if record.postlab_version is None else record.postlab_version
         return Check(name="source", status="warn",
                      detail=f"postlab source differs from the recording version {version}: "
                             + "; ".join(parts))

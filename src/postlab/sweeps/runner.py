@@ -25,6 +25,7 @@ from postlab.jsonio import dump_json, publish_bytes, read_bytes
 from postlab.plan.arms import arm_names
 from postlab.plan.frozen import LoadedPlan, load_plan, parse_plan, teaching_plan_loaded
 from postlab.records.layout import PLAN_FILE
+from postlab.records.models import Record
 from postlab.runs.folder import check_resumable
 from postlab.runs.orchestration import OpenRun, RunOptions, finish_run, open_run, run_tasks
 from postlab.runs.progress import Quiet
@@ -100,7 +101,7 @@ def create_sweep(spec_path: Path, out_dir: Path, today: str) -> None:
 
 
 def run_sweep(spec_path: Path | None, options: SweepOptions, today: str,
-              progress: SweepProgress | None = None) -> dict[str, Any]:
+              progress: SweepProgress | None = None) -> dict[str, Record | None]:
     """Train every version's pending seeds; returns {version name: record or None (failed)}.
 
     The executor starts (and a Ray cluster is reached) before the sweep folder is written, so
