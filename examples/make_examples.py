@@ -55,12 +55,29 @@ EXAMPLES = {
     "kl-k3": {"kl": "k3"},
     "kl-none": {"kl": "none"},
     "clip-higher": {"clip_high": 0.28},
+    # the policy losses in the ranges their papers use: GSPO clips a sequence's geometric-mean
+    # ratio in a narrow band (3e-4 / 4e-4) and averages per sequence; CISPO sets no effective
+    # lower bound on its weight and tunes the upper one; SAPO's temperatures are the paper's
+    "policy-gspo": {"policy_loss": "gspo", "clip": 0.0003, "clip_high": 0.0004,
+                    "loss_reduction": "seq-mean-token-mean"},
+    "policy-cispo": {"policy_loss": "cispo", "clip": 0.99, "clip_high": 0.28},
+    "policy-sapo": {"policy_loss": "sapo", "sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05,
+                    "loss_reduction": "seq-mean-token-mean"},
     "dynamic-sampling": {"dynamic_sampling": {"max_extra_groups": 8}},
     "dynamic-sampling-drop": {"dynamic_sampling": {"max_extra_groups": 8,
                                                    "constant_groups": "drop"}},
     "contract-exact": {"arms": ["strict", "exact"], "rewards": {
         "strict": "terminated, nonempty ASCII digits, integer equals a+b; leading zeros allowed",
         "exact": "terminated and the text equals str(a+b): no leading zeros"}},
+    # a control arm: paid for the answer's form, not its value; reports compare the others
+    # with it
+    "control-format": {"arms": ["strict", "substring", "format"], "control": "format",
+                       "rewards": {
+                           "strict": "terminated, nonempty ASCII digits, integer equals a+b; "
+                                     "leading zeros allowed",
+                           "substring": "decimal str(a+b) occurs anywhere, even without EOS",
+                           "format": "terminated, nonempty ASCII digits, whatever their "
+                                     "value (a control)"}},
     "arms-pipelines": {"arms": [
         {"name": "sft-then-rl", "pipeline": "sft-then-rl", "contract": "strict"},
         {"name": "rl-only", "pipeline": "rl-only", "contract": "strict"},

@@ -219,11 +219,13 @@ def _sft(plan, seeds_list, steps):
     return params, net, tables, seeds, losses
 
 
-def test_a_member_trains_the_same_bits_alone_and_in_company(plan):
+@pytest.mark.parametrize(("loss", "other"), [
+    ("ppo-clip", {}), ("sapo", {"sapo_tau_pos": 2.0, "sapo_tau_neg": 0.5})])
+def test_a_member_trains_the_same_bits_alone_and_in_company(plan, loss, other):
     """SFT, evaluation and RL of seed 22 alone, and among 7 members (three of them RL under
-    another contract and one with other numeric settings): every loss, row, statistic and
-    weight is equal."""
-    plan = plan.replace(sft_steps=12, rl_steps=4)
+    another contract and one with other numeric settings, SAPO's temperatures among them):
+    every loss, row, statistic and weight is equal."""
+    plan = plan.replace(sft_steps=12, rl_steps=4, policy_loss=loss)
     company_seeds = [5, 22, 9, 22, 22, 7, 1]
     params, net, tables, seeds, losses = _sft(plan, company_seeds, 12)
     alone, _, _, one_seed, one_losses = _sft(plan, [22], 12)
@@ -234,7 +236,7 @@ def test_a_member_trains_the_same_bits_alone_and_in_company(plan):
     assert engine.evaluate(alone, net, tables, [plan], one_seed)[0] == evaluated[1]
 
     varied = list(plans)
-    varied[3] = plan.replace(kl_beta=0.1, clip=0.3, clip_high=0.4, temperature=0.8)
+    varied[3] = plan.replace(kl_beta=0.1, clip=0.3, clip_high=0.4, temperature=0.8, **other)
     contracts = ["strict", "strict", "substring", "strict", "substring", "exact", "substring"]
     reference = {k: v.clone() for k, v in params.items()}
     history = engine.reinforce(params, reference, net, tables, varied, seeds, contracts)
@@ -280,30 +282,33 @@ TRANSFORMER_POLICIES = {
 
 
 @pytest.mark.parametrize("policy", ["gru", "gpt2", "llama"])
-@pytest.mark.parametrize(("reduction", "kl", "advantage"), [
-    ("token-mean", "exact", "group-std"),
-    ("seq-mean-token-mean", "k3", "group-mean-batch-std"),
-    ("constant-normaliser", "k1", "leave-one-out"),
+@pytest.mark.parametrize(("reduction", "kl", "advantage", "loss"), [
+    ("token-mean", "exact", "group-std", "ppo-clip"),
+    ("seq-mean-token-mean", "k3", "group-mean-batch-std", "gspo"),
+    ("constant-normaliser", "k1", "leave-one-out", "cispo"),
+    ("seq-mean-token-mean", "exact", "mean-only", "sapo"),
 ])
 def test_one_rl_step_is_the_exact_engine_s_math(plan, monkeypatch, reduction, kl, advantage,
-                                                policy):
+                                                loss, policy):
     """The ensemble's rollouts of one step, fed through the exact engine's own update (its
     sequence log-probabilities, rl.objective and the registered options, torch's Adam and
     clipping, on the policy itself with the same weights): losses, gradient norms and
-    statistics agree to float32 rounding, with clip_high and a temperature, for the GRU and
-    both transformer families."""
+    statistics agree to float32 rounding, with clip_high and a temperature, for every policy
+    loss, the GRU and both transformer families."""
     import copy
 
     from torch import nn
 
+    from postlab.engines.options import policy_settings
     from postlab.engines.train import sequence_log_dist
     from postlab.rl import objective
-    from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS
+    from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES, REDUCTIONS
     from postlab.tasks.contracts import score
     from postlab.tasks.rows import Row
 
     changes = dict(rl_steps=1, updates_per_rollout=2, clip_high=0.28, temperature=0.9,
-                   kl_beta=0.5, loss_reduction=reduction, kl=kl, advantage=advantage)
+                   kl_beta=0.5, loss_reduction=reduction, kl=kl, advantage=advantage,
+                   policy_loss=loss)
     if policy != "gru":
         pytest.importorskip("transformers")
         changes["policy"] = TRANSFORMER_POLICIES[policy]
@@ -346,21 +351,19 @@ def test_one_rl_step_is_the_exact_engine_s_math(plan, monkeypatch, reduction, kl
         log_dist = sequence_log_dist(model, prompts, tokens)
         logp = objective.token_log_probs(log_dist, tokens)
         old = logp.detach() if old is None else old
-        ratio = (logp - old).exp()
-        gain = objective.clipped_gain(ratio, advantages, plan.clip, plan.clip_high)
+        surrogate = POLICY_LOSSES[loss].fn(logp, old, advantages, mask, policy_settings(plan))
         kl_values = KL_ESTIMATORS[kl].fn(log_dist, ref_log, tokens)
-        loss = REDUCTIONS[reduction].fn(objective.per_token_loss(gain, kl_values,
-                                                                 plan.kl_beta),
-                                        mask, plan.max_new_tokens)
+        value = REDUCTIONS[reduction].fn(objective.per_token_loss(surrogate.gain, kl_values,
+                                                                  plan.kl_beta),
+                                         mask, plan.max_new_tokens)
         optimiser.zero_grad()
-        loss.backward()
+        value.backward()
         norm = nn.utils.clip_grad_norm_(model.parameters(), plan.gradient_clip)
         optimiser.step()
         got = history["updates"][update]
-        assert got["loss"] == pytest.approx(loss.item(), rel=1e-4, abs=1e-6)
+        assert got["loss"] == pytest.approx(value.item(), rel=1e-4, abs=1e-6)
         assert got["gradient_norm_before_clip"] == pytest.approx(norm.item(), rel=1e-4)
         assert got["kl"] == pytest.approx(objective.masked_mean(kl_values, mask).item(), rel=1e-4,
                                           abs=1e-7)
-        outside = objective.outside_clip(ratio, plan.clip, plan.clip_high)
-        want = objective.masked_mean(outside, mask).item()
+        want = objective.masked_mean(surrogate.outside, mask).item()
         assert got["ratio_outside_clip"] == pytest.approx(want, abs=1e-6)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import torch
+from lossloops import LOOPS
 from plans import write_plan
 
 from postlab.plan.frozen import load_plan, teaching_plan
@@ -30,7 +31,13 @@ from postlab.plan.schema import Plan
 from postlab.policies.checkpoint import load_checkpoint
 from postlab.policies.gru import CharGRU
 from postlab.records.models import Record, Step, Update
-from postlab.rl.algorithms import ADVANTAGES, KL_ESTIMATORS, REDUCTIONS, resolve
+from postlab.rl.algorithms import (
+    ADVANTAGES,
+    KL_ESTIMATORS,
+    POLICY_LOSSES,
+    REDUCTIONS,
+    resolve,
+)
 from postlab.runs.orchestration import RunOptions, run_plan
 from postlab.tasks.contracts import CONTRACTS
 from postlab.tasks.registry import task_for
@@ -49,7 +56,14 @@ ARM = "strict"
 
 #: The registry entries the teaching plan's words mean (its plan keeps the words).
 TEACHING = {"advantage": "group-std", "loss_reduction": "token-mean", "kl": "exact"}
+#: The policy loss of a plan that names none (the teaching plan's).
+DEFAULT_LOSS = "ppo-clip"
 CLIP_HIGH = {"clip": 0.2, "clip_high": 0.28}
+#: Each policy loss with settings in the range its paper uses (GSPO's clip acts on a
+#: sequence's geometric-mean ratio, so its paper's range is narrow: 3e-4 and 4e-4).
+LOSSES = {"gspo": {"policy_loss": "gspo", "clip": 0.003, "clip_high": 0.004},
+          "cispo": {"policy_loss": "cispo", "clip": 0.2, "clip_high": 0.28},
+          "sapo": {"policy_loss": "sapo", "sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05}}
 DYNAMIC = {"dynamic_sampling": {"max_extra_groups": 4}}
 #: One extra group at most, so groups without signal stay in the step, and DAPO's rule: the
 #: update leaves them out.
@@ -189,7 +203,7 @@ KL_DEFS: dict[str, Callable[[Dist, Dist, int], float]] = {
 }
 
 FIELDS = {"advantage": (ADVANTAGES, ADVANTAGE_DEFS), "loss_reduction": (REDUCTIONS, REDUCTION_DEFS),
-          "kl": (KL_ESTIMATORS, KL_DEFS)}
+          "kl": (KL_ESTIMATORS, KL_DEFS), "policy_loss": (POLICY_LOSSES, LOOPS)}
 
 
 def _definition(field: str, name: str) -> Callable:
@@ -260,6 +274,9 @@ class Choice:
     kl: str
     clip_low: float
     clip_high: float
+    policy_loss: str = DEFAULT_LOSS
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
 
     @classmethod
     def of(cls, plan: Plan) -> Choice:
@@ -268,8 +285,11 @@ class Choice:
             return word if word in FIELDS[field][0] else TEACHING[field]
 
         high = plan.clip_high
+        taus = [value for value, default in ((plan.sapo_tau_pos, 1.0),
+                                             (plan.sapo_tau_neg, 1.05))
+                for value in [default if value is None else value]]
         return cls(name("advantage"), name("loss_reduction"), name("kl"), plan.clip,
-                   plan.clip if high is None else high)
+                   plan.clip if high is None else high, name("policy_loss"), *taus)
 
 
 @dataclass(frozen=True)
@@ -288,30 +308,34 @@ class Stats:
 
 def recompute(plan: Plan, rows: list, current: Policy, old: Policy,
               reference: Policy, choice: Choice) -> Stats:
-    """One PPO update's statistics, token by token, from the definitions."""
+    """One update's statistics, token by token, from the definitions."""
     size = plan.group_size
     rewards = _rewards(plan, rows)
     groups = [rewards[i:i + size] for i in range(0, len(rewards), size)]
     advantages = [a for group in _definition("advantage", choice.advantage)(groups)
                   for a in group]
     kl_of = _definition("kl", choice.kl)
+    loss_of = _definition("policy_loss", choice.policy_loss)
     low, high = 1 - choice.clip_low, 1 + choice.clip_high
     per_token: Sequences = []
     kl_total = entropy_total = 0.0
     outside = ambiguous = tokens = between = gain_between = 0
     for row, advantage in zip(rows, advantages, strict=True):
         now, before, ref = current.log_dists(row), old.log_dists(row), reference.log_dists(row)
+        response = _response(plan, row)
+        gains, beyond, decided = loss_of(
+            [now[p][token] for p, token in enumerate(response)],
+            [before[p][token] for p, token in enumerate(response)], advantage,
+            choice.clip_low, choice.clip_high, choice.tau_pos, choice.tau_neg)
         losses = []
-        for position, token in enumerate(_response(plan, row)):
-            ratio = math.exp(now[position][token] - before[position][token])
-            clipped = min(max(ratio, low), high)
-            gain = min(ratio * advantage, clipped * advantage)
+        for position, token in enumerate(response):
+            ratio = decided[position]  # the ratio the clip compares (GSPO's: the sequence's)
             kl = kl_of(now[position], ref[position], token)
-            losses.append(-gain + plan.kl_beta * kl)
+            losses.append(-gains[position] + plan.kl_beta * kl)
             kl_total += kl
             for log_p in now[position]:
                 entropy_total -= math.exp(log_p) * log_p
-            outside += ratio < low or ratio > high
+            outside += beyond[position]
             ambiguous += min(abs(ratio - low), abs(ratio - high)) < BOUND_SLACK
             between += 1 + choice.clip_low < ratio <= high
             gain_between += 1 + choice.clip_low < ratio < high and advantage > 0
@@ -424,6 +448,11 @@ def _changes(field: str, name: str) -> dict[str, Any]:
     return {} if name == TEACHING[field] else {field: name}
 
 
+def _baseline(field: str) -> str:
+    """The choice a plan makes where it names none of ``field``'s options."""
+    return TEACHING.get(field, DEFAULT_LOSS)
+
+
 def _counterfactual(twin: Twin, choice: Choice, **teaching: Any) -> Stats:
     """Update 2 as if the teaching choice had been used on the same weights and rows."""
     return recompute(twin.plan, list(twin.step_b.rows), twin.after_one, twin.sft, twin.sft,
@@ -473,6 +502,17 @@ def test_kl_estimator_is_used(runs: Runs, name: str) -> None:
     assert first.kl == 0 and abs(twin.step_b.updates[0].kl) < 1e-9
     if name != TEACHING["kl"]:
         assert differs(second, _counterfactual(twin, choice, kl=TEACHING["kl"]))
+
+
+@pytest.mark.parametrize("name", POLICY_LOSSES.names())
+def test_policy_loss_is_used(runs: Runs, name: str) -> None:
+    changes = LOSSES.get(name, {})
+    twin = runs.twin(changes)
+    choice = Choice.of(twin.plan)
+    assert choice.policy_loss == name
+    _, second = twin.check_updates(choice)
+    if name != DEFAULT_LOSS:
+        assert differs(second, _counterfactual(twin, choice, policy_loss=DEFAULT_LOSS))
 
 
 def test_clip_high_is_used(runs: Runs) -> None:
@@ -549,8 +589,9 @@ def test_dynamic_sampling_as_dapo_defines_it_leaves_groups_without_signal_out(ru
 
 
 def _options() -> list[tuple[str, dict[str, Any]]]:
-    cases = [(f"{field}={name}", {field: name}) for field, (registry, _) in FIELDS.items()
-             for name in registry.names() if name != TEACHING[field]]
+    cases = [(f"{field}={name}", LOSSES[name] if field == "policy_loss" else {field: name})
+             for field, (registry, _) in FIELDS.items()
+             for name in registry.names() if name != _baseline(field)]
     return [*cases, ("clip_high", CLIP_HIGH), ("dynamic_sampling", DYNAMIC)]
 
 

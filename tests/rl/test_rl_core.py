@@ -55,21 +55,23 @@ def test_policy_loss_is_the_plain_loop_for_each_member():
     beta = torch.tensor([s[2] for s in settings])
     rule = algorithm(advantage="group-std", loss_reduction="token-mean", kl="exact")
     stacked = objective.policy_loss(log_dist, ref, tokens, mask, advantage, old, algorithm=rule,
-                                    clip_low=low, clip_high=high, kl_beta=beta, max_tokens=LENGTH)
+                                    settings=objective.PolicySettings(low, high), kl_beta=beta,
+                                    max_tokens=LENGTH)
     assert stacked.loss.shape == (MEMBERS,)
     for m, (clip_low, clip_high, kl_beta) in enumerate(settings):
         want = _plain_loss(log_dist[m], ref[m], tokens[m], mask[m], old[m], advantage[m],
                            clip_low, clip_high, kl_beta)
         assert float(stacked.loss[m]) == pytest.approx(want, rel=1e-5, abs=1e-6)
         lone = objective.policy_loss(log_dist[m], ref[m], tokens[m], mask[m], advantage[m],
-                                     old[m], algorithm=rule, clip_low=clip_low,
-                                     clip_high=clip_high, kl_beta=kl_beta, max_tokens=LENGTH)
+                                     old[m], algorithm=rule,
+                                     settings=objective.PolicySettings(clip_low, clip_high),
+                                     kl_beta=kl_beta, max_tokens=LENGTH)
         # elementwise terms are the same bits alone and stacked; sums agree to rounding
-        assert torch.equal(lone.ratio, stacked.ratio[m])
+        assert torch.equal(lone.outside, stacked.outside[m])
         assert torch.equal(lone.kl, stacked.kl[m])
         assert float(lone.loss) == pytest.approx(float(stacked.loss[m]), rel=1e-6)
-        lone_stats = objective.update_statistics(lone, mask[m], clip_low, clip_high)
-        stats = objective.update_statistics(stacked, mask, low, high)
+        lone_stats = objective.update_statistics(lone, mask[m])
+        stats = objective.update_statistics(stacked, mask)
         for key, value in lone_stats.items():
             assert value.shape == ()
             assert float(value) == pytest.approx(float(stats[key][m]), rel=1e-6, abs=1e-9), key

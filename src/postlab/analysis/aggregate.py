@@ -24,6 +24,7 @@ from postlab.analysis.gathering import ArmSeries, Columns, ComputeSums
 from postlab.analysis.intervals import (
     CROSSED_METHOD,
     RATE_METHOD,
+    Interval,
     Spread,
     crossed_spread,
     rate_interval,
@@ -40,6 +41,7 @@ from postlab.analysis.results import (
     PassAtK,
     TrainingReward,
 )
+from postlab.engines.options import describe_policy_loss
 from postlab.plan.arms import arm_names, arm_specs, plan_contracts
 from postlab.records.metrics import STEP_SERIES
 from postlab.tasks.registry import answer_function
@@ -130,7 +132,9 @@ def analyse(record: Record, plan: Plan, *,
                         hacking_onsets=onsets,
                         onset_method="" if rule is None else describe_rule(rule),
                         onset_rule=rule,
-                        training_rewards=rewards, counts=held, questions=gathered.asked)
+                        training_rewards=rewards, counts=held, questions=gathered.asked,
+                        policy_loss=describe_policy_loss(plan) if gathered.arms else "",
+                        control=plan.control)
     return _decided(analysis, record, plan, registration, exploratory)
 
 
@@ -270,20 +274,28 @@ def _spread(tabled: Analysis, stage: str, split: str, decoding: str, metric: str
 
 
 def _outcomes(gathered: _Gathering, spread: _Spreader) -> tuple[Outcome, ...]:
-    """Every held-out metric's interval, and its change from the SFT stage."""
-    values, stages = gathered.values, gathered.stages
+    """Every held-out metric's interval, and its changes from the SFT stage and from the
+    plan's control arm, each paired by seed and question."""
+    values, stages, control = gathered.values, gathered.stages, gathered.plan.control
+
+    def change(stage: str, split: str, decoding: str, metric: str, per_seed: list[float],
+               versus: str | None) -> Interval | None:
+        if versus is None or stage in ("initial", versus) or versus not in stages:
+            return None
+        base = values[(versus, split, decoding, metric)]
+        return spread(stage, split, decoding, metric,
+                      [a - b for a, b in zip(per_seed, base, strict=True)],
+                      versus=versus).interval()
+
     outcomes = []
     for (stage, split, decoding, metric), per_seed in values.items():
-        change = None
-        if stage != "initial" and "initial" in stages:
-            base = values[("initial", split, decoding, metric)]
-            change = spread(stage, split, decoding, metric,
-                            [a - b for a, b in zip(per_seed, base, strict=True)],
-                            versus="initial").interval()
         outcomes.append(Outcome(stage=stage, split=split, decoding=decoding, metric=metric,
                                 value=spread(stage, split, decoding, metric,
                                              per_seed).interval(rate=True),
-                                change_from_sft=change))
+                                change_from_sft=change(stage, split, decoding, metric,
+                                                       per_seed, "initial"),
+                                change_from_control=change(stage, split, decoding, metric,
+                                                           per_seed, control)))
     return tuple(outcomes)
 
 

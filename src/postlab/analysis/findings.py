@@ -73,6 +73,13 @@ def findings(analysis: Analysis, record: Record, plan: Plan,
                                   values={"stage": stage, "split": split,
                                           "value": sampled.value,
                                           "change": sampled.change_from_sft}))
+            if sampled.change_from_control is not None:
+                assert analysis.control is not None
+                result.append(Finding(key="control_change",
+                                      direction=direction(sampled.change_from_control),
+                                      values={"stage": stage, "split": split,
+                                              "control": analysis.control,
+                                              "change": sampled.change_from_control}))
             coverage = analysis.outcome(stage, split, "sampled", "coverage")
             assert coverage.change_from_sft is not None
             result.append(Finding(key="coverage_change",

@@ -24,6 +24,9 @@ class Outcome:
     metric: str
     value: Interval
     change_from_sft: Interval | None  # paired by seed; None for the SFT stage itself
+    #: the difference from the plan's control arm, paired by seed and question; None without
+    #: a control, and for the SFT stage and the control itself
+    change_from_control: Interval | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +125,12 @@ class Analysis:
     registration: dict[str, str] | None = None
     #: Per RL arm: the late training reward, to set against held-out success.
     training_rewards: tuple[TrainingReward, ...] = ()
+    #: The plan's control arm (``Plan.control``), which outcomes' ``change_from_control``
+    #: compare with; None without one.
+    control: str | None = None
+    #: The policy loss every RL arm of the plan trained with and the settings it read
+    #: (``postlab.engines.options.describe_policy_loss``); empty for a plan without RL arms.
+    policy_loss: str = ""
     #: Per (stage, split, decoding, contract): seeds x questions accepted counts (of 1 greedy
     #: answer or ``eval_samples`` sampled ones), what every held-out interval is computed
     #: from; and each split's questions, in the tables' order. Not in the JSON form.

@@ -127,11 +127,14 @@ def _findings_first(opened: OpenedRun) -> str:
         return ("No findings in words here: they are of the held-out test split, which this "
                 f"plan does not have ('--format table --split S' reports another)\n{layout}")
     try:
-        lines = finding_lines(opened, analyse(opened, "test"), "en", "test")
+        analysis = analyse(opened, "test")
+        lines = finding_lines(opened, analysis, "en", "test")
     except RecordDoesNotFit as exc:  # a hand-made or partial record: its counts still show
         return f"No findings in words for this record: {str(exc).splitlines()[0]}\n{layout}"
+    trained = (f"The RL arms trained with the policy loss {analysis.policy_loss}.\n"
+               if analysis.policy_loss else "")
     return ("What this run found (held-out test split; every number: --format table):\n"
-            + "".join(f"- {line}\n" for line in lines) + layout)
+            + "".join(f"- {line}\n" for line in lines) + trained + layout)
 
 
 def _verdict_lines(opened: OpenedRun, lang: str, exploratory: dict | None) -> str:

@@ -23,7 +23,7 @@ import torch
 
 from postlab.engines.optim import Optimizer
 from postlab.rl import objective
-from postlab.rl.objective import Algorithm, Setting
+from postlab.rl.objective import Algorithm, PolicySettings, Setting
 
 #: Clips the gradients just computed and returns their norm before clipping (0-dim for one
 #: model, ``[members]`` for stacked members).
@@ -68,8 +68,7 @@ class UpdateRule:
     stacked members (each member's own setting)."""
 
     algorithm: Algorithm
-    clip_low: Setting
-    clip_high: Setting
+    policy: PolicySettings
     kl_beta: Setting
     max_tokens: int
     updates: int
@@ -80,7 +79,7 @@ def policy_updates(rule: UpdateRule, log_dist: Callable[[], torch.Tensor],
                    advantage: torch.Tensor, *, optimizer: Optimizer | None,
                    clip: Clip | None = None, check: Check | None = None,
                    ) -> list[dict[str, torch.Tensor]]:
-    """``rule.updates`` clipped policy-gradient updates on one rollout; each update's
+    """``rule.updates`` policy-gradient updates on one rollout; each update's
     statistics as tensors (0-dim, or ``[members]``), in :data:`UPDATE_STATISTICS` order
     (without a clip, no gradient norm).
 
@@ -92,12 +91,12 @@ def policy_updates(rule: UpdateRule, log_dist: Callable[[], torch.Tensor],
     for _ in range(rule.updates):
         terms = objective.policy_loss(
             log_dist(), reference_log_dist, tokens, mask, advantage, old_logp,
-            algorithm=rule.algorithm, clip_low=rule.clip_low, clip_high=rule.clip_high,
-            kl_beta=rule.kl_beta, max_tokens=rule.max_tokens)
+            algorithm=rule.algorithm, settings=rule.policy, kl_beta=rule.kl_beta,
+            max_tokens=rule.max_tokens)
         if old_logp is None:
             old_logp = terms.logp.detach()
         norms = gradient_step(terms.loss, optimizer, clip, check)
-        values = objective.update_statistics(terms, mask, rule.clip_low, rule.clip_high)
+        values = objective.update_statistics(terms, mask)
         if norms is not None:
             values["gradient_norm_before_clip"] = norms
         updates.append({key: values[key] for key in UPDATE_STATISTICS if key in values})

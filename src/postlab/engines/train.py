@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from postlab.engines.optim import adam_for
-from postlab.engines.options import algorithm_of, clip_range
+from postlab.engines.options import algorithm_of, policy_settings
 from postlab.engines.rollout import generate, to_rows
 from postlab.engines.steps import (
     Check,
@@ -138,8 +138,7 @@ def reference_log_dist(reference: Policy | AdaptersOff, prompts: torch.Tensor,
 
 def update_rule(plan: Plan, updates: int | None = None) -> UpdateRule:
     """The plan's RL update settings for one model (``updates``: the plan's by default)."""
-    clip_low, clip_high = clip_range(plan)
-    return UpdateRule(algorithm_of(plan), clip_low, clip_high, plan.kl_beta,
+    return UpdateRule(algorithm_of(plan), policy_settings(plan), plan.kl_beta,
                       plan.max_new_tokens,
                       plan.updates_per_rollout if updates is None else updates)
 

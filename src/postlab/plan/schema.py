@@ -280,11 +280,26 @@ class PlanModel(BaseModel):
                                 + _options("loss_reduction"))
     advantage: str = Field(description="advantage estimator." + _options("advantage"))
     kl: str = Field(description="KL estimator." + _options("kl"))
+    policy_loss: str = Field("ppo-clip", description=(
+        "the policy loss of each RL update (absent: `ppo-clip`, the teaching plan's); every "
+        "one reads `clip` and `clip_high`, and the plan's `loss_reduction` reduces it."
+        + _options("policy_loss")))
+    sapo_tau_pos: float | None = Field(None, gt=0, le=100, description=(
+        "SAPO's gate temperature for tokens of positive advantage (absent: 1.0, the paper's); "
+        "only the `sapo` policy loss reads it"))
+    sapo_tau_neg: float | None = Field(None, gt=0, le=100, description=(
+        "SAPO's gate temperature for tokens of zero or negative advantage (absent: 1.05, the "
+        "paper's); only the `sapo` policy loss reads it"))
     dynamic_sampling: DynamicSampling | None = Field(None, description=(
         "resample groups with no signal (absent: never, as in the teaching plan)"))
     selection: str = Field(description="how the reported checkpoint is chosen (stated, so it "
                                        "cannot change after seeing results)")
     rewards: dict[str, str] = Field(description="the contracts' rules in words")
+    control: str | None = Field(None, description=(
+        "the arm every other arm is compared with, e.g. one trained on the `format` contract "
+        "(a control: paid for a well-formed answer whatever its value); reports give each "
+        "arm's held-out change against it, paired by seed and question, and say when an "
+        "arm's gain is not distinguishable from the control's (absent: no control)"))
     hacking_monitor: HackingMonitor | None = Field(None, description=(
         "one-sided CUSUM on each RL arm's per-step hacking gap (trained contract's acceptance "
         "minus the strictest contract's success): reports give the onset step per seed "

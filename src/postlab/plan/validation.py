@@ -97,12 +97,25 @@ def cross_field_problems(plan: PlanModel) -> list[tuple[str, str]]:
         problems.append(("max_new_tokens", f"{plan.max_new_tokens} cannot hold the longest "
                                            f"answer ({longest} tokens) and EOS"))
     problems += arm_problems(plan, task)
-    for field in ("loss_reduction", "advantage", "kl"):
+    for field in ("loss_reduction", "advantage", "kl", "policy_loss"):
         stated = getattr(plan, field)
         name = TEACHING_ALIASES[field].get(stated, stated)
         if name not in REGISTRIES[field]:
             problems.append((field, f"unknown option {stated!r}; known: "
                                     f"{', '.join(REGISTRIES[field].names())}"))
+    for field in ("sapo_tau_pos", "sapo_tau_neg"):
+        if getattr(plan, field) is not None and plan.policy_loss != "sapo":
+            problems.append((field, f"only the sapo policy loss reads it; this plan's is "
+                                    f"{plan.policy_loss!r}"))
+    if plan.control is not None and not problems:
+        from postlab.plan.arms import arm_names
+
+        names = arm_names(plan)
+        if plan.control not in names:
+            problems.append(("control", f"{plan.control!r} is not one of the plan's arms "
+                                        f"({', '.join(names)})"))
+        elif len(names) < 2:
+            problems.append(("control", "a control needs another arm to be compared with"))
     if plan.lora is not None and not problems:
         problems += lora_problems(plan)
     if plan.hypotheses is not None and not problems:

@@ -77,6 +77,7 @@ LABELS: dict[str, dict[str, str]] = {
     "en": {
         "title": "postlab report",
         "run": "Run", "plan_sha256": "plan sha256", "seeds": "seeds",
+        "policy_loss": "policy loss",
         "outcomes": "Results by stage ({split} split)",
         "stage": "stage", "decoding": "decoding", "metric": "metric",
         "per_seed": "per seed", "mean_ci": "mean [95% CI]",
@@ -135,6 +136,7 @@ LABELS: dict[str, dict[str, str]] = {
     "zh": {
         "title": "postlab 报告",
         "run": "运行", "plan_sha256": "计划 sha256", "seeds": "种子",
+        "policy_loss": "策略损失",
         "outcomes": "各阶段结果（{split} 划分）",
         "stage": "阶段", "decoding": "解码", "metric": "指标",
         "per_seed": "各种子", "mean_ci": "均值 [95% 区间]",
@@ -245,6 +247,16 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
         "arm_change:single": "{stage} changed {where} sampled success by {change} relative to "
                              "the SFT model, to {value} (one seed: no interval, no "
                              "conclusion).",
+        "control_change:up": "{stage} beat the control arm ({control}) on {where} sampled "
+                             "success by {change}.",
+        "control_change:down": "{stage} fell below the control arm ({control}) on {where} "
+                               "sampled success by {change}.",
+        "control_change:unclear": "{stage}'s {where} sampled success is not distinguishable "
+                                  "from the control arm's ({control}): {change} (the "
+                                  "interval holds zero).",
+        "control_change:single": "{stage} differs from the control arm ({control}) on {where} "
+                                 "sampled success by {change} (one seed: no interval, no "
+                                 "conclusion).",
         "coverage_change:up": "{stage} widened {where} coverage by {change}, to {value}.",
         "coverage_change:down": "{stage} narrowed {where} coverage by {change}, to {value}: "
                                 "fewer questions get any right answer among the samples.",
@@ -333,6 +345,12 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
                               "{change}（区间包含零），现为 {value}。",
         "arm_change:single": "{stage}使{where}采样正确率相对 SFT 模型变化 {change}，为 "
                              "{value}（只有一个种子：没有区间，不下结论）。",
+        "control_change:up": "{stage}的{where}采样正确率比对照组（{control}）高 {change}。",
+        "control_change:down": "{stage}的{where}采样正确率比对照组（{control}）低 {change}。",
+        "control_change:unclear": "{stage}的{where}采样正确率与对照组（{control}）分不出高低："
+                                  "{change}（区间包含零）。",
+        "control_change:single": "{stage}的{where}采样正确率与对照组（{control}）相差 "
+                                 "{change}（只有一个种子：没有区间，不下结论）。",
         "coverage_change:up": "{stage}使{where}覆盖率扩大了 {change}，达到 {value}。",
         "coverage_change:down": "{stage}使{where}覆盖率缩小了 {change}，降至 {value}：采样中"
                                 "能答对的问题变少了。",

@@ -138,8 +138,22 @@ OPTION_WORDS_ZH = {
     "k1": "KL：采样词元处的 log 比（k1）",
     "k3": "KL：采样词元处的低方差估计（k3）",
     "none": "KL：不加惩罚",
+    "ppo-clip": "策略损失：PPO 逐词元裁剪",
+    "gspo": "策略损失：GSPO 序列级比值裁剪",
+    "cispo": "策略损失：CISPO 裁剪并截断梯度的重要性权重",
+    "sapo": "策略损失：SAPO 温度软门控",
     "fixed last checkpoint; no tuning or seed selection": "固定取最后的检查点；不调参，不挑种子",
 }
+
+
+def _policy_loss(plan: Plan, lang: str) -> str:
+    """The policy loss that trained every RL arm, with the settings it reads."""
+    from postlab.engines.options import describe_policy_loss
+
+    described = describe_policy_loss(plan)
+    if lang != "zh":
+        return f"policy loss {described}"
+    return f"{_option(plan, 'policy_loss', lang)}（{described}）"
 
 
 def _option(plan: Plan, field: str, lang: str) -> str:
@@ -184,7 +198,8 @@ def overview_rows(plan: Plan, record: Record, written: str | None,
                                                             selection=selection)
         arms.append(words["arm_value"].format(name=arm.name, pipeline=pipeline))
     clip = f"{plan.clip:g}" + (f"/{plan.clip_high:g}" if plan.clip_high else "")
-    options = [_option(plan, field, lang) for field in ("advantage", "loss_reduction", "kl")]
+    options = [_policy_loss(plan, lang),
+               *(_option(plan, field, lang) for field in ("advantage", "loss_reduction", "kl"))]
     if plan.dynamic_sampling:
         options.append(words["dynamic_sampling"].format(
             extra=plan.dynamic_sampling.max_extra_groups))

@@ -71,6 +71,8 @@ def sentence(finding: Finding, lang: str) -> str:
             fields[name] = change_text(value)
     if "stage" in values:
         fields["stage"] = stage_label(values["stage"], lang)
+    if "control" in values:
+        fields["control"] = stage_label(values["control"], lang)
     if "split" in values:
         held = "where_train" if values["split"] == "train" else "where_held_out"
         fields["where"] = words[held].format(split=values["split"])

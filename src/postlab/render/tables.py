@@ -158,6 +158,12 @@ def to_json(analysis: Analysis) -> str:
         del data["verdicts"]  # schema 1 as it was for plans without hypotheses
     if data["registration"] is None:
         del data["registration"]  # likewise for runs without a registration
+    if not data["policy_loss"]:
+        del data["policy_loss"]  # and for plans without RL arms
+    if data["control"] is None:  # and for plans without a control arm
+        del data["control"]
+        for outcome in data["outcomes"]:
+            del outcome["change_from_control"]
     return json.dumps(_nan_as_null(data), ensure_ascii=False, indent=2, allow_nan=False,
                       default=_plain) + "\n"
 
@@ -181,12 +187,17 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not part of the report's JSON")
 
 
+def _loss_words(analysis: Analysis, words: dict[str, str]) -> str:
+    """The policy loss that trained the RL arms, for a report's first line."""
+    return f" · {words['policy_loss']}: {analysis.policy_loss}" if analysis.policy_loss else ""
+
+
 def to_markdown(analysis: Analysis, lang: str, split: str = "test",
                 findings: Sequence[str] = ()) -> str:
     words = LABELS[lang]
     lines = [f"# {words['title']}", "",
              f"{words['plan_sha256']}: `{analysis.plan_sha256}` · {words['seeds']}: "
-             f"{', '.join(map(str, analysis.seeds))}", "",
+             f"{', '.join(map(str, analysis.seeds))}" + _loss_words(analysis, words), "",
              words["interval_method"].format(method=analysis.interval_method), ""]
     if findings:
         lines += [f"## {words['findings']}", "", *(f"- {line}" for line in findings), ""]
@@ -207,7 +218,7 @@ def to_terminal(analysis: Analysis, lang: str, split: str = "test",
     words = LABELS[lang]
     console.print(f"[bold]{words['title']}[/bold]  {words['plan_sha256']} "
                   f"{analysis.plan_sha256[:16]}…  {words['seeds']} "
-                  f"{', '.join(map(str, analysis.seeds))}")
+                  f"{', '.join(map(str, analysis.seeds))}" + _loss_words(analysis, words))
     if findings:
         console.print(f"[bold]{words['findings']}[/bold]")
         for line in findings:

@@ -5,10 +5,10 @@ and is written with exactly the floating-point operations the reference uses, so
 plan stays bit-identical. The teaching plan names its choices in words; ``TEACHING_ALIASES``
 maps those words to the entries here.
 
-Shapes: ``rewards`` (groups, group_size); ``per_token``, ``mask`` and KL results
-(sequences, response_length); log-distributions (sequences, response_length, vocab). Every
-function also takes a leading member dimension (the ensemble engine's stacked models) and then
-computes each member's result from its own slice alone.
+Shapes: ``rewards`` (groups, group_size); ``per_token``, ``mask``, log-probabilities and KL
+results (sequences, response_length); advantages (sequences); log-distributions (sequences,
+response_length, vocab). Every function also takes a leading member dimension (the ensemble
+engine's stacked models) and then computes each member's result from its own slice alone.
 """
 
 from __future__ import annotations
@@ -20,7 +20,16 @@ import torch
 
 from postlab.registry import Registry
 from postlab.rl.groups import STD_EPSILON
-from postlab.rl.objective import Algorithm, token_log_probs
+from postlab.rl.objective import (
+    Algorithm,
+    PolicySettings,
+    Surrogate,
+    broadcast_members,
+    clipped_gain,
+    outside_clip,
+    ratio_bounds,
+    token_log_probs,
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,7 @@ class Option:
 ADVANTAGES: Registry[Option] = Registry("advantage estimator")
 REDUCTIONS: Registry[Option] = Registry("loss reduction")
 KL_ESTIMATORS: Registry[Option] = Registry("KL estimator")
+POLICY_LOSSES: Registry[Option] = Registry("policy loss")
 
 
 def _option(registry: Registry[Option], name: str, summary: str, source: str):
@@ -132,14 +142,86 @@ def no_kl(log_dist: torch.Tensor, ref_log_dist: torch.Tensor,
     return torch.zeros(tokens.shape, dtype=log_dist.dtype, device=log_dist.device)
 
 
+# --- policy losses: (log pi, log pi_old, advantage, mask, settings) -> per-token surrogate --
+# Each returns the per-token objective the update maximises; the plan's loss reduction then
+# turns its negative (plus the KL penalty) into the loss, for every policy loss alike (as TRL
+# applies its loss_type to any importance-sampling level; verl fixes GSPO's and SAPO's
+# reduction to seq-mean-token-mean, the reduction their papers state and this library's
+# documentation recommends with them).
+
+@_option(POLICY_LOSSES, "ppo-clip",
+         "min(r A, clip(r, 1-clip, 1+clip_high) A) per token, r = pi / pi_old",
+         "PPO: Schulman et al. 2017 (arXiv:1707.06347); clip-higher: DAPO, Yu et al. 2025 "
+         "(arXiv:2503.14476)")
+def ppo_clip(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
+             mask: torch.Tensor, settings: PolicySettings) -> Surrogate:
+    ratio = (logp - old_logp).exp()
+    return Surrogate(clipped_gain(ratio, advantage, settings.clip_low, settings.clip_high),
+                     outside_clip(ratio, settings.clip_low, settings.clip_high))
+
+
+@_option(POLICY_LOSSES, "gspo",
+         "PPO's clip on the sequence's length-normalised ratio s = (pi(y) / pi_old(y))^(1/|y|), "
+         "every token of a sequence carrying s and s's gradient",
+         "GSPO: Zheng et al. 2025, Group Sequence Policy Optimization (arXiv:2507.18071)")
+def gspo(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
+         mask: torch.Tensor, settings: PolicySettings) -> Surrogate:
+    # the paper's token form (GSPO-token with one advantage per sequence): its value is s at
+    # every token and its gradient s times the token's log-probability gradient, so a
+    # sequence's tokens averaged give exactly the gradient of the sequence-level objective
+    valid = mask.to(logp.dtype)
+    lengths = valid.sum(-1).clamp(min=1.0)
+    log_s = ((logp - old_logp) * valid).sum(-1) / lengths
+    ratio = (logp - logp.detach() + log_s.detach()[..., None]).exp()
+    return Surrogate(clipped_gain(ratio, advantage, settings.clip_low, settings.clip_high),
+                     outside_clip(ratio.detach(), settings.clip_low, settings.clip_high))
+
+
+@_option(POLICY_LOSSES, "cispo",
+         "sg(clip(r, 1-clip, 1+clip_high)) A log pi per token: the clipped importance weight "
+         "scales a REINFORCE term and no token's gradient is cut",
+         "CISPO: MiniMax-M1, MiniMax 2025 (arXiv:2506.13585)")
+def cispo(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
+          mask: torch.Tensor, settings: PolicySettings) -> Surrogate:
+    ratio = (logp - old_logp).exp()
+    lower, upper = ratio_bounds(settings.clip_low, settings.clip_high, ratio.dtype)
+    weight = ratio.detach().clamp(broadcast_members(lower, ratio),
+                                  broadcast_members(upper, ratio))
+    return Surrogate(weight * advantage[..., None] * logp,
+                     outside_clip(ratio.detach(), settings.clip_low, settings.clip_high))
+
+
+@_option(POLICY_LOSSES, "sapo",
+         "sigmoid(tau (r - 1)) 4/tau A per token, tau the positive or negative advantages' "
+         "temperature: a soft gate in place of the hard clip",
+         "SAPO: Gao et al. 2025, Soft Adaptive Policy Optimization (arXiv:2511.20347)")
+def sapo(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
+         mask: torch.Tensor, settings: PolicySettings) -> Surrogate:
+    ratio = (logp - old_logp).exp()
+    per_token = advantage[..., None]
+    # each temperature in the ratio's dtype, so a lone model's Python float and a member's
+    # setting round alike
+    positive, negative = (broadcast_members(torch.as_tensor(tau, dtype=ratio.dtype,
+                                                            device=ratio.device), ratio)
+                          for tau in (settings.tau_positive, settings.tau_negative))
+    tau = torch.where(per_token > 0, positive, negative)
+    gate = torch.sigmoid(tau * (ratio - 1)) * (4 / tau)
+    # no clip acts: the statistic is the share of ratios outside the plan's clip range, how
+    # far off the sampling policy the update went
+    return Surrogate(gate * per_token,
+                     outside_clip(ratio.detach(), settings.clip_low, settings.clip_high))
+
+
 #: The teaching plan states its choices in words; these are the entries they mean.
-TEACHING_ALIASES = {
+TEACHING_ALIASES: dict[str, dict[str, str]] = {
     "loss_reduction": {"mean over all valid response tokens, including EOS": "token-mean"},
     "advantage": {"group population std + 1e-8; no dynamic resampling": "group-std"},
     "kl": {"exact categorical KL at old-policy sampled histories": "exact"},
+    "policy_loss": {},
 }
 
-REGISTRIES = {"loss_reduction": REDUCTIONS, "advantage": ADVANTAGES, "kl": KL_ESTIMATORS}
+REGISTRIES = {"loss_reduction": REDUCTIONS, "advantage": ADVANTAGES, "kl": KL_ESTIMATORS,
+              "policy_loss": POLICY_LOSSES}
 
 
 def resolve(field: str, value: str) -> str:
@@ -149,8 +231,10 @@ def resolve(field: str, value: str) -> str:
     return name
 
 
-def algorithm(*, advantage: str, loss_reduction: str, kl: str) -> Algorithm:
-    """The functions a plan's three option fields name (entry names or the teaching words)."""
+def algorithm(*, advantage: str, loss_reduction: str, kl: str,
+              policy_loss: str = "ppo-clip") -> Algorithm:
+    """The functions a plan's option fields name (entry names or the teaching words)."""
     return Algorithm(advantage=ADVANTAGES[resolve("advantage", advantage)].fn,
                      reduce=REDUCTIONS[resolve("loss_reduction", loss_reduction)].fn,
-                     kl=KL_ESTIMATORS[resolve("kl", kl)].fn)
+                     kl=KL_ESTIMATORS[resolve("kl", kl)].fn,
+                     policy=POLICY_LOSSES[resolve("policy_loss", policy_loss)].fn)

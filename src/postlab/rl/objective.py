@@ -95,12 +95,40 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
+class PolicySettings:
+    """What a policy loss reads of the plan: the clip range (``clip_low``, ``clip_high``) and
+    SAPO's gate temperatures for positive and negative advantages; each a float for one model
+    or a ``[members]`` tensor."""
+
+    clip_low: Setting
+    clip_high: Setting
+    tau_positive: Setting = 1.0
+    tau_negative: Setting = 1.05
+
+
+@dataclass(frozen=True)
+class Surrogate:
+    """A policy loss's per-token objective (maximised; the loss is its negative plus the KL
+    penalty) and where its clip or gate acts, the statistic ``ratio_outside_clip``."""
+
+    gain: torch.Tensor
+    outside: torch.Tensor
+
+
+#: A policy loss: (log pi now, log pi of the sampling policy, per-sequence advantage, mask,
+#: settings) -> its surrogate, per token (:data:`postlab.rl.algorithms.POLICY_LOSSES`).
+PolicyLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, PolicySettings],
+                      Surrogate]
+
+
+@dataclass(frozen=True)
 class Algorithm:
     """The plan's registered options, resolved to their functions (see :mod:`.algorithms`)."""
 
     advantage: Callable[[torch.Tensor], torch.Tensor]
     reduce: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
     kl: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    policy: PolicyLoss
 
 
 @dataclass(frozen=True)
@@ -109,37 +137,35 @@ class UpdateTerms:
 
     loss: torch.Tensor  # scalar, or [members]
     logp: torch.Tensor  # log pi(token) under the policy being updated
-    ratio: torch.Tensor
+    outside: torch.Tensor  # where the loss's clip or gate acts
     kl: torch.Tensor
     entropy: torch.Tensor  # detached: a statistic
 
 
 def policy_loss(log_dist: torch.Tensor, ref_log_dist: torch.Tensor, tokens: torch.Tensor,
                 mask: torch.Tensor, advantage: torch.Tensor, old_logp: torch.Tensor | None, *,
-                algorithm: Algorithm, clip_low: Setting, clip_high: Setting, kl_beta: Setting,
+                algorithm: Algorithm, settings: PolicySettings, kl_beta: Setting,
                 max_tokens: int) -> UpdateTerms:
-    """The clipped, KL-penalised policy loss of one update (GRPO-style).
+    """The KL-penalised policy loss of one update: the plan's policy loss (PPO's clip,
+    GSPO, CISPO, SAPO), its KL estimate and its reduction.
 
     ``old_logp`` None means the policy that sampled is the one being updated (the first
     update of a rollout): the ratio is then 1 and ``logp.detach()`` is the old value.
     """
     logp = token_log_probs(log_dist, tokens)
     old = logp.detach() if old_logp is None else old_logp
-    ratio = (logp - old).exp()
-    gain = clipped_gain(ratio, advantage, clip_low, clip_high)
+    surrogate = algorithm.policy(logp, old, advantage, mask, settings)
     kl = algorithm.kl(log_dist, ref_log_dist, tokens)
-    loss = algorithm.reduce(per_token_loss(gain, kl, kl_beta), mask, max_tokens)
+    loss = algorithm.reduce(per_token_loss(surrogate.gain, kl, kl_beta), mask, max_tokens)
     with torch.no_grad():
         spread = entropy(log_dist)
-    return UpdateTerms(loss=loss, logp=logp, ratio=ratio, kl=kl, entropy=spread)
+    return UpdateTerms(loss=loss, logp=logp, outside=surrogate.outside, kl=kl, entropy=spread)
 
 
-def update_statistics(terms: UpdateTerms, mask: torch.Tensor, clip_low: Setting,
-                      clip_high: Setting) -> dict[str, torch.Tensor]:
+def update_statistics(terms: UpdateTerms, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """The per-update statistics a record keeps, except the gradient norm (the caller's):
     each a 0-dim tensor for one model or ``[members]``."""
     return {"loss": terms.loss.detach(),
             "kl": masked_mean(terms.kl, mask),
             "entropy": masked_mean(terms.entropy, mask),
-            "ratio_outside_clip": masked_mean(outside_clip(terms.ratio, clip_low, clip_high),
-                                              mask)}
+            "ratio_outside_clip": masked_mean(terms.outside, mask)}

@@ -124,6 +124,15 @@ def exact(pair: Sequence[int], text: str, terminated: bool, expected: int | None
     return int(terminated and text == str(sum(pair) if expected is None else expected))
 
 
+@CONTRACTS.register("format")
+def well_formed(pair: Sequence[int], text: str, terminated: bool,
+                expected: int | None = None) -> int:
+    """Terminated, non-empty, ASCII digits only, whatever the value: strict's form without its
+    answer. A control arm (the field's format-only reward, as in Shao et al. 2025, Spurious
+    Rewards, arXiv:2506.10947): an RL arm whose gain it matches did not need the answer."""
+    return int(terminated and bool(text) and set(text) <= _DIGITS)
+
+
 CONTRACT_WORDS.register("strict")({
     "en": ContractWords("strict", "strict success", "strict reward rate", "correct"),
     "zh": ContractWords("严格", "严格正确率", "严格奖励率", "正确"),
@@ -136,6 +145,10 @@ CONTRACT_WORDS.register("substring")({
 CONTRACT_WORDS.register("exact")({
     "en": ContractWords("exact", "exact success", "exact reward rate", "exact"),
     "zh": ContractWords("精确", "精确正确率", "精确奖励率", "精确"),
+})
+CONTRACT_WORDS.register("format")({
+    "en": ContractWords("format", "well-formed share", "format reward rate", "well-formed"),
+    "zh": ContractWords("格式", "格式合格率", "格式奖励率", "格式合格"),
 })
 
 # The reasoning-gym contracts read generated items; their module imports reasoning-gym and

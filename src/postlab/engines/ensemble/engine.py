@@ -26,12 +26,13 @@ from postlab.engines.ensemble.nets import Net
 from postlab.engines.ensemble.optim import clip_per_member
 from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS, Answers
 from postlab.engines.optim import Optimizer, adam_for
-from postlab.engines.options import algorithm_of, clip_range
+from postlab.engines.options import algorithm_of, clip_range, gate_temperatures
 from postlab.engines.steps import Check, UpdateRule, advantages, gradient_step, policy_updates
 from postlab.errors import NonFiniteError
 from postlab.policies.base import CharTokenizer, Tokenizer
 from postlab.policies.decoding import decode_loop
 from postlab.rl import objective
+from postlab.rl.objective import PolicySettings
 from postlab.tasks.contracts import CONTRACTS, score
 from postlab.tasks.registry import task_for
 from postlab.tasks.rows import Row
@@ -319,13 +320,13 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
     for name in contracts:
         CONTRACTS[name]  # an unknown contract fails before any training
     # double precision, as a lone model's Python floats: the core rounds the clip range once
-    rule = UpdateRule(algorithm_of(plan),
-                      torch.tensor([clip_range(p)[0] for p in plans], dtype=torch.float64,
-                                   device=device),
-                      torch.tensor([clip_range(p)[1] for p in plans], dtype=torch.float64,
-                                   device=device),
-                      per_member(plans, "kl_beta", device), plan.max_new_tokens,
-                      plan.updates_per_rollout)
+    settings = PolicySettings(
+        torch.tensor([clip_range(p)[0] for p in plans], dtype=torch.float64, device=device),
+        torch.tensor([clip_range(p)[1] for p in plans], dtype=torch.float64, device=device),
+        *(torch.tensor([gate_temperatures(p)[side] for p in plans], dtype=torch.float32,
+                       device=device) for side in (0, 1)))
+    rule = UpdateRule(algorithm_of(plan), settings, per_member(plans, "kl_beta", device),
+                      plan.max_new_tokens, plan.updates_per_rollout)
     temperature = per_member(plans, "temperature", device)
     gradient_clip = per_member(plans, "gradient_clip", device)
     group, prompts_per_step = plan.group_size, plan.prompts_per_step

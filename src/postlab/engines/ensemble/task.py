@@ -159,7 +159,8 @@ class Part:
 #: per member, not shapes, plus what only names or describes a plan. Learning rates are not
 #: among them: torch's Adam takes one per parameter group, and a batch's members share their
 #: stacked tensors, so versions that differ in a learning rate train as separate batches.
-BATCHABLE_KEYS = frozenset({"kl_beta", "clip", "clip_high", "temperature", "gradient_clip",
+BATCHABLE_KEYS = frozenset({"kl_beta", "clip", "clip_high", "sapo_tau_pos", "sapo_tau_neg",
+                            "temperature", "gradient_clip",
                             "version", "date", "parent", "seeds", "hypotheses",
                             "hacking_monitor"})
 
