@@ -1,6 +1,7 @@
 """How often each interval covers the truth, over the regimes the lab produces.
 
     python bench/interval_coverage.py [--replicates N] [--quick] [--json FILE] [--workers N]
+    python bench/interval_coverage.py --power [--replicates N] [--json FILE] [--workers N]
 
 Draws synthetic runs from known truths (:mod:`postlab.analysis.coverage`): 3 to 1,000 seeds,
 19 to 1,000 held-out questions, true rates 0.02 to 0.98, seed effects from none to large;
@@ -8,6 +9,11 @@ for each regime prints the coverage of every interval type of nominal 95% and th
 runs a one-sided 5% test calls "confirmed" when the truth sits on its margin. A coverage
 outside 93-97% or a confirmed share over 5% is starred. Monte-Carlo standard errors are
 printed with the table (replicates are fewer for the largest tables).
+
+``--power`` checks the power planner instead (``postlab design``): per regime of questions,
+rate and seed spread, a study of its difference is planned from a 1,000-seed pilot at power
+0.8 and simulated at the planned size; the share of studies whose interval excludes zero is
+printed beside the power the planner predicted, starred when more than 5 points apart.
 
 Not a speed benchmark: it lives here because it is long (tens of minutes on 2 cores for the
 whole table) and the test suite runs a slice of it (tests/analysis/test_intervals.py).
@@ -23,8 +29,13 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 
 from postlab.analysis.coverage import (
+    QUESTIONS,
+    RATES,
+    SEED_SDS,
+    PowerCheck,
     Regime,
     Result,
+    power_check,
     regimes,
     replicates_for,
     simulate,
@@ -43,6 +54,56 @@ def _one(job: tuple[Regime, int, int]) -> Result:
     return simulate(regime, replicates, seed=seed)
 
 
+def _power(job: tuple[Regime, int, int]) -> PowerCheck:
+    regime, replicates, seed = job
+    return power_check(regime, replicates, seed=seed)
+
+
+#: How far the achieved power may lie from the planned one (the planner's goal).
+POWER_TOLERANCE = 0.05
+
+
+def power_main(args: argparse.Namespace) -> None:
+    """The power planner's check over every (questions, rate, seed spread) regime."""
+    grid = [Regime(seeds=0, questions=q, rate=rate, seed_sd=sd)
+            for q in QUESTIONS for rate in RATES for sd in SEED_SDS]
+    jobs = [(r, args.replicates, 5000 + i) for i, r in enumerate(grid)]
+    started = time.perf_counter()
+    with ProcessPoolExecutor(args.workers) as pool:
+        checks = list(pool.map(_power, jobs))
+    print(f"{len(checks)} regimes, planned at power 0.8 from a 1,000-seed pilot, "
+          f"{time.perf_counter() - started:.0f} s")
+    print(f"{'quest':>5} {'rate':>5} {'seed sd':>7} {'difference':>10} {'seeds':>6} "
+          f"{'planned':>8} {'achieved':>9} {'reps':>5}")
+    within = within_se = simulated = 0
+    for check in checks:
+        r = check.regime
+        if check.achieved is None or check.planned_power is None:
+            why = "no number of seeds" if check.planned_seeds is None else (
+                f"{check.planned_seeds} seeds: not simulated")
+            print(f"{r.questions:5d} {r.rate:5.2f} {r.seed_sd:7.1f} {check.difference:10.4f} "
+                  f"  {why}")
+            continue
+        simulated += 1
+        gap = abs(check.achieved - check.planned_power)
+        within += gap <= POWER_TOLERANCE
+        within_se += gap <= POWER_TOLERANCE + 2 * check.monte_carlo_se
+        flag = " " if gap <= POWER_TOLERANCE else "*"
+        print(f"{r.questions:5d} {r.rate:5.2f} {r.seed_sd:7.1f} {check.difference:10.4f} "
+              f"{check.planned_seeds:6d} {check.planned_power:8.3f} {check.achieved:8.3f}{flag} "
+              f"{check.replicates:5d}")
+    gaps = [c.achieved - c.planned_power for c in checks
+            if c.achieved is not None and c.planned_power is not None]
+    print(f"\nachieved within 5 points of planned: {within} of {simulated} simulated regimes "
+          f"({within_se} within 5 points plus 2 Monte-Carlo se); achieved minus planned "
+          f"{min(gaps):+.3f} to {max(gaps):+.3f}; not plannable or over the size simulated: "
+          f"{len(checks) - simulated}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump([asdict(c) | {"mc_se": c.monte_carlo_se} for c in checks], handle,
+                      indent=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--replicates", type=int, default=1000,
@@ -51,7 +112,12 @@ def main() -> None:
                         help="3 and 100 seeds, 19 and 100 questions, 200 replicates")
     parser.add_argument("--json", help="also write every result to this file")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--power", action="store_true",
+                        help="check the power planner instead of the intervals' coverage")
     args = parser.parse_args()
+    if args.power:
+        power_main(args)
+        return
     if args.quick:
         grid = list(regimes(seeds=(3, 100), questions=(19, 100)))
         args.replicates = 200

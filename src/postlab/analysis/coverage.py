@@ -103,6 +103,45 @@ def _confirmed(spread_mean: float, se: float, df: float) -> bool:
     return spread_mean - t_quantile(1 - 2 * VERDICT_LEVEL, df) * se > VERDICT_MARGIN
 
 
+@dataclass(frozen=True)
+class _Arms:
+    """A difference's two arms: B sits VERDICT_MARGIN above A in population rate, A at the
+    regime's rate (below it where B would pass 0.99); logit centres and the true difference."""
+
+    a_centre: float
+    b_centre: float
+    difference: float
+
+    @classmethod
+    def of(cls, regime: Regime) -> _Arms:
+        total_sd = math.hypot(regime.seed_sd, regime.question_sd)
+        arm_sd = math.hypot(total_sd, ARM_QUESTION_SD)
+        a_rate = (regime.rate if regime.rate + VERDICT_MARGIN <= 0.99
+                  else regime.rate - VERDICT_MARGIN)
+        a_centre = centre_for(a_rate, total_sd)
+        b_centre = centre_for(a_rate + VERDICT_MARGIN, arm_sd)
+        return cls(a_centre, b_centre,
+                   population_rate(b_centre, arm_sd) - population_rate(a_centre, total_sd))
+
+    def tables(self, rng: np.random.Generator, regime: Regime, seeds: int,
+               seed_effect: np.ndarray | None = None,
+               question_effect: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """One run's seeds x questions answers (0/1) of arms A and B: the same questions'
+        difficulty, A with the given seed effects, B with its own seed effect and a
+        question-by-arm effect."""
+        q = regime.questions
+        if seed_effect is None:
+            seed_effect = rng.normal(0.0, regime.seed_sd, (seeds, 1))
+        if question_effect is None:
+            question_effect = rng.normal(0.0, regime.question_sd, (1, q))
+        a = (rng.random((seeds, q)) < _expit(self.a_centre + seed_effect + question_effect)
+             ).astype(float)
+        b_logit = (self.b_centre + rng.normal(0.0, regime.seed_sd, (seeds, 1)) + question_effect
+                   + rng.normal(0.0, ARM_QUESTION_SD, (1, q)))
+        b = (rng.random((seeds, q)) < _expit(b_logit)).astype(float)
+        return a, b
+
+
 def simulate(regime: Regime, replicates: int, seed: int = 0) -> Result:
     """Coverage of each interval type, and wrong "confirmed" rates, over ``replicates``
     synthetic runs of ``regime``."""
@@ -110,13 +149,8 @@ def simulate(regime: Regime, replicates: int, seed: int = 0) -> Result:
     s, q = regime.seeds, regime.questions
     total_sd = math.hypot(regime.seed_sd, regime.question_sd)
     centre = centre_for(regime.rate, total_sd)
-    # the arms of a difference: B sits VERDICT_MARGIN above A in population rate, A at the
-    # regime's rate (below it where B would pass 0.99)
-    arm_sd = math.hypot(total_sd, ARM_QUESTION_SD)
-    a_rate = regime.rate if regime.rate + VERDICT_MARGIN <= 0.99 else regime.rate - VERDICT_MARGIN
-    a_centre = centre_for(a_rate, total_sd)
-    b_centre = centre_for(a_rate + VERDICT_MARGIN, arm_sd)
-    difference = population_rate(b_centre, arm_sd) - population_rate(a_centre, total_sd)
+    arms = _Arms.of(regime)
+    difference = arms.difference
     hits = {"crossed rate": 0, "crossed difference": 0, "seed-t difference": 0,
             "nested rate": 0}
     confirmed = {"crossed difference": 0, "seed-t difference": 0}
@@ -126,11 +160,7 @@ def simulate(regime: Regime, replicates: int, seed: int = 0) -> Result:
         y = (rng.random((s, q)) < _expit(centre + seed_effect + question_effect)).astype(float)
         found = crossed_spread([(1.0, y)]).interval(CONFIDENCE, rate=True)
         hits["crossed rate"] += _covers(found, regime.rate)
-        a = (rng.random((s, q)) < _expit(a_centre + seed_effect + question_effect)).astype(float)
-        # arm B: the same questions' difficulty, its own seed effect and question-by-arm effect
-        b_logit = (b_centre + rng.normal(0.0, regime.seed_sd, (s, 1)) + question_effect
-                   + rng.normal(0.0, ARM_QUESTION_SD, (1, q)))
-        b = (rng.random((s, q)) < _expit(b_logit)).astype(float)
+        a, b = arms.tables(rng, regime, s, seed_effect, question_effect)
         spread = crossed_spread([(1.0, b - a)])
         hits["crossed difference"] += _covers(spread.interval(CONFIDENCE), difference)
         confirmed["crossed difference"] += _confirmed(spread.mean, spread.se, spread.df)
@@ -148,6 +178,59 @@ def simulate(regime: Regime, replicates: int, seed: int = 0) -> Result:
     return Result(regime=regime, replicates=replicates,
                   coverage={k: v / replicates for k, v in hits.items()},
                   confirmed_at_margin={k: v / replicates for k, v in confirmed.items()})
+
+
+#: The power a study is planned for, the pilot that plans it, and the largest planned study
+#: the check simulates (a larger one is reported as not simulated).
+PLANNED_POWER = 0.8
+PILOT_SEEDS = 1000
+MOST_PLANNED = 400
+
+
+@dataclass(frozen=True, kw_only=True)
+class PowerCheck:
+    """A study planned from a pilot by ``postlab.analysis.design`` and simulated at the
+    planned size: the seeds planned, the power the planner predicts for them, and the share
+    of simulated studies whose interval excluded zero (None where nothing was simulated:
+    no number of seeds, or more than MOST_PLANNED)."""
+
+    regime: Regime
+    difference: float
+    planned_seeds: int | None
+    planned_power: float | None
+    achieved: float | None
+    replicates: int
+
+    @property
+    def monte_carlo_se(self) -> float:
+        shown = self.achieved if self.achieved is not None else PLANNED_POWER
+        return math.sqrt(shown * (1 - shown) / max(self.replicates, 1))
+
+
+def power_check(regime: Regime, replicates: int, seed: int = 0) -> PowerCheck:
+    """Plan a study of the regime's difference (arm B over arm A, as :func:`simulate` draws
+    it) from a pilot of PILOT_SEEDS seeds at power PLANNED_POWER, then simulate
+    ``replicates`` studies of the planned size, each judged by its crossed interval."""
+    from postlab.analysis.design import achieved_power, components, seeds_needed
+
+    rng = np.random.default_rng(seed)
+    arms = _Arms.of(regime)
+    a, b = arms.tables(rng, regime, PILOT_SEEDS)
+    found = components(b - a, 1)  # one answer a cell: its spread is all the cells'
+    planned = seeds_needed(found, arms.difference, power=PLANNED_POWER)
+    if planned is None or planned > MOST_PLANNED:
+        return PowerCheck(regime=regime, difference=arms.difference, planned_seeds=planned,
+                          planned_power=None, achieved=None, replicates=0)
+    replicates = max(200, min(replicates, 20_000_000 // (planned * regime.questions)))
+    detected = 0
+    for _ in range(replicates):
+        a, b = arms.tables(rng, regime, planned)
+        found_interval = crossed_spread([(1.0, b - a)]).interval(CONFIDENCE)
+        assert found_interval.low is not None and found_interval.high is not None
+        detected += found_interval.low > 0 or found_interval.high < 0
+    return PowerCheck(regime=regime, difference=arms.difference, planned_seeds=planned,
+                      planned_power=achieved_power(found, planned, arms.difference),
+                      achieved=detected / replicates, replicates=replicates)
 
 
 #: The regimes of the shipped table: seeds, questions, rates and seed spreads the lab produces.

@@ -13,6 +13,7 @@ Bad input raises :class:`~postlab.errors.UserError` before anything is written.
 
 from typing import TYPE_CHECKING, Any
 
+from postlab.api.designing import design
 from postlab.api.evaluating import evaluate
 from postlab.api.planning import check_plan, diff_plans, freeze, plan_schema
 from postlab.api.reading import compare, exercises, export, plot, samples, verify
@@ -34,6 +35,7 @@ def __getattr__(name: str) -> Any:
         return Plan
     raise AttributeError(f"module 'postlab.api' has no attribute {name!r}")
 
-__all__ = ["Plan", "Report", "check_plan", "compare", "diff_plans", "evaluate", "exercises",
+__all__ = ["Plan", "Report", "check_plan", "compare", "design", "diff_plans", "evaluate",
+           "exercises",
            "export", "freeze", "load_run", "plan_schema", "plot", "register", "report",
            "reproduce", "run", "samples", "sweep", "verify"]

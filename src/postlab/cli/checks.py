@@ -1,4 +1,5 @@
-"""``postlab verify`` and ``postlab exercises``: checking a run, and the worked answers."""
+"""``postlab verify``, ``postlab design`` and ``postlab exercises``: checking a run, planning
+a study from it, and the worked answers."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ def verify(args: argparse.Namespace) -> int:
                         say=lambda line: print(line, flush=True))
     sys.stdout.write(result.text)
     return result.code
+
+
+def design(args: argparse.Namespace) -> int:
+    found = api.design(args.run, effect=args.effect, power=args.power, alpha=args.alpha)
+    print("\n".join(found.lines()))
+    return 0
 
 
 def exercises(args: argparse.Namespace) -> int:

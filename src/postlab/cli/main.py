@@ -23,6 +23,7 @@ COMMANDS = {"freeze": plans.freeze, "plan": plans.plan, "report": reports.report
             "eval": reports.evaluate,
             "run": training.run, "verify": checks.verify, "reproduce": training.reproduce,
             "plot": reports.plot, "samples": reports.samples, "sweep": training.sweep,
+            "design": checks.design,
             "compare": reports.compare, "exercises": checks.exercises,
             "export": reports.export, "register": plans.register}
 

@@ -216,6 +216,17 @@ def _checking(sub: Commands) -> None:
     verify.add_argument("--quick", action="store_true",
                         help="every check but re-evaluating the checkpoints (their hashes are "
                              "still checked); the verdict says none was re-evaluated")
+    design = sub.add_parser("design", parents=[_options(_target)],
+                            help="from a pilot run, the seeds (and samples per question) a "
+                                 "study needs to detect a held-out difference, priced; trains "
+                                 "nothing")
+    design.add_argument("--effect", type=float, required=True, metavar="D",
+                        help="the held-out difference to detect (a difference of rates, e.g. "
+                             "0.05)")
+    design.add_argument("--power", type=float, default=0.8,
+                        help="the probability of detecting it (default 0.8)")
+    design.add_argument("--alpha", type=float, default=0.05,
+                        help="two-sided level of the intervals (default 0.05, as reports use)")
     reproduce = sub.add_parser("reproduce", parents=[_options(
         _target, _out_dir("new run folder; must not exist"), _training)],
         help="re-run a record's plan and compare every row with the record")
