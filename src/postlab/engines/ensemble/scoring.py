@@ -67,6 +67,13 @@ def strict(answers: Answers) -> torch.Tensor:
             & zeros_before)
 
 
+@TENSOR_CONTRACTS.register("format")
+def well_formed(answers: Answers) -> torch.Tensor:
+    """Terminated, non-empty and digits only, whatever the value (a control)."""
+    return (answers.terminated & (_length(answers) >= 1)
+            & ((answers.digits >= 0) | ~answers.visible).all(-1))
+
+
 @TENSOR_CONTRACTS.register("exact")
 def exact(answers: Answers) -> torch.Tensor:
     """Terminated and exactly the expected digits."""
