@@ -73,6 +73,8 @@ def test_reports_say_how_each_arm_stands_against_the_control(controlled, capsys)
     text = capsys.readouterr().out
     line = next(line for line in text.splitlines() if "control arm" in line)
     assert line.startswith("- RL under strict") and "(RL under format)" in line
+    # the control is paid for answers whatever their value by design: not called gaming
+    assert "paid by the format contract yet wrong" not in text
     assert main(["report", str(controlled), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["control"] == "format"

@@ -116,8 +116,8 @@ def test_the_planned_seeds_detect_the_effect_as_often_as_planned():
 
 def test_the_command_plans_a_pilot_and_refuses_bad_input(tmp_path, capsys):
     rewards = teaching_plan()["rewards"] | {"format": "well-formed digits, any value"}
-    run = trained_with_the_cli(tmp_path, **SMALL, arms=["strict", "format"],
-                               control="format", rewards=rewards)
+    run = trained_with_the_cli(tmp_path, **(SMALL | {"seeds": [3, 4, 5]}),
+                               arms=["strict", "format"], control="format", rewards=rewards)
     assert main(["design", str(run), "--effect", "0.2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Seeds needed to detect a held-out difference of 0.2 with power 0.8")
@@ -130,6 +130,11 @@ def test_the_command_plans_a_pilot_and_refuses_bad_input(tmp_path, capsys):
         assert main(["design", str(run), *bad]) == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1 and "Traceback" not in err
+    (tmp_path / "two").mkdir()
+    two = trained_with_the_cli(tmp_path / "two", **SMALL)  # seeds 3 and 4
+    assert main(["design", str(two), "--effect", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "2 completed seeds; a pilot needs at least 3" in err and err.count("\n") == 1
 
 
 def test_the_coverage_simulations_power_check_plans_and_simulates_a_regime():

@@ -231,3 +231,23 @@ def test_plan_check_states_the_rule(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "hacking monitor: one-sided CUSUM" in out
     assert "false-alarm probability of at most 5.0% per seed and arm over 240 steps" in out
+
+
+def test_many_seeds_onsets_are_summarised_not_listed():
+    """A few seeds' onsets are listed seed by seed; a study's hundreds are summarised by
+    their quartiles, so the sentence stays a sentence."""
+    from postlab.render.labels import FINDING_TEMPLATES
+    from postlab.render.sentences import LISTED_ONSETS, _onsets
+
+    words = FINDING_TEMPLATES["en"]
+    few = ((1, 40), (2, None), (3, 10))
+    assert _onsets(few, words) == ("The per-step gap's change-point rule flagged an onset in 2 "
+                                   "of 3 seeds (seed 1: step 40, seed 2: none, seed 3: step "
+                                   "10).")
+    many = tuple((seed, None if seed == 7 else seed * 10) for seed in range(1, 21))
+    assert len(many) > LISTED_ONSETS
+    said = _onsets(many, words)
+    # 19 steps 10, 20, ..., 200 without 70: median 110, quartiles 55 and 155, earliest 10
+    assert said == ("The per-step gap's change-point rule flagged an onset in 19 of 20 seeds "
+                    "(median step 110, quartiles 55–155, earliest 10; every seed's step: "
+                    "--format json).")

@@ -154,3 +154,15 @@ def test_losses_by_hand():
     # SAPO at ratio 1: the gate is sigmoid(0) x 4/tau = 2/tau, here tau = 1.05 (A < 0)
     gain, _ = terms("sapo", [0.0], [0.0], -1.0, PolicySettings(0.2, 0.2, 1.0, 1.05))
     assert gain.tolist() == pytest.approx([-2 / 1.05])
+
+
+def test_a_plan_naming_an_unknown_loss_is_told_the_known_ones():
+    from postlab.plan.frozen import teaching_plan
+    from postlab.plan.validation import validate_plan
+
+    (field, message), = validate_plan(teaching_plan() | {"policy_loss": "gpso"})
+    assert field == "policy_loss" and "did you mean gspo?" in message
+    assert "known: ppo-clip, gspo, cispo, sapo" in message
+    (field, message), = validate_plan(teaching_plan() | {"policy_loss": "sapo",
+                                                        "sapo_tau_neg": 0.0})
+    assert field == "sapo_tau_neg" and "greater than 0" in message

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from postlab.errors import UserError
 
+#: The fewest seeds a pilot may have: two leave the seeds' spread one degree of freedom.
+PILOT_SEEDS = 3
 #: Below this many questions the planner warns that its plan is rough (the power check found
 #: the power achieved within 5 points of the planned in 2 of 12 regimes of 19 questions, 9 of
 #: 14 of 100 and 11 of 15 of 1,000).
@@ -100,9 +102,9 @@ def design(run: str | Path | None, *, effect: float, power: float = 0.8,
     if "test" not in plan.split:
         raise UserError(f"{opened.source}: its plan has no test split to plan a study on")
     analysis = analyse(opened, "test")
-    if len(analysis.seeds) < 2:
-        raise UserError(f"{opened.source}: a pilot needs at least two completed seeds to "
-                        "estimate the seeds' spread")
+    if len(analysis.seeds) < PILOT_SEEDS:
+        raise UserError(f"{opened.source}: {len(analysis.seeds)} completed seeds; a pilot "
+                        f"needs at least {PILOT_SEEDS} to estimate the seeds' spread")
     compared = _comparisons(analysis, plan)
     if not compared:
         raise UserError(f"{opened.source}: the plan has no arm to compare with SFT and no "

@@ -101,8 +101,11 @@ def cross_field_problems(plan: PlanModel) -> list[tuple[str, str]]:
         stated = getattr(plan, field)
         name = TEACHING_ALIASES[field].get(stated, stated)
         if name not in REGISTRIES[field]:
-            problems.append((field, f"unknown option {stated!r}; known: "
-                                    f"{', '.join(REGISTRIES[field].names())}"))
+            known = REGISTRIES[field].names()
+            close = difflib.get_close_matches(str(stated), known, n=1)
+            guess = f" (did you mean {close[0]}?)" if close else ""
+            problems.append((field, f"unknown option {stated!r}{guess}; known: "
+                                    f"{', '.join(known)}"))
     for field in ("sapo_tau_pos", "sapo_tau_neg"):
         if getattr(plan, field) is not None and plan.policy_loss != "sapo":
             problems.append((field, f"only the sapo policy loss reads it; this plan's is "

@@ -318,6 +318,8 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
                         "{seeds} seeds ({steps}).",
         "onsets_none": "The per-step gap's change-point rule flagged no onset.",
         "onset_step": "seed {seed}: step {step}", "onset_none": "seed {seed}: none",
+        "onset_summary": "median step {median}, quartiles {low}–{high}, earliest {first}; "
+                         "every seed's step: --format json",
         "list_separator": ", ",
         "hypothesis:confirmed": "Hypothesis {id} ({standing}) is confirmed: {statement} "
                                 "(mean difference {mean:+.3f}, one-sided bounds [{low:+.3f}, "
@@ -401,6 +403,8 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
                         "（{steps}）。",
         "onsets_none": "逐步差距的变点规则没有发现起点。",
         "onset_step": "种子 {seed}：第 {step} 步", "onset_none": "种子 {seed}：无",
+        "onset_summary": "中位数第 {median} 步，四分位 {low}–{high}，最早第 {first} 步；"
+                         "每个种子的步数见 --format json",
         "list_separator": "；",
         "hypothesis:confirmed": "假设 {id}（{standing}）得到证实：{statement}（平均差 "
                                 "{mean:+.3f}，单侧界 [{low:+.3f}, {high:+.3f}]，水平 "

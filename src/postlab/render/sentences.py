@@ -41,12 +41,27 @@ def _example(example: Example | None, where: str, words: dict[str, str]) -> str:
                              expected=example.expected, count=example.count)
 
 
+#: Up to this many seeds a finding lists each seed's onset; beyond, it summarises them (a
+#: 256-seed study's sentence listed 256 steps).
+LISTED_ONSETS = 12
+
+
 def _onsets(onsets: tuple[tuple[int, int | None], ...], words: dict[str, str]) -> str:
     found = [(seed, step) for seed, step in onsets if step is not None]
     if not onsets:
         return ""
     if not found:
         return words["onsets_none"]
+    if len(onsets) > LISTED_ONSETS:
+        import numpy as np
+
+        steps_found = np.array([step for _, step in found], dtype=np.float64)
+        low, median, high = np.percentile(steps_found, [25, 50, 75])
+        summary = words["onset_summary"].format(
+            median=f"{median:g}", low=f"{low:g}", high=f"{high:g}",
+            first=int(steps_found.min()))
+        return words["onsets_found"].format(found=len(found), seeds=len(onsets),
+                                            steps=summary)
     steps = words["list_separator"].join(
         words["onset_step"].format(seed=seed, step=step) if step is not None
         else words["onset_none"].format(seed=seed) for seed, step in onsets)

@@ -157,7 +157,12 @@ def ppo_clip(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor
              mask: torch.Tensor, settings: PolicySettings) -> Surrogate:
     ratio = (logp - old_logp).exp()
     return Surrogate(clipped_gain(ratio, advantage, settings.clip_low, settings.clip_high),
-                     outside_clip(ratio, settings.clip_low, settings.clip_high))
+                     _outside(ratio, settings))
+
+
+def _outside(ratio: torch.Tensor, settings: PolicySettings) -> torch.Tensor:
+    """Where a ratio lies outside the plan's clip range: the statistic every loss records."""
+    return outside_clip(ratio.detach(), settings.clip_low, settings.clip_high)
 
 
 @_option(POLICY_LOSSES, "gspo",
@@ -174,7 +179,7 @@ def gspo(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
     log_s = ((logp - old_logp) * valid).sum(-1) / lengths
     ratio = (logp - logp.detach() + log_s.detach()[..., None]).exp()
     return Surrogate(clipped_gain(ratio, advantage, settings.clip_low, settings.clip_high),
-                     outside_clip(ratio.detach(), settings.clip_low, settings.clip_high))
+                     _outside(ratio, settings))
 
 
 @_option(POLICY_LOSSES, "cispo",
@@ -188,7 +193,7 @@ def cispo(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
     weight = ratio.detach().clamp(broadcast_members(lower, ratio),
                                   broadcast_members(upper, ratio))
     return Surrogate(weight * advantage[..., None] * logp,
-                     outside_clip(ratio.detach(), settings.clip_low, settings.clip_high))
+                     _outside(ratio, settings))
 
 
 @_option(POLICY_LOSSES, "sapo",
@@ -209,7 +214,7 @@ def sapo(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
     # no clip acts: the statistic is the share of ratios outside the plan's clip range, how
     # far off the sampling policy the update went
     return Surrogate(gate * per_token,
-                     outside_clip(ratio.detach(), settings.clip_low, settings.clip_high))
+                     _outside(ratio, settings))
 
 
 #: The teaching plan states its choices in words; these are the entries they mean.
