@@ -46,6 +46,10 @@ def test_example_runs_and_reports(path, tmp_path, capsys):
     data = check_example(plan.data, out, capsys)
     if path.stem.startswith("transformer-"):
         _learns(data["outcomes"])
+    if path.stem.startswith("policy-"):  # each policy loss's example reproduces bit for bit
+        from postlab.api.training import reproduce
+
+        assert reproduce(out, tmp_path / "again", workers=1).comparison.identical
 
 
 def test_examples_trained_elsewhere_are_checked_there():
