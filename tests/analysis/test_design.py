@@ -12,6 +12,7 @@ from plans import SMALL, trained_with_the_cli
 
 from postlab.analysis.design import (
     Components,
+    Criterion,
     achieved_power,
     components,
     seeds_needed,
@@ -38,13 +39,22 @@ def test_at_the_pilots_size_the_variance_is_the_pilot_intervals():
         pilot = crossed_spread([(1.0, table)], 1)
         assert found.variance(seeds) == pytest.approx(pilot.se ** 2, rel=1e-9)
         assert found.mean == pytest.approx(pilot.mean, abs=1e-12)
+        if found.seed > 0:  # the intervals' own parts: the same Satterthwaite df too
+            assert found.df(seeds) == pytest.approx(pilot.df, rel=1e-9)
+    # rates of 16 samples, a binomial part beside the cells' (the bundled pilot's shape)
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        a, b = _rates(rng, 3, rng.normal(0, 1.0, (1, 19)), 16)
+        found = components(a - b, 16, within_variance(a, 16) + within_variance(b, 16))
+        pilot = crossed_spread([(1.0, a - b)], 16)
+        assert found.variance(3) == pytest.approx(pilot.se ** 2, rel=1e-9)
 
 
 def test_components_by_hand():
     # seeds x questions = 2 x 2: rows 0.1 and 0.3 apart, columns 0.2 apart, no interaction
     table = np.array([[0.0, 0.2], [0.2, 0.4]])
     found = components(table, 1)
-    assert found.interaction == pytest.approx(0.0, abs=1e-15)
+    assert found.cells == pytest.approx(0.0, abs=1e-15)
     assert found.seed == pytest.approx(0.02)  # row means 0.1, 0.3: variance 0.02
     assert found.question == pytest.approx(0.02)
     # more seeds shrink the seeds' part, never the questions'
@@ -55,21 +65,45 @@ def test_components_by_hand():
 
 
 def test_more_samples_per_question_shrink_only_the_binomial_part():
-    found = Components(seed=0.001, question=0.0, interaction=0.01, binomial=0.2,
+    found = Components(seed=0.001, question=0.0, cells=0.01 + 0.2 / 8, binomial=0.2,
                        questions=20, samples=8, pilot_seeds=4, mean=0.0)
     assert found.residual(8) == pytest.approx(0.01 + 0.2 / 8)
     assert found.residual(32) == pytest.approx(0.01 + 0.2 / 32)
+    # the cells' part never goes below zero, whatever the binomial part claims
+    assert Components(seed=0.0, question=0.0, cells=0.001, binomial=0.2, questions=20,
+                      samples=8, pilot_seeds=4, mean=0.0).residual(64) == 0.0
     fewer = seeds_needed(found, 0.05, samples=8)
     more = seeds_needed(found, 0.05, samples=32)
     assert fewer is not None and more is not None and more < fewer
 
 
 def test_an_effect_the_questions_alone_hide_needs_more_than_seeds():
-    found = Components(seed=0.0001, question=0.04, interaction=0.01, binomial=0.0,
+    found = Components(seed=0.0001, question=0.04, cells=0.01, binomial=0.0,
                        questions=10, samples=1, pilot_seeds=3, mean=0.0)
     # the questions' part alone has sd 0.063: an effect of 0.1 needs (1.96 + 0.84) x 0.063
     assert seeds_needed(found, 0.1) is None
     assert seeds_needed(found, 0.5) is not None
+
+
+def test_a_large_noncentrality_is_not_lost_to_scipy():
+    """scipy's noncentral t returns NaN far in its lower tail; that tail is 0 there, and the
+    planner must not skip the seed counts it would have found (it asked for 42, not 3)."""
+    found = Components(seed=1e-3, question=3e-5, cells=0.0, binomial=0.0, questions=19,
+                       samples=1, pilot_seeds=3, mean=0.0)
+    assert achieved_power(found, 3, 0.2) > 0.8
+    assert seeds_needed(found, 0.2) == 3
+
+
+def test_a_hypothesis_is_planned_as_it_is_decided():
+    """One-sided against its margin, at its Holm level: more seeds than an interval that
+    need only exclude zero, and none when the effect does not clear the margin."""
+    found = Components(seed=0.002, question=0.0001, cells=0.05, binomial=0.0, questions=100,
+                       samples=1, pilot_seeds=5, mean=0.0)
+    against_zero = seeds_needed(found, 0.05)
+    registered = seeds_needed(found, 0.05, test=Criterion(alpha=0.05 / 3, one_sided=True,
+                                                     margin=0.02))
+    assert against_zero is not None and registered is not None and registered > against_zero
+    assert seeds_needed(found, 0.02, test=Criterion(one_sided=True, margin=0.02)) is None
 
 
 def _rates(rng: np.random.Generator, seeds: int, questions: np.ndarray, samples: int

@@ -57,3 +57,30 @@ def test_an_entry_its_models_refuse_is_not_written():
     entry["training"][arm][0]["updates"][0]["ratio_outside_clip"] = 2.0
     with pytest.raises(ValidationError, match="ratio_outside_clip"):
         _assembled(_results(entry), list(entry["training"]))
+
+
+def test_a_record_whose_seeds_lack_digests_finishes_with_them_taken_from_its_rows(tmp_path):
+    """A seed an earlier version recorded without digests: finishing the run (a resume's
+    last step) takes them from its rows, and the results fingerprint is the one the digests
+    recorded in training give."""
+    from plans import SMALL, trained_with_the_cli
+    from recordfiles import read_record, write_record
+
+    from postlab.jsonio import parse_json
+    from postlab.plan.frozen import load_plan
+    from postlab.records.fingerprint import FINGERPRINT_FILE, read_fingerprints
+    from postlab.records.layout import RECORD_FILE, SUMMARY_FILE
+    from postlab.records.writer import finish_record
+
+    run = trained_with_the_cli(tmp_path, **SMALL)
+    _, results = read_fingerprints(run)
+    record = read_record(run)
+    for entry in record["runs"]:
+        del entry["digests"]
+    write_record(run, record)
+    (run / SUMMARY_FILE).unlink()
+    (run / FINGERPRINT_FILE).unlink()
+    header = parse_json((run / RECORD_FILE).read_bytes(), "record")
+    finished = finish_record(run, header, load_plan(run / "plan.json").model, print)
+    assert [entry.digests for entry in finished.runs] == [None, None]
+    assert read_fingerprints(run)[1] == results

@@ -12,7 +12,7 @@ from postlab.errors import UserError
 #: The fewest seeds a pilot may have: two leave the seeds' spread one degree of freedom.
 PILOT_SEEDS = 3
 #: Below this many questions the planner warns that its plan is rough (the power check found
-#: the power achieved within 5 points of the planned in 2 of 12 regimes of 19 questions, 9 of
+#: the power achieved within 5 points of the planned in 4 of 12 regimes of 19 questions, 9 of
 #: 14 of 100 and 11 of 15 of 1,000).
 FEW_QUESTIONS = 100
 
@@ -126,6 +126,10 @@ class _Compared:
     decoding: str
     metric: str  # the cells' metric key
     rate: bool  # a rate of samples: its binomial part shrinks with more samples
+    #: a registered hypothesis's margin and one-sided Holm level; None: the report's
+    #: two-sided interval against zero
+    margin: float | None = None
+    level: float | None = None
 
 
 def _comparisons(analysis: Analysis, plan: Plan) -> list[_Compared]:
@@ -135,7 +139,10 @@ def _comparisons(analysis: Analysis, plan: Plan) -> list[_Compared]:
 
     found = []
     if plan.hypotheses is not None:
-        for test in plan.hypotheses.tests:
+        tests = plan.hypotheses.tests
+        # Holm's first (strictest) level: a plan that clears it clears every later one
+        level = plan.hypotheses.alpha / len(tests)
+        for test in tests:
             compare = test.compare
             if compare.versus_split not in (None, compare.split):
                 continue  # split against split: planned only on one split's table
@@ -144,7 +151,11 @@ def _comparisons(analysis: Analysis, plan: Plan) -> list[_Compared]:
             found.append(_Compared(test.id, describe_comparison(test), compare.stage,
                                    compare.versus_stage or compare.stage, compare.split,
                                    decoding, metric,
-                                   decoding == "sampled" and metric.endswith("_rate")))
+                                   decoding == "sampled" and metric.endswith("_rate"),
+                                   margin=test.margin, level=level))
+        if not found:
+            raise UserError("every hypothesis of the plan compares one split with another; "
+                            "the planner plans one split's table")
         return found
     rate = f"{analysis.contracts[0]}_rate"
     for stage in analysis.stages:
@@ -158,7 +169,7 @@ def _comparisons(analysis: Analysis, plan: Plan) -> list[_Compared]:
 
 def _planned(analysis: Analysis, plan: Plan, entry: _Compared, effect: float, power: float,
              alpha: float, pricing: _Pricing | None) -> PlannedMetric:
-    from postlab.analysis.design import components, seeds_needed, within_variance
+    from postlab.analysis.design import Criterion, components, seeds_needed, within_variance
     from postlab.analysis.intervals import crossed_spread
 
     first = analysis.cells(entry.stage, entry.split, entry.decoding, entry.metric)
@@ -167,18 +178,30 @@ def _planned(analysis: Analysis, plan: Plan, entry: _Compared, effect: float, po
         raise UserError(f"{entry.name}: the pilot holds no per-question counts for "
                         f"{entry.metric}")
     (a, k), (b, _) = first, second
+    if a.shape[1] < 2:
+        raise UserError(f"{entry.name}: the {entry.split} split has {a.shape[1]} question; "
+                        "a pilot's question variance needs at least two")
     within = (within_variance(a, k) + within_variance(b, k)) if entry.rate else None
     found = components(a - b, k, within)
     pilot = crossed_spread([(1.0, a - b)], k)
-    options = sorted({k, *((2 * k, 4 * k) if entry.rate else ()),
-                      *((k // 2,) if entry.rate and k >= 4 else ())})
-    seeds = {n: seeds_needed(found, effect, power=power, alpha=alpha, samples=n)
-             for n in options}
+    test = (Criterion(alpha=alpha) if entry.margin is None
+            else Criterion(alpha=entry.level or alpha, one_sided=True, margin=entry.margin))
+    if entry.rate and k > 1:  # the plan's samples per question, and fewer or more
+        options = sorted({k, 2 * k, 4 * k, *((k // 2,) if k >= 4 else ())})
+        seeds = {n: seeds_needed(found, effect, power=power, test=test, samples=n)
+                 for n in options}
+    else:  # greedy answers, coverage, pass@k: at the plan's samples per question only
+        seeds = {plan.eval_samples: seeds_needed(found, effect, power=power, test=test)}
     seconds = {n: None if (s is None or pricing is None) else pricing.seconds(s, n)
                for n, s in seeds.items()}
     note = "" if all(s is not None for s in seeds.values()) else (
-        "the questions' own spread, which more seeds do not shrink, is larger than the "
-        "effect allows: plan more questions, or a larger effect")
+        "no number of seeds: the effect does not exceed the margin, or the questions' own "
+        "spread, which more seeds do not shrink, is larger than it allows: plan more "
+        "questions, or a larger effect")
+    if entry.margin is not None:
+        note = "; ".join(part for part in (
+            f"planned as registered: the one-sided bound at Holm's first level "
+            f"{test.alpha:.4g} clearing the margin {entry.margin:g}", note) if part)
     return PlannedMetric(name=entry.name, comparison=entry.comparison,
                          pilot_mean=pilot.mean, pilot_se=pilot.se, components=found,
                          seeds=seeds, seconds=seconds, note=note)

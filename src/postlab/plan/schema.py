@@ -281,8 +281,9 @@ class PlanModel(BaseModel):
     advantage: str = Field(description="advantage estimator." + _options("advantage"))
     kl: str = Field(description="KL estimator." + _options("kl"))
     policy_loss: str = Field("ppo-clip", description=(
-        "the policy loss of each RL update (absent: `ppo-clip`, the teaching plan's); every "
-        "one reads `clip` and `clip_high`, and the plan's `loss_reduction` reduces it."
+        "the policy loss of each RL update (absent: `ppo-clip`, the teaching plan's); "
+        "ppo-clip, gspo and cispo clip with `clip` and `clip_high` (sapo records the share of "
+        "ratios outside them), and the plan's `loss_reduction` reduces every one."
         + _options("policy_loss")))
     sapo_tau_pos: float | None = Field(None, gt=0, le=100, description=(
         "SAPO's gate temperature for tokens of positive advantage (absent: 1.0, the paper's); "

@@ -146,7 +146,9 @@ def finish_record(out_dir: Path, header: dict[str, Any], plan: Any,
             summary += run_summary_for(entry, plan)
         names |= named_checkpoints([entry])
         # the digests were taken from the rows as this run made them
-        seeds.append((entry.seed, seed_results_sha256(entry.seed, entry.data()["digests"])))
+        # (a seed an earlier version recorded without digests: taken from its rows now)
+        digests = entry.data().get("digests") or run_digests(entry.data())
+        seeds.append((entry.seed, seed_results_sha256(entry.seed, digests)))
     if not summarise:
         say("the run was already complete; nothing to do")
     else:

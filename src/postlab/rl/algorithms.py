@@ -166,8 +166,9 @@ def _outside(ratio: torch.Tensor, settings: PolicySettings) -> torch.Tensor:
 
 
 @_option(POLICY_LOSSES, "gspo",
-         "PPO's clip on the sequence's length-normalised ratio s = (pi(y) / pi_old(y))^(1/|y|), "
-         "every token of a sequence carrying s and s's gradient",
+         "PPO's clip on the sequence's length-normalised ratio s = (pi(y) / pi_old(y))^(1/|y|); "
+         "each token carries s, with gradient s times its log-probability's, so a sequence's "
+         "mean over its tokens is s's gradient",
          "GSPO: Zheng et al. 2025, Group Sequence Policy Optimization (arXiv:2507.18071)")
 def gspo(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch.Tensor,
          mask: torch.Tensor, settings: PolicySettings) -> Surrogate:

@@ -109,7 +109,9 @@ class PolicySettings:
 @dataclass(frozen=True)
 class Surrogate:
     """A policy loss's per-token objective (maximised; the loss is its negative plus the KL
-    penalty) and where its clip or gate acts, the statistic ``ratio_outside_clip``."""
+    penalty) and where the ratio lies outside the plan's clip range, the statistic
+    ``ratio_outside_clip`` (where a clipping loss's clip acts; for SAPO, which has none, how
+    far off the sampling policy the update went)."""
 
     gain: torch.Tensor
     outside: torch.Tensor
@@ -137,7 +139,7 @@ class UpdateTerms:
 
     loss: torch.Tensor  # scalar, or [members]
     logp: torch.Tensor  # log pi(token) under the policy being updated
-    outside: torch.Tensor  # where the loss's clip or gate acts
+    outside: torch.Tensor  # where the ratio lies outside the clip range (Surrogate.outside)
     kl: torch.Tensor
     entropy: torch.Tensor  # detached: a statistic
 
