@@ -25,6 +25,7 @@ difference and by seed-t. Each should be at most 5%.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -221,7 +222,7 @@ def power_check(regime: Regime, replicates: int, seed: int = 0) -> PowerCheck:
     if planned is None or planned > MOST_PLANNED:
         return PowerCheck(regime=regime, difference=arms.difference, planned_seeds=planned,
                           planned_power=None, achieved=None, replicates=0)
-    replicates = max(200, min(replicates, 20_000_000 // (planned * regime.questions)))
+    replicates = replicates_for(dataclasses.replace(regime, seeds=planned), replicates)
     detected = 0
     for _ in range(replicates):
         a, b = arms.tables(rng, regime, planned)

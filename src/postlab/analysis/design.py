@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from postlab.analysis.intervals import t_quantile
+from postlab.analysis.intervals import mean_squares, t_quantile
 
 #: Seeds a study needs at most before the planner says "more than this", and at least (two
 #: leave the seeds' spread one degree of freedom).
@@ -111,15 +111,10 @@ def components(difference: np.ndarray, samples: int,
     seeds, questions = table.shape
     if seeds < 2 or questions < 2:
         raise ValueError("a pilot needs at least two seeds and two questions")
-    row, column = table.mean(axis=1), table.mean(axis=0)
-    grand = float(table.mean())
-    ms_questions = seeds * float(((column - grand) ** 2).sum()) / (questions - 1)
-    residual = table - row[:, None] - column[None, :] + grand
-    ms_residual = float((residual ** 2).sum()) / ((seeds - 1) * (questions - 1))
-    spread = float(row.var(ddof=1))
+    squares = mean_squares(table, samples)
+    ms_questions, ms_residual = squares.questions, squares.residual
+    spread = float(squares.row.var(ddof=1))
     binomial = 0.0 if within is None else float(np.mean(within))
-    cells = seeds * questions * samples
-    share = (float(np.abs(table).sum()) * samples + 0.5) / (cells + 1)
     # as crossed_spread keeps them: the seeds' part where their spread reaches what the cells
     # put into a seed's mean, the questions' where their mean square exceeds the cells'
     seed = spread - ms_residual / questions if spread >= ms_residual / questions * (1 - 1e-9) \
@@ -128,7 +123,8 @@ def components(difference: np.ndarray, samples: int,
                 if ms_questions > ms_residual * (1 + 1e-9) else 0.0)
     return Components(seed=max(0.0, seed), question=question, cells=ms_residual,
                       binomial=binomial, questions=questions, samples=samples,
-                      pilot_seeds=seeds, mean=grand, share=share)
+                      pilot_seeds=seeds, mean=float(squares.row.mean()),
+                      share=squares.share)
 
 
 def within_variance(rates: np.ndarray, samples: int) -> np.ndarray:

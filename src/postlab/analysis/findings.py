@@ -129,13 +129,6 @@ def _reward_minus_held_out(analysis: Analysis, trained: TrainingReward, stage: s
                                mean=sum(per_seed) / len(per_seed)).interval()
 
 
-def paid_and_wrong(record: Record, plan: Plan, stage: str, split: str,
-                   contract: str) -> tuple[dict[int, float], int]:
-    """Per seed, the share of a stage's sampled answers on ``split`` that ``contract`` accepts
-    and the reference refuses; and how many answers each seed gave."""
-    return _GamedTally([stage], split, contract, plan).walk(record, plan).shares(stage)
-
-
 class _GamedTally:
     """Paid-and-wrong answers of some stages on one split, per seed, and the commonest such
     answer of each stage, counted on one walk of the sampled answers (a finding needs the

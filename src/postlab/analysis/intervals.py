@@ -190,6 +190,36 @@ def rate_interval(rates: Sequence[float], trials: int,
 
 # --- crossed: seeds x questions ----------------------------------------------------------------
 
+@dataclass(frozen=True)
+class MeanSquares:
+    """What the two-way model reads of one seeds x questions table: each seed's mean, the
+    questions' and the residual mean squares (NaN with one seed or one question), and the
+    pooled share behind the binomial floor (half a success, or for a difference half a
+    disagreement, smoothed in). The intervals and the power planner read them here."""
+
+    row: np.ndarray
+    questions: float
+    residual: float
+    share: float
+
+
+def mean_squares(table: np.ndarray, per_cell: int) -> MeanSquares:
+    """The mean squares of a seeds x questions ``table`` whose cells average ``per_cell``
+    draws."""
+    seeds, questions = table.shape
+    row = table.mean(axis=1)
+    ms_questions = ms_residual = math.nan
+    if seeds > 1 and questions > 1:
+        column = table.mean(axis=0)
+        grand = float(row.mean())
+        ms_questions = seeds * float(((column - grand) ** 2).sum()) / (questions - 1)
+        residual = table - row[:, None] - column[None, :] + grand
+        ms_residual = float((residual ** 2).sum()) / float((seeds - 1) * (questions - 1))
+    cells = seeds * questions * per_cell
+    share = (float(np.abs(table).sum()) * per_cell + 0.5) / (cells + 1)
+    return MeanSquares(row=row, questions=ms_questions, residual=ms_residual, share=share)
+
+
 def crossed_spread(tables: Sequence[tuple[float, np.ndarray]], trials: Sequence[int] | int = 1
                    ) -> Spread:
     """The estimate ``sum(sign * mean(table))`` over tables of seeds x questions (rows in the
@@ -217,15 +247,11 @@ def crossed_spread(tables: Sequence[tuple[float, np.ndarray]], trials: Sequence[
             raise ValueError(f"tables must be seeds x questions with {seeds} seeds, "
                              f"got shape {table.shape}")
         questions = table.shape[1]
-        row = table.mean(axis=1)
-        per_seed += sign * row
+        squares = mean_squares(table, per_cell)
+        per_seed += sign * squares.row
         if seeds > 1 and questions > 1:
-            column = table.mean(axis=0)
-            grand = float(row.mean())
-            ms_questions = seeds * float(((column - grand) ** 2).sum()) / (questions - 1)
-            residual = table - row[:, None] - column[None, :] + grand
+            ms_questions, ms_residual = squares.questions, squares.residual
             df_residual = float((seeds - 1) * (questions - 1))
-            ms_residual = float((residual ** 2).sum()) / df_residual
             scale = 1.0 / (seeds * questions)
             residual_part.append((scale, ms_residual, df_residual))
             # the questions' component, kept at or above 0 (equal mean squares, up to
@@ -236,16 +262,12 @@ def crossed_spread(tables: Sequence[tuple[float, np.ndarray]], trials: Sequence[
         # the pooled binomial floor: all the table's draws, with half a success (or, for a
         # difference, half a disagreement) smoothed in
         cells = seeds * questions * per_cell
-        share = (float(np.abs(table).sum()) * per_cell + 0.5) / (cells + 1)
-        floor += share * (1 - share) / cells
+        floor += squares.share * (1 - squares.share) / cells
         draws += cells
     values = tuple(per_seed.tolist())
     mean = float(per_seed.mean())
     if seeds < 2:
         return Spread(per_seed=values, mean=mean, se=math.nan, df=math.nan, draws=draws)
-    # The seeds' part: their spread, kept at or above what the residuals alone put into a
-    # seed's value (the seed component kept at or above 0), else 3 seeds that agree by
-    # chance would read as a seed effect known to be nil.
     # The seeds' part: their spread, kept at or above what the residuals alone put into a
     # seed's value (the seed component kept at or above 0); three seeds that agree by chance
     # would otherwise read as a seed effect known to be nil. (Pooling the two where an F test

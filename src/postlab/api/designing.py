@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING
 
 from postlab.errors import UserError
 
-#: The fewest seeds a pilot may have: two leave the seeds' spread one degree of freedom.
-PILOT_SEEDS = 3
 #: Below this many questions the planner warns that its plan is rough (the power check found
 #: the power achieved within 5 points of the planned in 4 of 12 regimes of 19 questions, 9 of
 #: 14 of 100 and 11 of 15 of 1,000).
@@ -87,6 +85,7 @@ def design(run: str | Path | None, *, effect: float, power: float = 0.8,
     ``alpha``, for each registered metric (the plan's hypotheses; without any, each arm's
     change in sampled success from SFT, and from the control arm where the plan names one),
     each priced by the cost estimate (``price``)."""
+    from postlab.analysis.design import MIN_SEEDS
     from postlab.api.reading import analyse, require_report_extra
     from postlab.records.opened import open_run
 
@@ -102,9 +101,9 @@ def design(run: str | Path | None, *, effect: float, power: float = 0.8,
     if "test" not in plan.split:
         raise UserError(f"{opened.source}: its plan has no test split to plan a study on")
     analysis = analyse(opened, "test")
-    if len(analysis.seeds) < PILOT_SEEDS:
+    if len(analysis.seeds) < MIN_SEEDS:
         raise UserError(f"{opened.source}: {len(analysis.seeds)} completed seeds; a pilot "
-                        f"needs at least {PILOT_SEEDS} to estimate the seeds' spread")
+                        f"needs at least {MIN_SEEDS} to estimate the seeds' spread")
     compared = _comparisons(analysis, plan)
     if not compared:
         raise UserError(f"{opened.source}: the plan has no arm to compare with SFT and no "

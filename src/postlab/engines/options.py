@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from postlab.rl.algorithms import algorithm
-from postlab.rl.objective import Algorithm, PolicySettings
+from postlab.rl.objective import SAPO_TEMPERATURES, Algorithm, PolicySettings
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
@@ -24,12 +24,6 @@ def algorithm_of(plan: Plan) -> Algorithm:
 def clip_range(plan: Plan) -> tuple[float, float]:
     """(clip_low, clip_high): ``clip_high`` absent or null means the symmetric clip."""
     return plan.clip, plan.clip_high or plan.clip
-
-
-#: SAPO's gate temperatures where a plan states none: the paper's (Gao et al. 2025, tau_pos
-#: 1.0 and tau_neg 1.05; a steeper gate for negative advantages, whose off-policy tokens the
-#: paper finds more destabilising).
-SAPO_TEMPERATURES = (1.0, 1.05)
 
 
 def gate_temperatures(plan: Plan) -> tuple[float, float]:

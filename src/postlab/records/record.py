@@ -131,11 +131,6 @@ def load_record(path: Path) -> Record:
     return decode_record_bytes(read_bytes(path, "record"), str(path), path.parent)
 
 
-def seeds_of(record: Record) -> list[int]:
-    """The record's seeds in order, without reading a chunked record's rows."""
-    return record.seed_order()
-
-
 def one_document(record: Record) -> dict[str, Any]:
     """A record's JSON in the one-document layout earlier versions wrote (and the reference
     reads): every seed's entry inline as ``runs``, where a chunked record has its manifest."""

@@ -94,6 +94,12 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return total / mask.sum((-2, -1)).double()
 
 
+#: SAPO's gate temperatures for positive and for negative advantages where a plan states
+#: none: the paper's (Gao et al. 2025; a steeper gate for negative advantages, whose
+#: off-policy tokens the paper finds more destabilising).
+SAPO_TEMPERATURES = (1.0, 1.05)
+
+
 @dataclass(frozen=True)
 class PolicySettings:
     """What a policy loss reads of the plan: the clip range (``clip_low``, ``clip_high``) and
@@ -102,8 +108,8 @@ class PolicySettings:
 
     clip_low: Setting
     clip_high: Setting
-    tau_positive: Setting = 1.0
-    tau_negative: Setting = 1.05
+    tau_positive: Setting = SAPO_TEMPERATURES[0]
+    tau_negative: Setting = SAPO_TEMPERATURES[1]
 
 
 @dataclass(frozen=True)
