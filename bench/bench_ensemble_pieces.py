@@ -91,7 +91,8 @@ class Setup:
 def sft_with_exact_batches(setup: Setup, seed: int) -> None:
     import random
 
-    from postlab.engines.ensemble import counter, engine
+    from postlab import counter
+    from postlab.engines.ensemble import engine
     from postlab.engines.train import supervised
 
     plan = setup.plan
@@ -126,7 +127,8 @@ def sft_with_exact_batches(setup: Setup, seed: int) -> None:
 
 
 def rl_replay(setup: Setup, seed: int):
-    from postlab.engines.ensemble import counter, engine
+    from postlab import counter
+    from postlab.engines.ensemble import engine
     from postlab.engines.train import reinforce, supervised
 
     plan = setup.plan
@@ -169,7 +171,8 @@ def rl_replay(setup: Setup, seed: int):
 
 
 def sampling(setup: Setup, model, samples: int = 4000) -> None:
-    from postlab.engines.ensemble import counter, engine
+    from postlab import counter
+    from postlab.engines.ensemble import engine
     from postlab.engines.rollout import generate, to_rows
 
     plan = setup.plan

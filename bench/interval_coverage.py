@@ -4,7 +4,8 @@
     python bench/interval_coverage.py --power [--replicates N] [--json FILE] [--workers N]
 
 Draws synthetic runs from known truths (:mod:`postlab.analysis.coverage`): 3 to 1,000 seeds,
-19 to 1,000 held-out questions, true rates 0.02 to 0.98, seed effects from none to large;
+19 to 1,000 held-out questions, true rates 0.02 to 0.98, seed effects from none to large,
+one greedy answer or 16 sampled answers a question (the teaching plan's evaluation);
 for each regime prints the coverage of every interval type of nominal 95% and the share of
 runs a one-sided 5% test calls "confirmed" when the truth sits on its margin. A coverage
 outside 93-97% or a confirmed share over 5% is starred. Monte-Carlo standard errors are
@@ -49,9 +50,9 @@ LOW, HIGH, CONFIRMED = (default("coverage.goal_low"), default("coverage.goal_hig
                         default("coverage.wrong_confirmations"))
 
 
-def _one(job: tuple[Regime, int, int]) -> Result:
-    regime, replicates, seed = job
-    return simulate(regime, replicates, seed=seed)
+def _one(job: tuple[Regime, int, int, int]) -> Result:
+    regime, replicates, seed, bootstrap = job
+    return simulate(regime, replicates, seed=seed, bootstrap=bootstrap)
 
 
 def _power(job: tuple[Regime, int, int]) -> PowerCheck:
@@ -112,6 +113,8 @@ def main() -> None:
                         help="3 and 100 seeds, 19 and 100 questions, 200 replicates")
     parser.add_argument("--json", help="also write every result to this file")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--bootstrap", type=int, default=0, metavar="B",
+                        help="also the pigeonhole bootstrap with B resamples (a candidate)")
     parser.add_argument("--power", action="store_true",
                         help="check the power planner instead of the intervals' coverage")
     args = parser.parse_args()
@@ -123,22 +126,24 @@ def main() -> None:
         args.replicates = 200
     else:
         grid = list(regimes())
-    jobs = [(r, replicates_for(r, args.replicates), 1000 + i) for i, r in enumerate(grid)]
+    jobs = [(r, replicates_for(r, args.replicates), 1000 + i, args.bootstrap)
+            for i, r in enumerate(grid)]
+    kinds = KINDS + (("bootstrap rate", "bootstrap difference") if args.bootstrap else ())
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
         results = list(pool.map(_one, jobs))
     print(f"{len(results)} regimes, question sd {grid[0].question_sd} (logit), "
           f"{time.perf_counter() - started:.0f} s")
-    header = (f"{'seeds':>5} {'quest':>5} {'rate':>5} {'seed sd':>7} {'reps':>5} "
-              + " ".join(f"{k:>18}" for k in KINDS) + f" {'confirmed: crossed':>19} "
+    header = (f"{'n':>3} {'seeds':>5} {'quest':>5} {'rate':>5} {'seed sd':>7} {'reps':>5} "
+              + " ".join(f"{k:>18}" for k in kinds) + f" {'confirmed: crossed':>19} "
               f"{'seed-t':>7}")
     print(header)
-    outside: dict[str, int] = {k: 0 for k in KINDS}
+    outside: dict[str, int] = {k: 0 for k in kinds}
     over = {"crossed difference": 0, "seed-t difference": 0}
     for result in results:
         r = result.regime
         cells = []
-        for kind in KINDS:
+        for kind in kinds:
             value = result.coverage[kind]
             flag = "*" if not LOW <= value <= HIGH else " "
             outside[kind] += flag == "*"
@@ -149,11 +154,20 @@ def main() -> None:
             flag = "*" if value > CONFIRMED else " "
             over[kind] += flag == "*"
             confirmed.append(f"{value:.3f}{flag}")
-        print(f"{r.seeds:5d} {r.questions:5d} {r.rate:5.2f} {r.seed_sd:7.1f} "
+        print(f"{r.samples:3d} {r.seeds:5d} {r.questions:5d} {r.rate:5.2f} {r.seed_sd:7.1f} "
               f"{result.replicates:5d} " + " ".join(cells)
               + f" {confirmed[0]:>19} {confirmed[1]:>7}")
     print()
-    for kind in KINDS:
+    for samples in sorted({res.regime.samples for res in results}):
+        for kind in kinds:
+            if kind == "nested rate" and samples > 1:
+                continue  # a training reward's draws are rollouts: samples do not enter it
+            of = [res for res in results if res.regime.samples == samples]
+            clearly = sum(not LOW - 2 * res.monte_carlo_se <= res.coverage[kind]
+                          <= HIGH + 2 * res.monte_carlo_se for res in of)
+            print(f"{'greedy' if samples == 1 else f'{samples} samples'}, {kind}: outside "
+                  f"93-97% by more than 2 Monte-Carlo se in {clearly} of {len(of)}")
+    for kind in kinds:
         values = [res.coverage[kind] for res in results]
         # outside the goal by more than two Monte-Carlo standard errors: not chance
         clearly = sum(not LOW - 2 * res.monte_carlo_se <= res.coverage[kind]

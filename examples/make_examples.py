@@ -78,6 +78,15 @@ EXAMPLES = {
                            "substring": "decimal str(a+b) occurs anywhere, even without EOS",
                            "format": "terminated, nonempty ASCII digits, whatever their "
                                      "value (a control)"}},
+    # the control Spurious Rewards used: paid at random, half the rows, whatever they say
+    "control-random": {"arms": ["strict", "substring", "random"], "control": "random",
+                       "random_rate": 0.5, "rewards": {
+                           "strict": "terminated, nonempty ASCII digits, integer equals a+b; "
+                                     "leading zeros allowed",
+                           "substring": "decimal str(a+b) occurs anywhere, even without EOS",
+                           "random": "each rollout row paid 1 with probability random_rate "
+                                     "from the run's random stream, whatever it says (a "
+                                     "control)"}},
     "arms-pipelines": {"arms": [
         {"name": "sft-then-rl", "pipeline": "sft-then-rl", "contract": "strict"},
         {"name": "rl-only", "pipeline": "rl-only", "contract": "strict"},

@@ -18,7 +18,7 @@ from postlab.analysis.design import (
     seeds_needed,
     within_variance,
 )
-from postlab.analysis.intervals import crossed_interval, crossed_spread
+from postlab.analysis.intervals import crossed_interval, crossed_spread, paired_difference
 from postlab.cli import main
 from postlab.plan.frozen import teaching_plan
 
@@ -45,9 +45,14 @@ def test_at_the_pilots_size_the_variance_is_the_pilot_intervals():
     for seed in range(5):
         rng = np.random.default_rng(seed)
         a, b = _rates(rng, 3, rng.normal(0, 1.0, (1, 19)), 16)
-        found = components(a - b, 16, within_variance(a, 16) + within_variance(b, 16))
-        pilot = crossed_spread([(1.0, a - b)], 16)
+        found = components(a - b, 16, within_variance(a, 16) + within_variance(b, 16),
+                           arms=(a, b))
+        pilot = paired_difference((a, 16), (b, 16))
         assert found.variance(3) == pytest.approx(pilot.se ** 2, rel=1e-9)
+        # two arms that agree everywhere: the floor, both arms', holds in both
+        same = components(a - a, 16, 2 * within_variance(a, 16), arms=(a, a))
+        floor = paired_difference((a, 16), (a, 16))
+        assert same.variance(3) == pytest.approx(floor.se ** 2, rel=1e-12)
 
 
 def test_components_by_hand():

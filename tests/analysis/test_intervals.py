@@ -119,6 +119,32 @@ def test_a_table_of_zeros_keeps_the_pooled_binomial_floor():
     assert interval.low == 0.0 and 0.0 < interval.high < 0.2
 
 
+def test_two_arms_that_agree_everywhere_keep_both_arms_binomial_floor():
+    """3 seeds x 19 questions x 16 samples, both arms accepting the same 9 of 16 on every
+    question: the difference table is all zeros, but each arm's answers are its own draws,
+    so the floor is both arms' binomial variance (N = 912 draws each), not +-0.0015."""
+    from postlab.analysis.intervals import paired_difference
+
+    arm = np.full((3, 19), 9 / 16)
+    found = paired_difference((arm, 16), (arm.copy(), 16))
+    n = 3 * 19 * 16
+    share = (9 / 16 * n + 0.5) / (n + 1)  # each arm's pooled share, half a success added
+    assert found.se == pytest.approx(math.sqrt(2 * share * (1 - share) / n), rel=1e-12)
+    assert found.df == math.inf and found.mean == 0.0
+    interval = found.interval()
+    assert interval.high > 0.045 and interval.low < -0.045  # about +-0.046
+    # the difference table alone (net difference per cell over one arm's draws) decided
+    alone = crossed_spread([(1.0, arm - arm)], 16).interval()
+    assert alone.high < 0.002
+    # arms far apart are floored by both too, each at its own share
+    other = np.full((3, 19), 1 / 16)
+    apart = paired_difference((arm, 16), (other, 16))
+    shares = [(x * n + 0.5) / (n + 1) for x in (9 / 16, 1 / 16)]
+    assert apart.se == pytest.approx(math.sqrt(sum(p * (1 - p) for p in shares) / n))
+    with pytest.raises(ValueError, match="as many draws"):
+        paired_difference((arm, 16), (arm, 8))
+
+
 def test_one_seed_gives_no_interval():
     found = crossed_spread([(1.0, np.ones((1, 5)))])
     interval = found.interval(rate=True)
@@ -178,3 +204,31 @@ def test_coverage_slice():
         assert result.confirmed_at_margin["crossed difference"] <= 0.09
     assert many.coverage["seed-t difference"] < 0.8
     assert many.confirmed_at_margin["seed-t difference"] > 0.1
+
+
+def test_coverage_slice_of_sampled_answers():
+    """The simulation's sampled regimes: each cell the share of 16 answers, read with 16
+    draws a cell; the crossed intervals near 95% at a middle rate."""
+    sampled = simulate(Regime(seeds=10, questions=19, rate=0.5, seed_sd=0.5, samples=16),
+                       300, seed=13)
+    for kind in ("crossed rate", "crossed difference"):
+        assert 0.90 <= sampled.coverage[kind] <= 0.995, kind
+
+
+def test_the_pigeonhole_bootstrap_resamples_seeds_and_questions():
+    """Checked against a plain loop that resamples rows and columns one at a time."""
+    from postlab.analysis.coverage import pigeonhole_interval
+
+    table = np.random.default_rng(3).random((4, 6))
+    low, high = pigeonhole_interval(table, np.random.default_rng(9), 500)
+    rng = np.random.default_rng(9)
+    rows = rng.integers(0, 4, (500, 4))
+    columns = rng.integers(0, 6, (500, 6))
+    means = [sum(table[r, c] for r in row for c in column) / 24
+             for row, column in zip(rows, columns, strict=True)]
+    assert (low, high) == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])), abs=1e-12)
+    # the bootstrap draws from a stream of its own: the other figures do not change
+    regime = Regime(seeds=3, questions=19, rate=0.5, seed_sd=0.5)
+    plain, boot = simulate(regime, 50, seed=2), simulate(regime, 50, seed=2, bootstrap=50)
+    assert {k: boot.coverage[k] for k in plain.coverage} == plain.coverage
+    assert "bootstrap rate" in boot.coverage and "bootstrap difference" in boot.coverage

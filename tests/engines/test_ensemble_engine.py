@@ -9,7 +9,8 @@ import random
 import pytest
 import torch
 
-from postlab.engines.ensemble import counter, engine, stacked
+from postlab import counter
+from postlab.engines.ensemble import engine, stacked
 from postlab.engines.ensemble.nets import net_for
 from postlab.engines.ensemble.optim import clip_per_member
 from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS

@@ -17,7 +17,8 @@ def test_there_is_an_example_per_option():
     for needed in ("loss-seq-mean-token-mean", "loss-constant-normaliser", "advantage-mean-only",
                    "advantage-leave-one-out", "advantage-group-mean-batch-std", "kl-k1",
                    "kl-k3", "kl-none", "clip-higher", "policy-gspo", "policy-cispo",
-                   "policy-sapo", "control-format", "dynamic-sampling", "arms-pipelines",
+                   "policy-sapo", "control-format", "control-random", "dynamic-sampling",
+                   "arms-pipelines",
                    "task-multi-digit-addition", "task-multiplication", "transformer-gpt2",
                    "transformer-llama"):
         assert needed in names

@@ -15,7 +15,7 @@ from browser import needs_chromium, probe_page
 
 from postlab.analysis.aggregate import analyse
 from postlab.analysis.findings import DOWN, SINGLE, UNCLEAR, UP, direction, findings
-from postlab.analysis.intervals import Interval, crossed_interval, interval
+from postlab.analysis.intervals import Interval, crossed_interval, interval, paired_difference
 from postlab.analysis.samples import (
     CORRECT,
     GAMED,
@@ -102,7 +102,8 @@ def test_outcome_intervals_count_outputs_and_questions(record, plan, analysis):
         assert table.mean(axis=1) == pytest.approx(item.value.per_seed)
         found = crossed_interval([(1.0, table)], trials, rate=True)
         assert (item.value.low, item.value.high) == pytest.approx((found.low, found.high))
-        change = crossed_interval([(1.0, table - before)], trials)
+        # both arms' answers floor the change: the per-cell differences, both arms' draws
+        change = paired_difference((table, trials), (before, trials)).interval()
         assert (item.change_from_sft.low, item.change_from_sft.high) == pytest.approx(
             (change.low, change.high))
 

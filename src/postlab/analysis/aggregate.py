@@ -27,6 +27,7 @@ from postlab.analysis.intervals import (
     Interval,
     Spread,
     crossed_spread,
+    paired_difference,
     rate_interval,
 )
 from postlab.analysis.monitor import describe_rule, monitor_rule
@@ -44,6 +45,7 @@ from postlab.analysis.results import (
 from postlab.engines.options import describe_policy_loss
 from postlab.plan.arms import arm_names, arm_specs, plan_contracts
 from postlab.records.metrics import STEP_SERIES
+from postlab.tasks.contracts import DRAWN, random_paid
 from postlab.tasks.registry import answer_function
 
 if TYPE_CHECKING:
@@ -234,7 +236,13 @@ class _Gathering:
         for name, columns in gathered.series.items():
             columns.add(trained.series[name])
         contract = self.trained_on.get(arm)
-        if contract is not None and contract != reference:
+        if contract in DRAWN:  # paid at random: its payments recomputed, no hacking onset
+            assert self.plan.random_rate is not None  # the plan's validation asks for it
+            trained = dataclasses.replace(trained, accepted={
+                **trained.accepted, contract: random_paid(seed, trained.steps,
+                                                          trained.rows.tolist(),
+                                                          self.plan.random_rate)})
+        elif contract is not None and contract != reference:
             gathered.onsets.append(self._onset(seed, arm, contract, trained))
         if contract is not None:
             window = max(1, len(self.per_arm[arm].steps) // 10)
@@ -267,8 +275,10 @@ def _spread(tabled: Analysis, stage: str, split: str, decoding: str, metric: str
     and question, where given), carrying the per-seed values as computed from the facts."""
     table, per_cell = tabled.cells(stage, split, decoding, metric)  # type: ignore[misc]
     if versus is not None:
-        table = table - tabled.cells(versus, split, decoding, metric)[0]  # type: ignore
-    found = crossed_spread([(1.0, table)], per_cell)
+        other = tabled.cells(versus, split, decoding, metric)[0]  # type: ignore[index]
+        found = paired_difference((table, per_cell), (other, per_cell))
+    else:
+        found = crossed_spread([(1.0, table)], per_cell)
     return dataclasses.replace(found, per_seed=tuple(per_seed),
                                mean=sum(per_seed) / len(per_seed))
 

@@ -5,7 +5,8 @@ and how much questions vary; each replicate draws fresh seeds and fresh question
 populations, the way a new run of a new split would, and asks each interval whether it holds
 the population's rate (or difference). The model is the one the intervals assume for the
 crossed kind: on the logit scale a seed effect plus a question effect, each normal, and a
-Bernoulli answer per seed and question (a greedy answer; 1 trial). Nothing here is fitted to
+Bernoulli answer per seed and question (a greedy answer), or 16 of them of which the cell
+holds the share accepted (a sampled evaluation; ``Regime.samples``). Nothing here is fitted to
 what the intervals do: the truths are computed by quadrature, the draws by numpy's PCG64.
 
 Interval types (:mod:`postlab.analysis.intervals`):
@@ -37,6 +38,7 @@ from postlab.analysis.intervals import (
     Interval,
     crossed_spread,
     interval,
+    paired_difference,
     rate_interval,
     t_quantile,
 )
@@ -61,6 +63,17 @@ class Regime:
     rate: float
     seed_sd: float  # of the seed effect, logit scale
     question_sd: float = QUESTION_SD
+    #: answers per seed and question: 1 greedy, or a sampled evaluation's (the cell is then
+    #: the share of its samples accepted)
+    samples: int = 1
+
+
+def answers(rng: np.random.Generator, chance: np.ndarray, samples: int) -> np.ndarray:
+    """A seeds x questions table of answers at each cell's ``chance``: 0/1 for one answer
+    (greedy), else each cell's share of ``samples`` independent answers."""
+    if samples == 1:
+        return (rng.random(chance.shape) < chance).astype(float)
+    return rng.binomial(samples, chance) / samples
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,18 +148,37 @@ class _Arms:
             seed_effect = rng.normal(0.0, regime.seed_sd, (seeds, 1))
         if question_effect is None:
             question_effect = rng.normal(0.0, regime.question_sd, (1, q))
-        a = (rng.random((seeds, q)) < _expit(self.a_centre + seed_effect + question_effect)
-             ).astype(float)
+        a = answers(rng, _expit(self.a_centre + seed_effect + question_effect), regime.samples)
         b_logit = (self.b_centre + rng.normal(0.0, regime.seed_sd, (seeds, 1)) + question_effect
                    + rng.normal(0.0, ARM_QUESTION_SD, (1, q)))
-        b = (rng.random((seeds, q)) < _expit(b_logit)).astype(float)
-        return a, b
+        return a, answers(rng, _expit(b_logit), regime.samples)
 
 
-def simulate(regime: Regime, replicates: int, seed: int = 0) -> Result:
+def pigeonhole_interval(table: np.ndarray, rng: np.random.Generator, resamples: int,
+                        confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The cluster bootstrap of a crossed table (Owen 2007's pigeonhole bootstrap): seeds
+    and questions resampled independently, with replacement; the percentile interval of the
+    resampled grand means. A candidate for skewed rates and few seeds, run through the
+    simulation beside the crossed intervals (``simulate(..., bootstrap=B)``; the coverage
+    benchmark's ``--bootstrap``), to be adopted only where it covers better."""
+    seeds, questions = table.shape
+    rows = np.stack([np.bincount(r, minlength=seeds)
+                     for r in rng.integers(0, seeds, (resamples, seeds))])
+    columns = np.stack([np.bincount(c, minlength=questions)
+                        for c in rng.integers(0, questions, (resamples, questions))])
+    means = ((rows @ table) * columns).sum(axis=1) / (seeds * questions)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def simulate(regime: Regime, replicates: int, seed: int = 0, bootstrap: int = 0) -> Result:
     """Coverage of each interval type, and wrong "confirmed" rates, over ``replicates``
-    synthetic runs of ``regime``."""
+    synthetic runs of ``regime``; with ``bootstrap`` resamples, also the pigeonhole
+    bootstrap's (:func:`pigeonhole_interval`, from a stream of its own, so the other
+    figures are the same with or without it)."""
     rng = np.random.default_rng(seed)
+    resampling = np.random.default_rng([seed, 1])
     s, q = regime.seeds, regime.questions
     total_sd = math.hypot(regime.seed_sd, regime.question_sd)
     centre = centre_for(regime.rate, total_sd)
@@ -154,15 +186,18 @@ def simulate(regime: Regime, replicates: int, seed: int = 0) -> Result:
     difference = arms.difference
     hits = {"crossed rate": 0, "crossed difference": 0, "seed-t difference": 0,
             "nested rate": 0}
+    if bootstrap:
+        hits |= {"bootstrap rate": 0, "bootstrap difference": 0}
     confirmed = {"crossed difference": 0, "seed-t difference": 0}
     for _ in range(replicates):
         seed_effect = rng.normal(0.0, regime.seed_sd, (s, 1))
         question_effect = rng.normal(0.0, regime.question_sd, (1, q))
-        y = (rng.random((s, q)) < _expit(centre + seed_effect + question_effect)).astype(float)
-        found = crossed_spread([(1.0, y)]).interval(CONFIDENCE, rate=True)
+        n = regime.samples
+        y = answers(rng, _expit(centre + seed_effect + question_effect), n)
+        found = crossed_spread([(1.0, y)], n).interval(CONFIDENCE, rate=True)
         hits["crossed rate"] += _covers(found, regime.rate)
         a, b = arms.tables(rng, regime, s, seed_effect, question_effect)
-        spread = crossed_spread([(1.0, b - a)])
+        spread = paired_difference((b, n), (a, n))
         hits["crossed difference"] += _covers(spread.interval(CONFIDENCE), difference)
         confirmed["crossed difference"] += _confirmed(spread.mean, spread.se, spread.df)
         per_seed = (b - a).mean(axis=1)
@@ -176,6 +211,11 @@ def simulate(regime: Regime, replicates: int, seed: int = 0) -> Result:
         own = [population_rate(centre + effect, regime.question_sd) for effect in seed_effect[:, 0]]
         rates = rng.binomial(q, own) / q
         hits["nested rate"] += _covers(rate_interval(rates.tolist(), q), regime.rate)
+        if bootstrap:
+            low, high = pigeonhole_interval(y, resampling, bootstrap)
+            hits["bootstrap rate"] += low <= regime.rate <= high
+            low, high = pigeonhole_interval(b - a, resampling, bootstrap)
+            hits["bootstrap difference"] += low <= difference <= high
     return Result(regime=regime, replicates=replicates,
                   coverage={k: v / replicates for k, v in hits.items()},
                   confirmed_at_margin={k: v / replicates for k, v in confirmed.items()})
@@ -214,10 +254,13 @@ def power_check(regime: Regime, replicates: int, seed: int = 0) -> PowerCheck:
     ``replicates`` studies of the planned size, each judged by its crossed interval."""
     from postlab.analysis.design import achieved_power, components, seeds_needed
 
+    if regime.samples != 1:
+        raise ValueError("the power check draws greedy regimes (one answer a question)")
     rng = np.random.default_rng(seed)
     arms = _Arms.of(regime)
     a, b = arms.tables(rng, regime, PILOT_SEEDS)
-    found = components(b - a, 1)  # one answer a cell: its spread is all the cells'
+    # greedy regimes: one answer a cell, so its spread is all the cells'
+    found = components(b - a, 1, arms=(b, a))
     planned = seeds_needed(found, arms.difference, power=PLANNED_POWER)
     if planned is None or planned > MOST_PLANNED:
         return PowerCheck(regime=regime, difference=arms.difference, planned_seeds=planned,
@@ -226,7 +269,7 @@ def power_check(regime: Regime, replicates: int, seed: int = 0) -> PowerCheck:
     detected = 0
     for _ in range(replicates):
         a, b = arms.tables(rng, regime, planned)
-        found_interval = crossed_spread([(1.0, b - a)]).interval(CONFIDENCE)
+        found_interval = paired_difference((b, 1), (a, 1)).interval(CONFIDENCE)
         assert found_interval.low is not None and found_interval.high is not None
         detected += found_interval.low > 0 or found_interval.high < 0
     return PowerCheck(regime=regime, difference=arms.difference, planned_seeds=planned,
@@ -239,16 +282,19 @@ SEEDS = (3, 10, 100, 1000)
 QUESTIONS = (19, 100, 1000)
 RATES = (0.02, 0.1, 0.5, 0.9, 0.98)
 SEED_SDS = (0.0, 0.5, 1.5)
+#: Answers per question: greedy, and the sampled evaluation's 16 (the teaching plan's).
+SAMPLES = (1, 16)
 
 
 def regimes(seeds: Sequence[int] = SEEDS, questions: Sequence[int] = QUESTIONS,
-            rates: Sequence[float] = RATES, seed_sds: Sequence[float] = SEED_SDS
-            ) -> Iterator[Regime]:
-    for s in seeds:
-        for q in questions:
-            for rate in rates:
-                for sd in seed_sds:
-                    yield Regime(seeds=s, questions=q, rate=rate, seed_sd=sd)
+            rates: Sequence[float] = RATES, seed_sds: Sequence[float] = SEED_SDS,
+            samples: Sequence[int] = SAMPLES) -> Iterator[Regime]:
+    for n in samples:
+        for s in seeds:
+            for q in questions:
+                for rate in rates:
+                    for sd in seed_sds:
+                        yield Regime(seeds=s, questions=q, rate=rate, seed_sd=sd, samples=n)
 
 
 def replicates_for(regime: Regime, most: int, cells: int = 20_000_000) -> int:

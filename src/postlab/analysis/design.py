@@ -10,7 +10,8 @@ has
 where sigma_seed is the seeds' own spread, sigma_question the questions' (which more seeds do
 not shrink: the plan's questions are fixed), and sigma_residual the seed-by-question cells'
 (an interaction plus each cell's binomial sampling noise, which shrinks as 1/k with k samples
-per question), and never below the intervals' pooled binomial floor p(1-p) / (S I k). The
+per question), and never below the intervals' pooled binomial floor p(1-p) / (S I k) (for a
+difference of two arms, both arms' p(1-p) summed). The
 pilot's mean squares estimate each component, exactly as the pilot's own interval uses them,
 so at the pilot's seeds the predicted variance is the pilot interval's.
 
@@ -29,6 +30,7 @@ and prices the seeds.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,12 +56,13 @@ class Components:
     samples: int  # k, the pilot's samples per question
     pilot_seeds: int
     mean: float
-    #: the pooled share behind the intervals' binomial floor (half a success smoothed in)
-    share: float = 0.0
+    #: one draw's binomial variance behind the intervals' floor, p~(1 - p~) of the pooled
+    #: share (half a success smoothed in), summed over both arms for a difference of two
+    draw_variance: float = 0.0
 
     def floor(self, seeds: int, samples: int) -> float:
         """The intervals' binomial floor on the variance at ``seeds`` and ``samples``."""
-        return self.share * (1 - self.share) / (seeds * self.questions * samples)
+        return self.draw_variance / (seeds * self.questions * samples)
 
     def residual(self, samples: int) -> float:
         """sigma_residual^2 at ``samples`` per question: the pilot's, its binomial part
@@ -100,12 +103,15 @@ class Components:
 
 
 def components(difference: np.ndarray, samples: int,
-               within: np.ndarray | None = None) -> Components:
+               within: np.ndarray | None = None,
+               arms: Sequence[np.ndarray] | None = None) -> Components:
     """The components of a seeds x questions table of per-cell differences (or rates).
 
     ``within``: each cell's within-cell variance of one sample (for a difference of two
     independent rates, the sum of p(1-p) k/(k-1) of each), from which the binomial part is
     taken; None for greedy answers (one deterministic answer per cell: no sampling noise).
+    ``arms``: the two arms' tables of a difference, whose binomial floors floor it, as the
+    intervals floor it (:func:`~postlab.analysis.intervals.paired_difference`).
     """
     table = np.asarray(difference, dtype=np.float64)
     seeds, questions = table.shape
@@ -121,10 +127,12 @@ def components(difference: np.ndarray, samples: int,
         else 0.0
     question = ((ms_questions - ms_residual) / seeds
                 if ms_questions > ms_residual * (1 + 1e-9) else 0.0)
+    shares = ([mean_squares(np.asarray(arm, dtype=np.float64), samples).share
+               for arm in arms] if arms is not None else [squares.share])
     return Components(seed=max(0.0, seed), question=question, cells=ms_residual,
                       binomial=binomial, questions=questions, samples=samples,
                       pilot_seeds=seeds, mean=float(squares.row.mean()),
-                      share=squares.share)
+                      draw_variance=sum(p * (1 - p) for p in shares))
 
 
 def within_variance(rates: np.ndarray, samples: int) -> np.ndarray:

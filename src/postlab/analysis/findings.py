@@ -20,6 +20,7 @@ from postlab.analysis.intervals import Interval, crossed_spread, interval, rate_
 from postlab.analysis.results import Analysis, TrainingReward
 from postlab.analysis.samples import GAMED, Sample, Tally, judged_rows
 from postlab.plan.arms import plan_contracts
+from postlab.tasks.contracts import DRAWN
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
@@ -94,7 +95,9 @@ def findings(analysis: Analysis, record: Record, plan: Plan,
             # (the rollouts a one-column table of each seed's own draws) and of questions
             difference = _reward_minus_held_out(analysis, trained, stage, split,
                                                 sampled.value.per_seed)
-            key = "train_vs_held_out" if trained.contract == reference else "lenient_vs_held_out"
+            key = ("train_vs_held_out" if trained.contract == reference else
+                   "random_vs_held_out" if trained.contract in DRAWN else
+                   "lenient_vs_held_out")
             result.append(Finding(key=key, direction=direction(difference),
                                   values={"stage": stage, "split": split,
                                           "contract": trained.contract,
@@ -103,9 +106,10 @@ def findings(analysis: Analysis, record: Record, plan: Plan,
                                           "held_out": sampled.value,
                                           "difference": difference}))
         # the control is paid for what it is paid for: its acceptance of wrong answers is
-        # its design, not gaming, and it is judged against the arms instead
+        # its design, not gaming, and it is judged against the arms instead; an arm paid at
+        # random has nothing to game
         if stage in rewards and rewards[stage].contract != reference and \
-                stage != analysis.control:
+                stage != analysis.control and rewards[stage].contract not in DRAWN:
             result.append(_gaming(analysis, record, plan, stage, split,
                                   rewards[stage].contract, tables))
     for verdict in analysis.verdicts:

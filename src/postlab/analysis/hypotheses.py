@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from postlab.analysis.intervals import Spread, crossed_spread, seed_spread
+from postlab.analysis.intervals import Spread, crossed_spread, paired_difference, seed_spread
 from postlab.plan.hypotheses import METRICS, Analysis
 from postlab.plan.margins import default
 
@@ -164,7 +164,7 @@ def paired_spread(analysis: Analysis, hypothesis: Hypothesis) -> Spread:
     if first is None or second is None:
         return seed_spread(differences)
     if split == other_split:
-        found = crossed_spread([(1.0, first[0] - second[0])], first[1])
+        found = paired_difference(first, second)
     else:
         found = crossed_spread([(1.0, first[0]), (-1.0, second[0])], [first[1], second[1]])
     return Spread(per_seed=differences, mean=sum(differences) / len(differences), se=found.se,

@@ -18,7 +18,9 @@ that agree by chance, on 19 questions, must not make a verdict certain.
   More seeds narrow only the seed part: 19 questions bound what any number of seeds can say
   about the task. The variance is never below the binomial variance of all the table's
   trials pooled, ``p~(1 - p~) / N`` with ``p~ = (x + 1/2) / (N + 1)``, so no finite table
-  decides with certainty.
+  decides with certainty; for a difference of two arms, the sum of both arms' (the variance
+  of two independent arms' draws: an upper bound where a seed's stages sample with the same
+  random numbers, as postlab's evaluations do, which can only make their answers agree more).
 * **Nested** (a training reward: each seed's rollouts are its own draws): the seeds' spread of
   rates, never below one seed's binomial sd (the random-effects moment estimate kept at or
   above its binomial part); seeds - 1 degrees of freedom, or the normal where the binomial
@@ -47,7 +49,8 @@ from postlab.plan.margins import default
 CONFIDENCE = default("intervals.confidence")
 CROSSED_METHOD = ("seeds x questions, two-way random effects: variance of the mean = the seeds' "
                   "spread / S + max(0, MS_questions - MS_residual) / (S I), at least the "
-                  "pooled binomial p(1-p)/N, Satterthwaite degrees of freedom; rates "
+                  "pooled binomial p(1-p)/N (a difference of two arms: both arms' summed), "
+                  "Satterthwaite degrees of freedom; rates "
                   "Korn-Graubard Clopper-Pearson at the effective trials, differences t; 95% "
                   "two-sided; no interval with one seed")
 RATE_METHOD = ("the seeds' spread of rates, at least one seed's binomial sd (p(1-p)/n, "
@@ -220,8 +223,16 @@ def mean_squares(table: np.ndarray, per_cell: int) -> MeanSquares:
     return MeanSquares(row=row, questions=ms_questions, residual=ms_residual, share=share)
 
 
-def crossed_spread(tables: Sequence[tuple[float, np.ndarray]], trials: Sequence[int] | int = 1
-                   ) -> Spread:
+def binomial_floor(table: np.ndarray, per_cell: int) -> float:
+    """The pooled binomial variance of a seeds x questions table's mean, ``p~(1 - p~) / N``
+    over all its ``N`` draws, half a success smoothed in (:attr:`MeanSquares.share`)."""
+    table = np.asarray(table, dtype=np.float64)
+    share = mean_squares(table, per_cell).share
+    return share * (1 - share) / (table.size * per_cell)
+
+
+def crossed_spread(tables: Sequence[tuple[float, np.ndarray]], trials: Sequence[int] | int = 1,
+                   *, floor_from: Sequence[tuple[np.ndarray, int]] | None = None) -> Spread:
     """The estimate ``sum(sign * mean(table))`` over tables of seeds x questions (rows in the
     same seed order, questions in the same order for every seed), with its variance under
     the two-way random-effects model of the module's docstring.
@@ -231,6 +242,13 @@ def crossed_spread(tables: Sequence[tuple[float, np.ndarray]], trials: Sequence[
     differences, which pairs them by seed and question; test against train is two tables of
     opposite signs. ``trials`` is how many draws each cell of a table averages (samples per
     question; 1 for greedy answers), for the binomial floor.
+
+    ``floor_from``: the tables (with their draws per cell) whose binomial floors, summed,
+    floor the variance instead of each table's own: for a difference of two arms' rates
+    (:func:`paired_difference`), both arms' draws. A table of per-cell differences alone
+    counts a cell's net difference as its disagreements, over one arm's draws, so two arms
+    that agree on every question got a floor of about ``0.5 / N^2``: +-0.0015 from 3 seeds x
+    19 questions x 16 samples, near-certainty from a finite table.
     """
     if not tables:
         raise ValueError("an estimate needs at least one table")
@@ -264,6 +282,8 @@ def crossed_spread(tables: Sequence[tuple[float, np.ndarray]], trials: Sequence[
         cells = seeds * questions * per_cell
         floor += squares.share * (1 - squares.share) / cells
         draws += cells
+    if floor_from is not None:
+        floor = sum(binomial_floor(table, per_cell) for table, per_cell in floor_from)
     values = tuple(per_seed.tolist())
     mean = float(per_seed.mean())
     if seeds < 2:
@@ -285,6 +305,26 @@ def crossed_spread(tables: Sequence[tuple[float, np.ndarray]], trials: Sequence[
     terms = sum((c * m) ** 2 / df for c, m, df in parts)
     return Spread(per_seed=values, mean=mean, se=math.sqrt(variance),
                   df=variance ** 2 / terms if terms > 0 else math.inf, draws=draws)
+
+
+def paired_difference(first: tuple[np.ndarray, int], second: tuple[np.ndarray, int]
+                      ) -> Spread:
+    """The difference of two arms' seeds x questions tables (each with its draws per cell),
+    paired by seed and question: :func:`crossed_spread` of the per-cell differences, floored
+    by both arms' binomial variances summed. That is the variance of two independent arms'
+    draws; a seed's stages sample with the same random numbers, which can only make their
+    answers agree more, so the floor is conservative, never near-certain.
+
+    A difference of hacking gaps (each a difference of two contracts on the same answers)
+    takes each gap table as an arm: its floor counts a cell's net gap as its disagreements,
+    right where the looser contract accepts all the stricter one does (substring and
+    strict)."""
+    (a, per_cell), (b, other) = first, second
+    if per_cell != other:
+        raise ValueError(f"paired tables must average as many draws a cell ({per_cell} and "
+                         f"{other})")
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return crossed_spread([(1.0, a - b)], per_cell, floor_from=[(a, per_cell), (b, per_cell)])
 
 
 def crossed_interval(tables: Sequence[tuple[float, np.ndarray]], trials: Sequence[int] | int = 1,

@@ -182,7 +182,9 @@ def _difference(item: VersionInput, base: VersionInput, paired: Sequence[int], s
     table = mine[0][np.array([rows[s] for s in paired])]
     base_table = theirs[0][np.array([base_rows[s] for s in paired])]
     if item.analysis.questions.get(split) == base.analysis.questions.get(split):
-        found = crossed_spread([(1.0, table - base_table)], mine[1])
+        # both versions' answers are their own draws: both floor the difference
+        found = crossed_spread([(1.0, table - base_table)], mine[1],
+                               floor_from=[(table, mine[1]), (base_table, theirs[1])])
     else:
         found = crossed_spread([(1.0, table), (-1.0, base_table)], [mine[1], theirs[1]])
     return dataclasses.replace(found, per_seed=tuple(per_seed),

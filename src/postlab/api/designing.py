@@ -169,7 +169,7 @@ def _comparisons(analysis: Analysis, plan: Plan) -> list[_Compared]:
 def _planned(analysis: Analysis, plan: Plan, entry: _Compared, effect: float, power: float,
              alpha: float, pricing: _Pricing | None) -> PlannedMetric:
     from postlab.analysis.design import Criterion, components, seeds_needed, within_variance
-    from postlab.analysis.intervals import crossed_spread
+    from postlab.analysis.intervals import paired_difference
 
     first = analysis.cells(entry.stage, entry.split, entry.decoding, entry.metric)
     second = analysis.cells(entry.versus, entry.split, entry.decoding, entry.metric)
@@ -181,8 +181,8 @@ def _planned(analysis: Analysis, plan: Plan, entry: _Compared, effect: float, po
         raise UserError(f"{entry.name}: the {entry.split} split has {a.shape[1]} question; "
                         "a pilot's question variance needs at least two")
     within = (within_variance(a, k) + within_variance(b, k)) if entry.rate else None
-    found = components(a - b, k, within)
-    pilot = crossed_spread([(1.0, a - b)], k)
+    found = components(a - b, k, within, arms=(a, b))
+    pilot = paired_difference((a, k), (b, k))
     test = (Criterion(alpha=alpha) if entry.margin is None
             else Criterion(alpha=entry.level or alpha, one_sided=True, margin=entry.margin))
     if entry.rate and k > 1:  # the plan's samples per question, and fewer or more

@@ -107,9 +107,12 @@ def _monitor(plan: Plan) -> str | None:
     trains under a looser contract than the strictest (nothing to monitor)."""
     from postlab.analysis.monitor import describe_rule, monitor_rule
     from postlab.plan.arms import arm_specs, plan_contracts
+    from postlab.tasks.contracts import DRAWN
 
     strictest = plan_contracts(plan)[0]
-    if any(spec.is_rl and spec.contract != strictest for spec in arm_specs(plan)):
+    # an arm paid at random is not monitored: it has no answer to game
+    if any(spec.is_rl and spec.contract not in (strictest, *DRAWN)
+           for spec in arm_specs(plan)):
         return describe_rule(monitor_rule(plan))
     return None
 

@@ -93,12 +93,16 @@ def report_page(opened: OpenedRun, analysis: Analysis, lang: str, split: str) ->
 
 
 def _check_contracts(contracts: Sequence[str]) -> None:
-    from postlab.tasks.contracts import CONTRACTS
+    from postlab.tasks.contracts import CONTRACTS, DRAWN
 
+    judging = [name for name in CONTRACTS.names() if name not in DRAWN]
     for name in contracts:
         if name not in CONTRACTS:
-            raise UserError(f"--contract {name}: unknown{did_you_mean(name, CONTRACTS.names())}"
-                            f"; known: {', '.join(sorted(CONTRACTS.names()))}")
+            raise UserError(f"--contract {name}: unknown{did_you_mean(name, judging)}"
+                            f"; known: {', '.join(sorted(judging))}")
+        if name in DRAWN:
+            raise UserError(f"--contract {name}: pays at random from the run's stream, "
+                            "whatever the answer, so it re-scores no rows")
 
 
 def _check_contract_kinds(contracts: Sequence[str], plan: Plan) -> None:

@@ -35,7 +35,7 @@ from postlab.policies.lora import AdaptersOff
 from postlab.records.metrics import metrics
 from postlab.rl import objective
 from postlab.tasks.arithmetic import ARITHMETIC_CONTRACTS
-from postlab.tasks.contracts import CONTRACTS, score
+from postlab.tasks.contracts import CONTRACTS, DRAWN, random_rewards, score
 from postlab.tasks.registry import task_for
 from postlab.tasks.rows import Row
 from postlab.tasks.selection import SELECTIONS, order
@@ -273,6 +273,9 @@ def reinforce(model: Policy, reference: Policy | AdaptersOff, plan: Plan, seed: 
         # tokens sampled, EOS included: a row's characters plus EOS under the character
         # tokenizer, fewer under a BPE
         compute["tokens_generated"] += int(mask.sum())
+        if contract_name in DRAWN:  # paid at random, by each row's place in the batch
+            assert plan.random_rate is not None  # the plan's validation asks for it
+            return random_rewards(seed, step, len(typed), plan.random_rate).to(model.device)
         return torch.tensor([score(row, contract_name, answer) for row in typed],
                             dtype=torch.float32, device=model.device)
 

@@ -73,9 +73,12 @@ def rl_contracts(plan: Plan) -> dict[str, str]:
 
 def plan_contracts(plan: Plan) -> tuple[str, ...]:
     """The contracts a plan's results are reported under: the task's, in its order, then any
-    other contract the plan's arms train on, in arm order."""
+    other contract the plan's arms train on, in arm order, except one paid at random (it
+    judges no answer: ``postlab.tasks.contracts.DRAWN``)."""
+    from postlab.tasks.contracts import DRAWN
     from postlab.tasks.registry import task_for
 
     names = list(task_for(plan).contracts)
-    names += [arm.contract for arm in arm_specs(plan) if arm.contract is not None]
+    names += [arm.contract for arm in arm_specs(plan)
+              if arm.contract is not None and arm.contract not in DRAWN]
     return tuple(dict.fromkeys(names))

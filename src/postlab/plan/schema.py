@@ -291,14 +291,19 @@ class PlanModel(BaseModel):
     sapo_tau_neg: float | None = Field(None, gt=0, le=100, description=(
         "SAPO's gate temperature for tokens of zero or negative advantage (absent: 1.05, the "
         "paper's); only the `sapo` policy loss reads it"))
+    random_rate: float | None = Field(None, gt=0, lt=1, description=(
+        "the chance that the `random` contract pays a rollout row, drawn from the run's own "
+        "random stream whatever the row says (a control arm, as in Spurious Rewards); "
+        "between 0 and 1, needed by and only read by an arm on that contract"))
     dynamic_sampling: DynamicSampling | None = Field(None, description=(
         "resample groups with no signal (absent: never, as in the teaching plan)"))
     selection: str = Field(description="how the reported checkpoint is chosen (stated, so it "
                                        "cannot change after seeing results)")
     rewards: dict[str, str] = Field(description="the contracts' rules in words")
     control: str | None = Field(None, description=(
-        "the arm every other arm is compared with, e.g. one trained on the `format` contract "
-        "(a control: paid for a well-formed answer whatever its value); reports give each "
+        "the arm every other arm is compared with, e.g. one trained on the `random` contract "
+        "(paid at random) or the `format` one (paid for a well-formed answer whatever its "
+        "value); reports give each "
         "arm's held-out change against it, paired by seed and question, and say when an "
         "arm's gain is not distinguishable from the control's (absent: no control)"))
     hacking_monitor: HackingMonitor | None = Field(None, description=(

@@ -21,7 +21,7 @@ from postlab.policies import POLICIES, policy_kind, section_problems
 from postlab.policies.lora import lora_section, require_peft, target_problems
 from postlab.policies.tokenizers import longest_in_tokens
 from postlab.rl.algorithms import REGISTRIES, TEACHING_ALIASES
-from postlab.tasks.contracts import CONTRACTS, contract_answers
+from postlab.tasks.contracts import CONTRACTS, DRAWN, contract_answers, fits
 from postlab.tasks.registry import TASKS
 from postlab.tasks.selection import SELECTIONS
 
@@ -110,6 +110,8 @@ def cross_field_problems(plan: PlanModel) -> list[tuple[str, str]]:
         if getattr(plan, field) is not None and plan.policy_loss != "sapo":
             problems.append((field, f"only the sapo policy loss reads it; this plan's is "
                                     f"{plan.policy_loss!r}"))
+    if not problems:
+        problems += random_problems(plan)
     if plan.control is not None and not problems:
         from postlab.plan.arms import arm_names
 
@@ -142,8 +144,8 @@ def arm_problems(plan: PlanModel, task: Any) -> list[tuple[str, str]]:
         if arm.contract is not None and arm.contract not in CONTRACTS:
             problems.append((where, f"unknown reward contract {arm.contract!r}; known: "
                                     f"{', '.join(CONTRACTS.names())}"))
-        elif arm.contract is not None and contract_answers(arm.contract) != task.answer_kind:
-            fitting = [n for n in CONTRACTS.names() if contract_answers(n) == task.answer_kind]
+        elif arm.contract is not None and not fits(arm.contract, task.answer_kind):
+            fitting = [n for n in CONTRACTS.names() if fits(n, task.answer_kind)]
             problems.append((where, f"the contract {arm.contract!r} judges "
                                     f"{contract_answers(arm.contract)} answers; the task "
                                     f"{task.name}'s are {task.answer_kind} answers (its "
@@ -165,6 +167,25 @@ def arm_problems(plan: PlanModel, task: Any) -> list[tuple[str, str]]:
     if len(set(names)) != len(names) or "initial" in names:
         problems.append(("arms", "arm names must be distinct and not 'initial'"))
     return problems
+
+
+def random_problems(plan: PlanModel) -> list[tuple[str, str]]:
+    """An arm paid at random needs its rate stated, and the rate needs such an arm; dynamic
+    sampling is refused with it (the payments are keyed by a row's place in the step's
+    batch, and a resampled group has no place of its own)."""
+    from postlab.plan.arms import arm_specs
+
+    drawn = [arm.contract for arm in arm_specs(plan) if arm.contract in DRAWN]
+    if drawn and plan.random_rate is None:
+        return [("random_rate", f"the {drawn[0]} contract pays at a stated rate: set "
+                                "random_rate, between 0 and 1 (0.5 pays half the rows)")]
+    if not drawn and plan.random_rate is not None:
+        return [("random_rate", "only the random contract reads it, and no arm trains on it")]
+    if drawn and plan.dynamic_sampling is not None:
+        return [("dynamic_sampling", "cannot resample an arm paid by the random contract "
+                                     "(its payments are keyed by each row's place in the "
+                                     "step's batch)")]
+    return []
 
 
 def lora_problems(plan: PlanModel) -> list[tuple[str, str]]:

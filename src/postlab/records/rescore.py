@@ -13,7 +13,7 @@ from typing import Any
 
 from postlab.records.metrics import count_text
 from postlab.records.models import Record
-from postlab.tasks.contracts import CONTRACTS, PARTIAL_CREDIT, Answer
+from postlab.tasks.contracts import CONTRACTS, DRAWN, PARTIAL_CREDIT, Answer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +61,8 @@ def rescore(record: Record, trained: dict[str, str], contracts: list[str],
 
     for name in contracts:
         CONTRACTS[name]  # an unknown name fails before any row is read
+        if name in DRAWN:
+            raise ValueError(f"the {name} contract pays at random and judges no row")
     if tables is None and isinstance(record.runs, ChunkedRuns):
         raise ValueError("a chunked record is re-scored from the tables its reader checked "
                          "(records.opened.checked_tables)")

@@ -279,6 +279,23 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
         "train_vs_held_out:single": "{stage} earned a training reward of {reward} ({contract} "
                                     "contract, steps {first}–{last}); {where} success is "
                                     "{held_out} (one seed: no interval).",
+        "random_vs_held_out:up": "{stage} was paid at random, {reward} of its rollouts "
+                                 "(steps {first}–{last}), whatever they said; {right} of "
+                                 "them were right, and its {where} success {held_out} is "
+                                 "below that by {difference}.",
+        "random_vs_held_out:down": "{stage} was paid at random, {reward} of its rollouts "
+                                   "(steps {first}–{last}), whatever they said; {right} of "
+                                   "them were right, and its {where} success {held_out} is "
+                                   "above that by {difference}.",
+        "random_vs_held_out:unclear": "{stage} was paid at random, {reward} of its rollouts "
+                                      "(steps {first}–{last}), whatever they said; {right} "
+                                      "of them were right, and its {where} success "
+                                      "{held_out} is not clearly apart from that "
+                                      "({difference}).",
+        "random_vs_held_out:single": "{stage} was paid at random, {reward} of its rollouts "
+                                     "(steps {first}–{last}), whatever they said; {right} of "
+                                     "them were right; {where} success is {held_out} (one "
+                                     "seed: no interval).",
         "lenient_vs_held_out:up": "{stage} was paid a training reward of {reward} by the "
                                   "{contract} contract (steps {first}–{last}), though only "
                                   "{right} of those answers were right; {where} success is "
@@ -373,6 +390,20 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
         "train_vs_held_out:single": "{stage}的训练奖励为 {reward}（{contract}契约，第 "
                                     "{first}–{last} 步）；{where}正确率为 {held_out}（只有"
                                     "一个种子：没有区间）。",
+        "random_vs_held_out:up": "{stage}的奖励是随机支付的：第 {first}–{last} 步的 rollout "
+                                 "中有 {reward} 得到支付，与内容无关；其中答对 {right}，"
+                                 "{where}正确率 {held_out} 比它低 {difference}。",
+        "random_vs_held_out:down": "{stage}的奖励是随机支付的：第 {first}–{last} 步的 "
+                                   "rollout 中有 {reward} 得到支付，与内容无关；其中答对 "
+                                   "{right}，{where}正确率 {held_out} 比它高 {difference}。",
+        "random_vs_held_out:unclear": "{stage}的奖励是随机支付的：第 {first}–{last} 步的 "
+                                      "rollout 中有 {reward} 得到支付，与内容无关；其中答对 "
+                                      "{right}，{where}正确率 {held_out} 与之没有明显差别"
+                                      "（{difference}）。",
+        "random_vs_held_out:single": "{stage}的奖励是随机支付的：第 {first}–{last} 步的 "
+                                     "rollout 中有 {reward} 得到支付，与内容无关；其中答对 "
+                                     "{right}；{where}正确率为 {held_out}（只有一个种子：没有"
+                                     "区间）。",
         "lenient_vs_held_out:up": "{stage}从{contract}契约得到的训练奖励为 {reward}（第 "
                                   "{first}–{last} 步），其中真正答对的只有 {right}；{where}"
                                   "正确率为 {held_out}：它在训练问题上的正确率中有 "

@@ -34,7 +34,7 @@ from postlab.records.chunks import chunk_bytes
 from postlab.runs.counts import estimate_counts, plan_shape
 from postlab.runs.limits import size_problems
 from postlab.runs.pricing import Calibration, Line, RLWork, unit_seconds, work_parts
-from postlab.tasks.contracts import score
+from postlab.tasks.contracts import DRAWN, score
 from postlab.tasks.registry import task_for
 from postlab.tasks.rows import Row
 
@@ -154,8 +154,9 @@ def _time_decode(model: Policy, plan: Plan,
     _, grown = peak_growth(lambda: measure(rows))
     row_bytes = None if grown is None else grown / rows * shape["decode_positions"] / positions
     task = task_for(plan)
-    contract = next((arm.contract for arm in arm_specs(plan) if arm.contract),
-                    task.contracts[0])
+    # the contract an arm scores rows with (one paid at random scores none)
+    contract = next((arm.contract for arm in arm_specs(plan)
+                     if arm.contract and arm.contract not in DRAWN), task.contracts[0])
     start = time.perf_counter()
     made = to_rows(model, output["pairs"], output["tokens"], output["mask"])
     for row in made:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from postlab.registry import Registry
 from postlab.tasks.rows import Row
@@ -47,8 +48,15 @@ def contract_answers(contract: str) -> str:
 
 
 def contracts_for(answer_kind: str) -> list[str]:
-    """Every registered contract that reads ``answer_kind`` answers, in registry order."""
-    return [name for name in CONTRACTS.names() if contract_answers(name) == answer_kind]
+    """Every registered contract that judges ``answer_kind`` answers, in registry order (a
+    contract paid at random, :data:`DRAWN`, judges none)."""
+    return [name for name in CONTRACTS.names()
+            if name not in DRAWN and contract_answers(name) == answer_kind]
+
+
+def fits(contract: str, answer_kind: str) -> bool:
+    """Whether ``contract`` can pay on a task whose answers are ``answer_kind``."""
+    return contract_answers(contract) in (answer_kind, "any")
 
 
 
@@ -133,6 +141,56 @@ def well_formed(pair: Sequence[int], text: str, terminated: bool,
     return int(terminated and bool(text) and set(text) <= _DIGITS)
 
 
+@CONTRACTS.register("random")
+def paid_at_random(pair: Sequence[int], text: str, terminated: bool,
+                   expected: int | None = None) -> int:
+    """Never called: the random contract pays from the run's random stream, not from a row
+    (:data:`DRAWN`); reaching here is a bug in the caller."""
+    raise TypeError("the random contract judges no row; its rewards come from random_rewards")
+
+
+#: Contracts that pay from the run's own random stream, independent of the answer: a row's
+#: reward is a function of (seed, step, the row's place in the step's batch) and the plan's
+#: rate, so both engines pay the same rows and any reader recomputes the payments, but no
+#: text is paid for what it says. They judge no row, so reports neither evaluate nor
+#: re-score under them.
+DRAWN: Registry[bool] = Registry("random-stream contract")
+DRAWN.register("random")(True)
+#: Contracts that read no answer at all, usable on any task.
+CONTRACT_ANSWERS.register("random")("any")
+
+
+def random_rewards(seed: Any, step: Any, count: int, rate: float) -> Any:
+    """The random contract's payments for one step's ``count`` rollout rows, in batch order:
+    1 where the run's counter draw (:mod:`postlab.counter`, stream ``RANDOM_REWARD``) at
+    (seed, step, row) falls below ``rate`` (compared in float32), else 0; float32, shaped
+    ``seed``'s shape plus ``[count]``. Spurious Rewards (Shao et al. 2025,
+    arXiv:2506.10947) pays at random like this to ask whether RL needed the answer."""
+    import torch
+
+    from postlab import counter
+
+    seed = torch.as_tensor(seed, dtype=torch.int64)
+    rows = torch.arange(count, dtype=torch.int64, device=seed.device)
+    draws = counter.uniform(seed[..., None], counter.RANDOM_REWARD, step, rows)
+    return (draws < rate).to(torch.float32)
+
+
+def random_paid(seed: int, steps: Sequence[int], rows: Sequence[int], rate: float) -> Any:
+    """How many rows the random contract paid at each of a seed's ``steps`` (``rows`` of
+    them each), recomputed from the stream as training drew them: int64 numpy, one count
+    a step. What reports show as a random arm's training reward."""
+    import numpy as np
+    import torch
+
+    if not steps:
+        return np.zeros(0, dtype=np.int64)
+    step = torch.as_tensor(list(steps), dtype=torch.int64)[:, None]
+    paid = random_rewards(torch.tensor(seed), step, max(rows), rate)  # [steps, most rows]
+    kept = torch.arange(max(rows))[None, :] < torch.as_tensor(list(rows))[:, None]
+    return (paid * kept).sum(1).to(torch.int64).numpy()
+
+
 CONTRACT_WORDS.register("strict")({
     "en": ContractWords("strict", "strict success", "strict reward rate", "correct"),
     "zh": ContractWords("严格", "严格正确率", "严格奖励率", "正确"),
@@ -149,6 +207,10 @@ CONTRACT_WORDS.register("exact")({
 CONTRACT_WORDS.register("format")({
     "en": ContractWords("format", "well-formed share", "format reward rate", "well-formed"),
     "zh": ContractWords("格式", "格式合格率", "格式奖励率", "格式合格"),
+})
+CONTRACT_WORDS.register("random")({
+    "en": ContractWords("random", "random payment rate", "random reward rate", "paid"),
+    "zh": ContractWords("随机", "随机支付率", "随机奖励率", "支付"),
 })
 
 # The reasoning-gym contracts read generated items; their module imports reasoning-gym and

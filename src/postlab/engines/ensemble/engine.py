@@ -6,8 +6,8 @@ the other numeric settings (kl_beta, clip, temperature, gradient clip). Every re
 exact engine takes over a batch is taken here per member (the shared RL core,
 :mod:`postlab.rl.objective`, takes a leading member dimension), the optimizer is Adam
 (:func:`postlab.engines.optim.adam_for`) over the stacked tensors, and every random number
-comes from the counter-based generator keyed by the member's seed (:mod:`.counter`), so a
-member's result does not depend on which or how many other members it trains with.
+comes from the counter-based generator keyed by the member's seed (:mod:`postlab.counter`),
+so a member's result does not depend on which or how many other members it trains with.
 
 The results are the exact engine's in distribution, not in bits: the exact engine draws from
 torch's generators in a fixed order, this one from counters.
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from postlab.engines.ensemble import counter
+from postlab import counter
 from postlab.engines.ensemble.nets import Net
 from postlab.engines.ensemble.optim import clip_per_member
 from postlab.engines.ensemble.scoring import TENSOR_CONTRACTS, Answers
@@ -33,7 +33,7 @@ from postlab.policies.base import CharTokenizer, Tokenizer
 from postlab.policies.decoding import decode_loop
 from postlab.rl import objective
 from postlab.rl.objective import PolicySettings
-from postlab.tasks.contracts import CONTRACTS, score
+from postlab.tasks.contracts import CONTRACTS, DRAWN, random_rewards, score
 from postlab.tasks.registry import task_for
 from postlab.tasks.rows import Row
 
@@ -288,13 +288,19 @@ def rows_of(tables: Tables, tokens: torch.Tensor, mask: torch.Tensor, pairs: lis
 
 
 def rewards_for(contracts: Sequence[str], answers: Answers, rows: list[list[list[Any]]],
-                answer_of) -> torch.Tensor:
-    """Each member's reward under its own contract [members, batch] (float32)."""
+                answer_of, seeds: torch.Tensor, step: int,
+                random_rate: float | None) -> torch.Tensor:
+    """Each member's reward under its own contract [members, batch] (float32); a contract
+    paid at random pays from each member's seed and the step, as the exact engine's does."""
     result = torch.zeros(answers.terminated.shape, dtype=torch.float32,
                          device=answers.terminated.device)
     for name in dict.fromkeys(contracts):
         members = [m for m, c in enumerate(contracts) if c == name]
-        if name in TENSOR_CONTRACTS:
+        if name in DRAWN:
+            assert random_rate is not None  # the plan's validation asks for it
+            result[members] = random_rewards(seeds[members], step, result.shape[1],
+                                             random_rate).to(result.device)
+        elif name in TENSOR_CONTRACTS:
             accepted = TENSOR_CONTRACTS[name](answers)
             result[members] = accepted[members].to(torch.float32)
         else:  # a contract without a tensor form: scored answer by answer
@@ -350,10 +356,11 @@ def reinforce(params: dict[str, torch.Tensor], reference: Mapping[str, torch.Ten
         # Rows are the record's; without them (a benchmark of the computation alone) only a
         # contract without a tensor form still needs them, to be scored.
         rows: list[list[list[Any]]] = [[] for _ in range(members)]
-        if keep_rows or any(c not in TENSOR_CONTRACTS for c in contracts):
+        if keep_rows or any(c not in TENSOR_CONTRACTS and c not in DRAWN for c in contracts):
             pairs = [[tables.train[i] for i in row] for row in index.tolist()]
             rows = all_rows(tables, tokens, mask, pairs)
-        rewards = rewards_for(contracts, answers, rows, task.answer)
+        rewards = rewards_for(contracts, answers, rows, task.answer, seeds, step,
+                              plan.random_rate)
         advantage = advantages(rule.algorithm, rewards, group)
         std = objective.group_reward_std(rewards, group)
         with torch.no_grad():

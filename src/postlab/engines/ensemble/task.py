@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from postlab.engines.ensemble import counter, engine
+from postlab import counter
+from postlab.engines.ensemble import engine
 from postlab.engines.ensemble.nets import (
     NETS,
     Net,

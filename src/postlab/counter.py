@@ -23,6 +23,7 @@ RL_PROMPTS = 2
 ROLLOUT = 3
 EVALUATION = 4  # + the split's index
 SFT_ONLY_BATCH = 64  # an sft-only arm's extra batches
+RANDOM_REWARD = 65  # the random contract's payments (both engines draw them from here)
 
 
 def _mulmod32(x: torch.Tensor, constant: int) -> torch.Tensor:
