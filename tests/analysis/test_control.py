@@ -268,3 +268,25 @@ def test_a_random_arm_fits_any_task():
     arms = [*gym["arms"], "random"]
     rewards = gym["rewards"] | {"random": RANDOM_WORDS}
     assert validate_plan(gym | {"arms": arms, "random_rate": 0.25, "rewards": rewards}) == []
+
+
+def test_live_logs_show_what_the_stream_paid(tmp_path):
+    """The random arm's reward curve in TensorBoard is its recomputed payments, step by
+    step, as the report reads them."""
+    import numpy as np
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from postlab.tasks.contracts import random_paid
+
+    run = trained_with_the_cli(tmp_path, "--log", "tensorboard", **RANDOM)
+    record = open_run(run).record
+    for entry in record.runs:
+        reader = EventAccumulator(str(run / "logs" / "tensorboard" / f"seed-{entry.seed}"
+                                  / "random"), size_guidance={"scalars": 0})
+        reader.Reload()
+        logged = [(e.step, e.value) for e in reader.Scalars("reward/random")]
+        history = entry.arms["random"]
+        paid = random_paid(entry.seed, [s.step for s in history],
+                           [len(s.rows) for s in history], 0.5)
+        assert logged == [(s.step, float(np.float32(p / len(s.rows))))
+                          for s, p in zip(history, paid.tolist(), strict=True)]

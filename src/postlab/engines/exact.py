@@ -33,6 +33,7 @@ from postlab.policies.checkpoint import (
 )
 from postlab.policies.restore import UNTRAINED, attach_plan_adapters, policy_from_checkpoint
 from postlab.policies.restore import untrained_weights as untrained_weights
+from postlab.tasks.contracts import DRAWN
 from postlab.tasks.registry import answer_function
 
 if TYPE_CHECKING:
@@ -135,8 +136,11 @@ def arm_task(plan: Plan, seed: int, arm_name: str, sft: dict[str, Any],
                     emit({"kind": "rl", "seed": seed, "arm": arm.name, "step": step,
                           "total": total, "rates": rollout_rates(rows, answer, contracts)})
 
+            drawn = ((arm.contract, seed, plan.random_rate) if arm.contract in DRAWN
+                     and plan.random_rate is not None else None)
+
             def observe(entry: dict[str, Any]) -> None:
-                logs.scalars(entry["step"], rl_scalars(entry, answer, contracts))
+                logs.scalars(entry["step"], rl_scalars(entry, answer, contracts, drawn))
 
             model, result["history"], result["compute"] = reinforce(
                 start, reference, plan, seed, arm.contract, hook, label=arm.name,

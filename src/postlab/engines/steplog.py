@@ -51,10 +51,12 @@ def reward_tag(contract: str) -> str:
 
 
 def rl_scalars(entry: dict[str, Any], answer: Callable[..., int],
-               contracts: Sequence[str]) -> dict[str, float]:
+               contracts: Sequence[str], drawn: tuple[str, int, float] | None = None
+               ) -> dict[str, float]:
     """One RL step's scalars from its history entry (the step as the engine made it, the
     record's form), by the report's own function, so a live curve and the report's curve are
-    the same numbers."""
+    the same numbers. ``drawn``: an arm paid at random, as (contract, seed, rate): its
+    reward is the share the stream paid, recomputed as reports recompute it."""
     # Here, not at the top: the command line imports this module to list the loggers.
     from postlab.records.metrics import STEP_SERIES, step_series
     from postlab.records.models import Step
@@ -63,6 +65,13 @@ def rl_scalars(entry: dict[str, Any], answer: Callable[..., int],
     step = Step.model_validate(entry, context={"rows_checked": True})
     series = step_series(step, list(step.rows), answer, contracts)
     values = {reward_tag(name): series[f"{name}_reward"] for name in contracts}
+    if drawn is not None:
+        from postlab.tasks.contracts import random_paid
+
+        contract, seed, rate = drawn
+        rows = len(step.rows)
+        values[reward_tag(contract)] = float(random_paid(seed, [step.step], [rows], rate)[0]
+                                             ) / rows
     values.update({RL_TAGS[name]: series[name] for name in STEP_SERIES})
     return values
 
