@@ -154,6 +154,13 @@ class _Arms:
         return a, answers(rng, _expit(b_logit), regime.samples)
 
 
+def _counts(drawn: np.ndarray, size: int) -> np.ndarray:
+    """How often each of ``size`` indices was drawn, per row of ``drawn``: [rows, size]."""
+    offset = np.arange(drawn.shape[0])[:, None] * size
+    return np.bincount((drawn + offset).ravel(), minlength=drawn.shape[0] * size
+                       ).reshape(drawn.shape[0], size).astype(np.float64)
+
+
 def pigeonhole_interval(table: np.ndarray, rng: np.random.Generator, resamples: int,
                         confidence: float = CONFIDENCE) -> tuple[float, float]:
     """The cluster bootstrap of a crossed table (Owen 2007's pigeonhole bootstrap): seeds
@@ -162,10 +169,8 @@ def pigeonhole_interval(table: np.ndarray, rng: np.random.Generator, resamples: 
     simulation beside the crossed intervals (``simulate(..., bootstrap=B)``; the coverage
     benchmark's ``--bootstrap``), to be adopted only where it covers better."""
     seeds, questions = table.shape
-    rows = np.stack([np.bincount(r, minlength=seeds)
-                     for r in rng.integers(0, seeds, (resamples, seeds))])
-    columns = np.stack([np.bincount(c, minlength=questions)
-                        for c in rng.integers(0, questions, (resamples, questions))])
+    rows = _counts(rng.integers(0, seeds, (resamples, seeds)), seeds)
+    columns = _counts(rng.integers(0, questions, (resamples, questions)), questions)
     means = ((rows @ table) * columns).sum(axis=1) / (seeds * questions)
     tail = (1 - confidence) / 2
     low, high = np.quantile(means, [tail, 1 - tail])
