@@ -91,12 +91,15 @@ class Components:
         return max(model, self.floor(seeds, k))
 
     def df(self, seeds: int, samples: int | None = None) -> float:
-        """Satterthwaite's df of the variance's parts, as the intervals take it (unbounded
-        where the binomial floor holds)."""
+        """Satterthwaite's df of the variance's parts, as the intervals take it, also where
+        the binomial floor holds in expectation: a planned study's own estimate falls above
+        the floor often enough, with its few df, that planning at the normal's quantile there
+        overpromised (the power check: 19 of 41 regimes within 5 points of the planned power
+        that way, 23 this way, once a difference's floor counted both arms' draws)."""
         k = self.samples if samples is None else samples
         parts = self._parts(seeds, k)
         model = sum(term for term, _ in parts)
-        if model <= self.floor(seeds, k):
+        if model <= 0:
             return math.inf
         terms = sum(term ** 2 / df for term, df in parts if df > 0)
         return model ** 2 / terms if terms > 0 else math.inf
