@@ -97,30 +97,9 @@ def cross_field_problems(plan: PlanModel) -> list[tuple[str, str]]:
         problems.append(("max_new_tokens", f"{plan.max_new_tokens} cannot hold the longest "
                                            f"answer ({longest} tokens) and EOS"))
     problems += arm_problems(plan, task)
-    for field in ("loss_reduction", "advantage", "kl", "policy_loss"):
-        stated = getattr(plan, field)
-        name = TEACHING_ALIASES[field].get(stated, stated)
-        if name not in REGISTRIES[field]:
-            known = REGISTRIES[field].names()
-            close = difflib.get_close_matches(str(stated), known, n=1)
-            guess = f" (did you mean {close[0]}?)" if close else ""
-            problems.append((field, f"unknown option {stated!r}{guess}; known: "
-                                    f"{', '.join(known)}"))
-    for field in ("sapo_tau_pos", "sapo_tau_neg"):
-        if getattr(plan, field) is not None and plan.policy_loss != "sapo":
-            problems.append((field, f"only the sapo policy loss reads it; this plan's is "
-                                    f"{plan.policy_loss!r}"))
+    problems += option_problems(plan)
     if not problems:
-        problems += random_problems(plan)
-    if plan.control is not None and not problems:
-        from postlab.plan.arms import arm_names
-
-        names = arm_names(plan)
-        if plan.control not in names:
-            problems.append(("control", f"{plan.control!r} is not one of the plan's arms "
-                                        f"({', '.join(names)})"))
-        elif len(names) < 2:
-            problems.append(("control", "a control needs another arm to be compared with"))
+        problems += random_problems(plan) or control_problems(plan)
     if plan.lora is not None and not problems:
         problems += lora_problems(plan)
     if plan.hypotheses is not None and not problems:
@@ -167,6 +146,41 @@ def arm_problems(plan: PlanModel, task: Any) -> list[tuple[str, str]]:
     if len(set(names)) != len(names) or "initial" in names:
         problems.append(("arms", "arm names must be distinct and not 'initial'"))
     return problems
+
+
+def option_problems(plan: PlanModel) -> list[tuple[str, str]]:
+    """Each RL option names a registered entry ("did you mean"), and a loss's parameters go
+    with that loss."""
+    problems = []
+    for field in ("loss_reduction", "advantage", "kl", "policy_loss"):
+        stated = getattr(plan, field)
+        name = TEACHING_ALIASES[field].get(stated, stated)
+        if name not in REGISTRIES[field]:
+            known = REGISTRIES[field].names()
+            close = difflib.get_close_matches(str(stated), known, n=1)
+            guess = f" (did you mean {close[0]}?)" if close else ""
+            problems.append((field, f"unknown option {stated!r}{guess}; known: "
+                                    f"{', '.join(known)}"))
+    for field in ("sapo_tau_pos", "sapo_tau_neg"):
+        if getattr(plan, field) is not None and plan.policy_loss != "sapo":
+            problems.append((field, f"only the sapo policy loss reads it; this plan's is "
+                                    f"{plan.policy_loss!r}"))
+    return problems
+
+
+def control_problems(plan: PlanModel) -> list[tuple[str, str]]:
+    """A control is one of the plan's arms, and there is another to compare with it."""
+    from postlab.plan.arms import arm_names
+
+    if plan.control is None:
+        return []
+    names = arm_names(plan)
+    if plan.control not in names:
+        return [("control", f"{plan.control!r} is not one of the plan's arms "
+                            f"({', '.join(names)})")]
+    if len(names) < 2:
+        return [("control", "a control needs another arm to be compared with")]
+    return []
 
 
 def random_problems(plan: PlanModel) -> list[tuple[str, str]]:
