@@ -1,0 +1,229 @@
+"""Tools an agent may call inside an episode: small environments behind one protocol.
+
+An episode (issue-level design: a policy writes until it emits a call or its answer, the
+environment runs the call and appends the tool's output, a budget ends it) needs three things
+from a tool, and only these, so that any tool plugs in the same way and its outputs can be
+recorded and re-run by ``verify``:
+
+* ``reset(question)`` at the start of each episode (a tool may keep state, such as a budget);
+* ``step(argument)`` for each call: an :class:`Observation` (the text the episode appends,
+  whether the tool refuses further calls, whether the input was an error);
+* a ``name`` (the call's tag, ``<calc>...</calc>``) and a ``version`` (recorded with every
+  output, so a changed tool cannot pass for the one that made a record).
+
+A tool never raises on what the policy wrote: a bad input is the tool's error output
+(:func:`run_tool` turns an exception of a tool into one as well), because the policy wrote
+it and the episode goes on. Tools are registered factories (:data:`TOOLS`), each built with
+its budget.
+
+The same shape as the reset/step environments of the RL tooling this field uses, kept to
+what postlab's episodes need: no reward inside the tool (contracts judge episodes), no
+asynchronous calls (a tool here is pure arithmetic or a lookup).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from postlab.registry import Registry
+from postlab.tasks.contracts import Answer, score
+from postlab.tasks.rows import Row
+
+#: The longest argument a tool reads; a longer one is an error output (bounds the work a
+#: policy can ask for, e.g. a product of many long numbers).
+MOST_ARGUMENT = 64
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A tool's reply to one call: ``text`` is appended to the episode; ``exhausted`` says
+    the tool takes no further calls this episode; ``error`` marks a refused input."""
+
+    text: str
+    exhausted: bool = False
+    error: bool = False
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a tool may know of the episode's question: its operands and the task's answer
+    function (the checker reads the answer; the calculator reads nothing)."""
+
+    pair: tuple[int, int]
+    answer: Answer = sum
+
+
+class Tool(Protocol):
+    name: str
+    version: str
+
+    def reset(self, question: Question) -> None: ...
+
+    def step(self, argument: str) -> Observation: ...
+
+
+#: Tool name -> a factory taking the tool's call budget (None: only the episode's).
+TOOLS: Registry[Callable[[int | None], Tool]] = Registry("tool")
+
+
+def tool_for(name: str, budget: int | None = None) -> Tool:
+    """A fresh tool of that name (KeyError with "did you mean" for an unknown one)."""
+    if name not in TOOLS:
+        close = difflib.get_close_matches(name, TOOLS.names(), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise KeyError(f"unknown tool {name!r}{hint}; known: {', '.join(TOOLS.names())}")
+    return TOOLS[name](budget)
+
+
+def run_tool(tool: Tool, argument: str) -> Observation:
+    """One call: the tool's reply, or its exception as its error output (a tool is code a
+    user may register; an exception of it must not end the run, and is recorded)."""
+    try:
+        return tool.step(argument)
+    except Exception as failure:  # the tool's failure is its output, never a crash
+        return Observation(text=f"error: {type(failure).__name__}: {failure}", error=True)
+
+
+@dataclass(frozen=True)
+class Call:
+    """A tool call found at the end of a turn: ``<name>argument</name>``."""
+
+    tool: str
+    argument: str
+
+
+def find_call(text: str, names: Sequence[str]) -> Call | None:
+    """The call a turn ends with, among the tools ``names``, or None (the turn is an
+    answer). Only a complete call at the very end counts: a policy that opens a tag and
+    never closes it has answered with that text."""
+    for name in names:
+        match = re.fullmatch(rf"(?s).*<{re.escape(name)}>(.*?)</{re.escape(name)}>", text)
+        if match is not None:
+            return Call(tool=name, argument=match.group(1))
+    return None
+
+
+# --- the calculator: integer arithmetic by a small parser, never Python's eval --------------
+
+class _Parser:
+    """Recursive descent over ``expression := term (('+'|'-') term)*``, ``term := factor
+    ('*' factor)*``, ``factor := '-' factor | digits | '(' expression ')'``: the arithmetic
+    postlab's tasks ask (sums, products, multi-digit operands), integers only."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text.replace(" ", "")
+        self.at = 0
+
+    def parse(self) -> int:
+        if not self.text:
+            raise ValueError("empty expression")
+        value = self._expression()
+        if self.at != len(self.text):
+            raise ValueError(f"unexpected {self.text[self.at]!r} at {self.at}")
+        return value
+
+    def _peek(self) -> str:
+        return self.text[self.at] if self.at < len(self.text) else ""
+
+    def _expression(self) -> int:
+        value = self._term()
+        while self._peek() in ("+", "-"):
+            sign = self._peek()
+            self.at += 1
+            value = value + self._term() if sign == "+" else value - self._term()
+        return value
+
+    def _term(self) -> int:
+        value = self._factor()
+        while self._peek() == "*":
+            self.at += 1
+            value *= self._factor()
+        return value
+
+    def _factor(self) -> int:
+        character = self._peek()
+        if character == "-":
+            self.at += 1
+            return -self._factor()
+        if character == "(":
+            self.at += 1
+            value = self._expression()
+            if self._peek() != ")":
+                raise ValueError(f"missing ')' at {self.at}")
+            self.at += 1
+            return value
+        start = self.at
+        while self._peek() and self._peek() in "0123456789":
+            self.at += 1
+        if start == self.at:
+            shown = repr(character) if character else "the end"
+            raise ValueError(f"expected a number at {start}, found {shown}")
+        return int(self.text[start:self.at])
+
+
+def evaluate(expression: str) -> int:
+    """The integer value of ``expression`` (ValueError naming what is wrong)."""
+    if len(expression) > MOST_ARGUMENT:
+        raise ValueError(f"longer than {MOST_ARGUMENT} characters")
+    return _Parser(expression).parse()
+
+
+class Calculator:
+    """Integer arithmetic (+, -, *, parentheses): the value, or an error output."""
+
+    name = "calc"
+    version = "1"
+
+    def __init__(self, budget: int | None = None) -> None:
+        self.budget = budget
+        self.used = 0
+
+    def reset(self, question: Question) -> None:
+        self.used = 0
+
+    def step(self, argument: str) -> Observation:
+        if self.budget is not None and self.used >= self.budget:
+            return Observation(text="error: no calls left", exhausted=True, error=True)
+        self.used += 1
+        exhausted = self.budget is not None and self.used >= self.budget
+        try:
+            return Observation(text=str(evaluate(argument)), exhausted=exhausted)
+        except ValueError as problem:
+            return Observation(text=f"error: {problem}", exhausted=exhausted, error=True)
+
+
+class Checker:
+    """Says whether a candidate answer is right (the strict contract's rule), within its
+    own budget of checks: the shortcut agents learn is to query it until something passes,
+    and the budget is what limits that."""
+
+    name = "check"
+    version = "1"
+
+    def __init__(self, budget: int | None = None) -> None:
+        self.budget = budget
+        self.used = 0
+        self.question: Question | None = None
+
+    def reset(self, question: Question) -> None:
+        self.used, self.question = 0, question
+
+    def step(self, argument: str) -> Observation:
+        if self.question is None:
+            raise RuntimeError("the checker was called before reset")
+        if self.budget is not None and self.used >= self.budget:
+            return Observation(text="error: no checks left", exhausted=True, error=True)
+        self.used += 1
+        exhausted = self.budget is not None and self.used >= self.budget
+        a, b = self.question.pair
+        row = Row(a, b, argument.strip(), True)
+        right = score(row, "strict", self.question.answer) >= 1
+        return Observation(text="right" if right else "wrong", exhausted=exhausted)
+
+
+TOOLS.register("calc")(Calculator)
+TOOLS.register("check")(Checker)
