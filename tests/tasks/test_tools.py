@@ -26,14 +26,16 @@ from postlab.tasks.tools import (
 
 @pytest.mark.parametrize(("expression", "value"), [
     ("3+4", 7), ("12*3", 36), ("2+3*4", 14), ("(2+3)*4", 20), ("10-7-2", 1), ("-5+2", -3),
-    ("--5", 5), ("2*-3", -6), (" 7 + 8 ", 15), ("007", 7), ("((9))", 9), ("99*99", 9801)])
+    ("--5", 5), ("2*-3", -6), (" 7 + 8 ", 15), ("007", 7), ("((9))", 9), ("99*99", 9801),
+    ("+5", 5), ("\n3 +\t4\n", 7), ("-(2+3)*4", -20)])
 def test_the_calculator_by_hand(expression, value):
     assert evaluate(expression) == value
 
 
 @pytest.mark.parametrize(("expression", "says"), [
     ("", "empty"), ("3+", "expected a number at 2, found the end"),
-    ("3/4", "unexpected '/' at 1"), ("(3+4", "missing ')'"), ("3+4)", "unexpected ')'"),
+    ("3/4", "unexpected '/' at 1"), ("1 2", "unexpected '2' at 2"), (" 3+", "at 3"),
+    ("(3+4", "missing ')'"), ("3+4)", "unexpected ')'"),
     ("__import__('os')", "expected a number at 0"), ("2**3", "expected a number at 2"),
     ("٣+1", "expected a number at 0"), ("1" * (MOST_ARGUMENT + 1), "longer than")])
 def test_the_calculator_refuses_what_is_not_its_arithmetic(expression, says):
@@ -64,7 +66,12 @@ def test_the_calculator_agrees_with_a_plain_evaluator_on_random_expressions():
         tokens = [str(rng.randint(0, 999))]
         for _ in range(count - 1):
             tokens += [rng.choice("+-*"), str(rng.randint(0, 999))]
-        assert evaluate("".join(tokens)) == _plain(tokens), tokens
+        value = _plain(tokens)
+        assert evaluate("".join(tokens)) == value, tokens
+        # spaces between tokens, a bracketed whole and its negation read the same value
+        assert evaluate(" ".join(tokens)) == value, tokens
+        assert evaluate(f"({' '.join(tokens)})") == value
+        assert evaluate(f"-({''.join(tokens)})") == -value
 
 
 def test_the_checker_says_right_or_wrong_within_its_budget():
@@ -78,6 +85,13 @@ def test_the_checker_says_right_or_wrong_within_its_budget():
     assert checker.step("12").text == "right"  # the task's answer, reset with the question
 
 
+def test_a_checker_refuses_a_long_argument_as_a_spent_check():
+    checker = Checker(budget=1)
+    checker.reset(Question(pair=(3, 4)))
+    reply = checker.step("7" * (MOST_ARGUMENT + 1))
+    assert reply.error and reply.exhausted and "longer than" in reply.text
+
+
 def test_a_calculator_budget_counts_its_calls():
     calc = Calculator(budget=1)
     calc.reset(Question(pair=(1, 2)))
@@ -85,6 +99,10 @@ def test_a_calculator_budget_counts_its_calls():
     assert calc.step("1+2").error
     calc.reset(Question(pair=(1, 2)))
     assert calc.step("2*2").text == "4"
+    spent = Calculator(budget=0)
+    spent.reset(Question(pair=(1, 2)))
+    assert spent.step("1+1") == Observation(text="error: no calls left", exhausted=True,
+                                            error=True)
 
 
 def test_a_call_counts_only_when_complete_at_the_end_of_a_turn():
@@ -95,6 +113,10 @@ def test_a_call_counts_only_when_complete_at_the_end_of_a_turn():
     assert find_call("<calc>3+4", names) is None  # never closed: an answer
     assert find_call("<calc>3+4</check>", names) is None
     assert find_call("<calc>3+4</calc>", ["check"]) is None  # not a tool of this episode
+    assert find_call("so <calc>3+4</calc>\n ", names) == Call("calc", "3+4")  # then whitespace
+    assert find_call("<calc>1<calc>2+2</calc>", names) == Call("calc", "2+2")  # last opening
+    assert find_call("<calc>\n2*3\n</calc>", names) == Call("calc", "\n2*3\n")
+    assert evaluate(find_call("<calc>\n2*3\n</calc>", names).argument) == 6
 
 
 def test_an_unknown_tool_gets_did_you_mean():

@@ -16,16 +16,16 @@ pilot's mean squares estimate each component, exactly as the pilot's own interva
 so at the pilot's seeds the predicted variance is the pilot interval's.
 
 A difference D is detected when its interval excludes zero (a registered hypothesis: when
-its one-sided bound at its Holm level clears its margin), with se and df as the intervals
-take them: Satterthwaite (1946) over the seeds' part (S - 1 df, whichever side of the cells'
-part a new study's seeds fall) and the questions' mean squares. Its probability is the
-noncentral t's at noncentrality (D - margin) / se. The intervals' estimated variance runs a
-little above the true one on average (its floor and its parts are kept at or above their
-bounds), so in simulations the power achieved is within 5 points of the power planned in
-most regimes of 100 or more questions and in few of 19 (``bench/interval_coverage.py
---power``). Pure functions of arrays; the command (``postlab design``) reads the pilot record
-and prices the seeds.
-"""
+its one-sided bound at its Holm level clears its margin), with se as the intervals take it
+and df by Satterthwaite (1946) over the seeds' part (S - 1 df, whichever side of the cells'
+part a new study's seeds fall) and the questions' mean squares, also where the floor holds
+(the intervals' df is then infinite; the planner stays cautious, :meth:`Components.df`). Its
+probability is the noncentral t's at noncentrality (D - margin) / se. The intervals'
+estimated variance runs a little above the true one on average (its floor and its parts are
+kept at or above their bounds), so in simulations the power achieved is within 5 points of
+the power planned in most regimes of 100 or more questions and in few of 19
+(``bench/interval_coverage.py --power``). Pure functions of arrays; the command (``postlab
+design``) reads the pilot record and prices the seeds."""
 
 from __future__ import annotations
 
@@ -91,11 +91,12 @@ class Components:
         return max(model, self.floor(seeds, k))
 
     def df(self, seeds: int, samples: int | None = None) -> float:
-        """Satterthwaite's df of the variance's parts, as the intervals take it, also where
-        the binomial floor holds in expectation: a planned study's own estimate falls above
-        the floor often enough, with its few df, that planning at the normal's quantile there
-        overpromised (the power check: 19 of 41 regimes within 5 points of the planned power
-        that way, 23 this way, once a difference's floor counted both arms' draws)."""
+        """Satterthwaite's df of the variance's parts, also where the binomial floor holds in
+        expectation. The intervals take the normal's quantile there (df infinite); the
+        planner does not, by design: a small planned study's own estimate lands above the
+        floor often enough, with its few df, that planning at the normal's quantile
+        overpromised (the power check fell below its 23 of 41 regimes within 5 points of
+        the planned power that way, once a difference's floor counted both arms' draws)."""
         k = self.samples if samples is None else samples
         parts = self._parts(seeds, k)
         model = sum(term for term, _ in parts)

@@ -24,7 +24,6 @@ asynchronous calls (a tool here is pure arithmetic or a lookup).
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -97,13 +96,17 @@ class Call:
 
 
 def find_call(text: str, names: Sequence[str]) -> Call | None:
-    """The call a turn ends with, among the tools ``names``, or None (the turn is an
-    answer). Only a complete call at the very end counts: a policy that opens a tag and
-    never closes it has answered with that text."""
+    """The call a turn ends with (whitespace after it allowed), among the tools ``names``,
+    or None (the turn is an answer). Only a complete call at the end counts: a policy that
+    opens a tag and never closes it has answered with that text. The argument runs from the
+    last opening tag before the closing one (linear in the text's length)."""
+    end = text.rstrip()
     for name in names:
-        match = re.fullmatch(rf"(?s).*<{re.escape(name)}>(.*?)</{re.escape(name)}>", text)
-        if match is not None:
-            return Call(tool=name, argument=match.group(1))
+        opening, closing = f"<{name}>", f"</{name}>"
+        if end.endswith(closing):
+            start = end.rfind(opening, 0, len(end) - len(closing))
+            if start >= 0:
+                return Call(tool=name, argument=end[start + len(opening):-len(closing)])
     return None
 
 
@@ -111,22 +114,27 @@ def find_call(text: str, names: Sequence[str]) -> Call | None:
 
 class _Parser:
     """Recursive descent over ``expression := term (('+'|'-') term)*``, ``term := factor
-    ('*' factor)*``, ``factor := '-' factor | digits | '(' expression ')'``: the arithmetic
-    postlab's tasks ask (sums, products, multi-digit operands), integers only."""
+    ('*' factor)*``, ``factor := ('-'|'+') factor | digits | '(' expression ')'``: the
+    arithmetic postlab's tasks ask (sums, products, multi-digit operands), integers only.
+    Whitespace may stand between tokens, never inside a number ("1 2" is an error, not 12);
+    positions in errors count the text as written."""
 
     def __init__(self, text: str) -> None:
-        self.text = text.replace(" ", "")
+        self.text = text
         self.at = 0
 
     def parse(self) -> int:
-        if not self.text:
+        if not self.text.strip():
             raise ValueError("empty expression")
         value = self._expression()
-        if self.at != len(self.text):
+        if self._peek():
             raise ValueError(f"unexpected {self.text[self.at]!r} at {self.at}")
         return value
 
     def _peek(self) -> str:
+        """The next token's first character ("" at the end), past any whitespace."""
+        while self.at < len(self.text) and self.text[self.at].isspace():
+            self.at += 1
         return self.text[self.at] if self.at < len(self.text) else ""
 
     def _expression(self) -> int:
@@ -146,9 +154,9 @@ class _Parser:
 
     def _factor(self) -> int:
         character = self._peek()
-        if character == "-":
+        if character in ("-", "+"):
             self.at += 1
-            return -self._factor()
+            return -self._factor() if character == "-" else self._factor()
         if character == "(":
             self.at += 1
             value = self._expression()
@@ -157,7 +165,7 @@ class _Parser:
             self.at += 1
             return value
         start = self.at
-        while self._peek() and self._peek() in "0123456789":
+        while self.at < len(self.text) and self.text[self.at] in "0123456789":
             self.at += 1
         if start == self.at:
             shown = repr(character) if character else "the end"
@@ -219,6 +227,9 @@ class Checker:
             return Observation(text="error: no checks left", exhausted=True, error=True)
         self.used += 1
         exhausted = self.budget is not None and self.used >= self.budget
+        if len(argument) > MOST_ARGUMENT:
+            return Observation(text=f"error: longer than {MOST_ARGUMENT} characters",
+                               exhausted=exhausted, error=True)
         a, b = self.question.pair
         row = Row(a, b, argument.strip(), True)
         right = score(row, "strict", self.question.answer) >= 1
