@@ -290,3 +290,34 @@ def test_live_logs_show_what_the_stream_paid(tmp_path):
                            [len(s.rows) for s in history], 0.5)
         assert logged == [(s.step, float(np.float32(p / len(s.rows))))
                           for s, p in zip(history, paid.tolist(), strict=True)]
+
+
+def test_the_export_says_what_each_rollout_was_paid(paid_at_random):
+    """`paid` is the arm's contract's score, or the stream's draw for the random arm; the
+    columnar export equals the row-by-row one."""
+    import pyarrow as pa
+    from plans import assert_export_as_oracle
+
+    from postlab.export.columnar import columnar_batches
+    from postlab.export.tables import Source, arrow_schema, table_columns
+    from postlab.records.opened import checked_tables
+    from postlab.tasks.contracts import contracts_for, random_rewards
+
+    opened = open_run(paid_at_random)
+    record, plan = opened.record, opened.plan.model
+    sources = [Source(record, plan, tables=lambda: checked_tables(opened))]
+    contracts = contracts_for("integer")
+    assert_export_as_oracle(sources, contracts, 4096)
+    schema = {"rollout_samples": arrow_schema(table_columns("rollout_samples", sources,
+                                                            contracts))}
+    rows = pa.Table.from_batches(
+        [b for _, b in columnar_batches(sources, contracts, schema, 4096)]).to_pylist()
+    for entry in record.runs:
+        for step in entry.arms["random"]:
+            paid = random_rewards(entry.seed, step.step, len(step.rows), 0.5).tolist()
+            got = [r["paid"] for r in rows if (r["seed"], r["arm"], r["step"])
+                   == (entry.seed, "random", step.step)]
+            assert got == paid
+    strict = [r for r in rows if r["arm"] == "strict"]
+    assert strict and all(r["paid"] == float(r["strict"]) for r in strict)
+    assert {r["rewarded_by"] for r in rows} == {"strict", "random"}

@@ -161,7 +161,41 @@ def _rollout_table(tables: Any, scores: Any, plan: Any, contracts: Sequence[str]
                                         pa.string()),
                                pc.index_in(rows.column("arm"),
                                            rows.column("arm").unique())),
+        "paid": _paid(rows, rewarded_by, plan, contracts),
         **_judgements(rows, contracts)})
+
+
+def _paid(rows: Any, rewarded_by: dict[str, str], plan: Any, contracts: Sequence[str]) -> Any:
+    """What training paid each rollout row: its arm's contract's score, or the random
+    contract's draw at the row's seed, step and place (one vectorised draw for them all)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from postlab.tasks.contracts import DRAWN, random_payments
+
+    arms = np.asarray(rows.column("arm").to_pylist(), dtype=object)
+    paid = np.zeros(rows.num_rows, dtype=np.float64)
+    for arm in dict.fromkeys(arms.tolist()):
+        chosen = arms == arm
+        contract = rewarded_by[arm]
+        if contract in DRAWN:
+            seed, step, place = (rows.column(name).to_numpy()[chosen]
+                                 for name in ("seed", "step", "position"))
+            paid[chosen] = random_payments(seed, step, place, plan.random_rate).numpy()
+        elif contract in contracts:
+            paid[chosen] = rows.column(f"score:{contract}").to_numpy(
+                zero_copy_only=False)[chosen]
+        else:  # an export of other contracts: this one's scores, row by row
+            from postlab.tasks.contracts import score
+            from postlab.tasks.registry import task_for
+            from postlab.tasks.rows import Row
+
+            answer = task_for(plan).answer
+            picked = rows.filter(pa.array(chosen))
+            paid[chosen] = [score(Row(*values), contract, answer) for values in zip(
+                *(picked.column(k).to_pylist() for k in ("a", "b", "text", "terminated")),
+                strict=True)]
+    return pa.array(paid, pa.float64())
 
 
 def _updates_table(steps: Any, updates: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from postlab.export.tables import SAMPLING_COUNTS, UPDATE_STATISTICS, Source
 from postlab.records.blocks import ROLLOUT, iter_rows
 from postlab.records.models import Record, Step
-from postlab.tasks.contracts import score
+from postlab.tasks.contracts import DRAWN, random_payments, score
 from postlab.tasks.rows import Row
 
 if TYPE_CHECKING:
@@ -57,9 +57,14 @@ def _rollout_rows(source: Source, contracts: Sequence[str]) -> Iterator[tuple[An
         position = position + 1 if place == last else 0
         last = place
         values = _answer_values(row, task, contracts)
+        contract = rewarded_by[place.stage]
+        if contract in DRAWN:
+            paid = float(random_payments(place.seed, place.step, position,
+                                         source.plan.random_rate))
+        else:
+            paid = float(score(row, contract, task.answer))
         yield (place.seed, place.stage, place.step, place.decoding == ROLLOUT,
-               position // size, position % size, *values[:6], rewarded_by[place.stage],
-               *values[6:])
+               position // size, position % size, *values[:6], contract, paid, *values[6:])
 
 
 def _steps_of(record: Record) -> Iterator[tuple[int, str, Step]]:

@@ -107,7 +107,11 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
                                            "dropped) groups, from 0; a group shares a question"),
                   Column("sample", "int64", "the answer's position in its group, from 0"),
                   *_ANSWER_COLUMNS,
-                  Column("rewarded_by", "string", "the contract the arm's reward came from"))),
+                  Column("rewarded_by", "string", "the contract the arm's reward came from"),
+                  Column("paid", "float64", "the reward training paid this answer: the "
+                                            "rewarded_by contract's (its partial credit "
+                                            "included), or for the random contract the "
+                                            "stream's draw at the row's seed, step and place"))),
     TableSpec("updates", "one optimiser update of an RL step, with every statistic the record "
               "holds for it", (
                   _SEED,

@@ -168,11 +168,23 @@ def random_rewards(seed: Any, step: Any, count: int, rate: float) -> Any:
     arXiv:2506.10947) pays at random like this to ask whether RL needed the answer."""
     import torch
 
+    seed = torch.as_tensor(seed, dtype=torch.int64)
+    rows = torch.arange(count, dtype=torch.int64, device=seed.device)
+    return random_payments(seed[..., None], step, rows, rate)
+
+
+def random_payments(seed: Any, step: Any, place: Any, rate: float) -> Any:
+    """The random contract's payment of each row at (seed, step, place in the step's batch),
+    the arguments broadcast together (tensors or array-likes): the one draw every reader of
+    a random arm's payments makes (float32 0/1 tensor)."""
+    import torch
+
     from postlab import counter
 
     seed = torch.as_tensor(seed, dtype=torch.int64)
-    rows = torch.arange(count, dtype=torch.int64, device=seed.device)
-    draws = counter.uniform(seed[..., None], counter.RANDOM_REWARD, step, rows)
+    step = torch.as_tensor(step, dtype=torch.int64, device=seed.device)
+    place = torch.as_tensor(place, dtype=torch.int64, device=seed.device)
+    draws = counter.uniform(seed, counter.RANDOM_REWARD, step, place)
     return (draws < rate).to(torch.float32)
 
 
