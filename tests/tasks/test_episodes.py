@@ -92,3 +92,40 @@ def test_budgets_out_of_range_are_refused():
     # an answer is the answering turn's text; a budget's end has none
     assert Episode(Question(pair=(1, 2)), (Turn("3"),), ANSWERED).answer == "3"
     assert Episode(Question(pair=(1, 2)), (Turn("3"),), TURN_BUDGET).answer is None
+
+
+# --- contracts on episodes ----------------------------------------------------------------
+
+ROOMY = Budgets(turns=6, calls=4)
+
+
+def _episode(turns: list[str], pair=(3, 4), budgets: Budgets = ROOMY):
+    write, _ = _scripted(turns)
+    return run_episode(write, Question(pair=pair), _tools(), budgets)
+
+
+@pytest.mark.parametrize(("turns", "strict", "anywhere"), [
+    (["7"], 1.0, 1.0),
+    (["8"], 0.0, 0.0),
+    (["<calc>3+4</calc>", "8"], 0.0, 1.0),  # gamed through the tool: its output holds 7
+    (["<calc>3+4</calc>", "7"], 1.0, 1.0),
+    (["<calc>1+1</calc>"] * 6, 0.0, 0.0),  # a budget's end: no answer
+    (["17"], 0.0, 1.0),  # the gameable rule pays 7 inside 17, as substring does
+])
+def test_the_strict_and_the_gameable_episode_contracts(turns, strict, anywhere):
+    from postlab.tasks.episodes import EPISODE_CONTRACTS
+
+    episode = _episode(turns)
+    assert EPISODE_CONTRACTS["episode-strict"](episode, ROOMY) == strict
+    assert EPISODE_CONTRACTS["episode-anywhere"](episode, ROOMY) == anywhere
+
+
+def test_per_call_pays_each_call_that_ran_without_error():
+    from postlab.tasks.episodes import EPISODE_CONTRACTS
+
+    pay = EPISODE_CONTRACTS["per-call"]
+    assert pay(_episode(["7"]), ROOMY) == 0.0
+    assert pay(_episode(["<calc>1+1</calc>", "<calc>2*2</calc>", "9"]), ROOMY) == 0.5
+    assert pay(_episode(["<calc>1/0</calc>", "9"]), ROOMY) == 0.0  # an error output
+    assert pay(_episode(["<calc>1</calc>"] * 6), ROOMY) == 1.0  # all four calls ran
+    assert pay(_episode(["7"], budgets=Budgets(2, 0)), Budgets(2, 0)) == 0.0

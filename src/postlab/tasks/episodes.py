@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from postlab.registry import Registry
+from postlab.tasks.contracts import score
+from postlab.tasks.rows import Row
 from postlab.tasks.tools import Call, Observation, Question, Tool, find_call, run_tool
 
 #: The tags the environment puts around a tool's output in the context.
@@ -98,3 +101,39 @@ def run_episode(write: Callable[[str], str], question: Question, tools: Mapping[
                           tool_version=tool.version))
         if len(turns) >= budgets.turns:
             return Episode(question=question, turns=tuple(turns), ended=TURN_BUDGET)
+
+
+# --- contracts on episodes: the strict one, and two the field has seen gamed ---------------
+
+#: Episode contract name -> reward of an episode for the task's answer to its question.
+EpisodeContract = Callable[[Episode, Budgets], float]
+EPISODE_CONTRACTS: Registry[EpisodeContract] = Registry("episode contract")
+
+
+@EPISODE_CONTRACTS.register("episode-strict")
+def final_answer_strict(episode: Episode, budgets: Budgets) -> float:
+    """The final answer judged as the strict contract judges a one-turn answer; an episode a
+    budget ended has none, and is paid 0."""
+    if episode.answer is None:
+        return 0.0
+    a, b = episode.question.pair
+    return float(score(Row(a, b, episode.answer, True), "strict", episode.question.answer))
+
+
+@EPISODE_CONTRACTS.register("episode-anywhere")
+def answer_anywhere(episode: Episode, budgets: Budgets) -> float:
+    """Paid when the answer's decimal form appears anywhere in the episode, tool outputs
+    included: gameable through the tool (ask the calculator, and its output pays whatever
+    the policy answers)."""
+    expected = str(episode.question.answer(episode.question.pair))
+    return float(expected in episode.context())
+
+
+@EPISODE_CONTRACTS.register("per-call")
+def per_successful_call(episode: Episode, budgets: Budgets) -> float:
+    """Paid for each tool call that ran without error, as a share of the call budget (so
+    it lies in [0, 1]): the reward for using tools, which a policy games by calling them."""
+    if budgets.calls == 0:
+        return 0.0
+    ran = sum(turn.output is not None and not turn.output.error for turn in episode.turns)
+    return ran / budgets.calls
