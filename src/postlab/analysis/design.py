@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from postlab.analysis.intervals import mean_squares, t_quantile
+from postlab.analysis.intervals import mean_squares, pooled_share, t_quantile
 
 #: Seeds a study needs at most before the planner says "more than this", and at least (two
 #: leave the seeds' spread one degree of freedom).
@@ -131,8 +131,8 @@ def components(difference: np.ndarray, samples: int,
         else 0.0
     question = ((ms_questions - ms_residual) / seeds
                 if ms_questions > ms_residual * (1 + 1e-9) else 0.0)
-    shares = ([mean_squares(np.asarray(arm, dtype=np.float64), samples).share
-               for arm in arms] if arms is not None else [squares.share])
+    shares = ([pooled_share(np.asarray(arm, dtype=np.float64), samples) for arm in arms]
+              if arms is not None else [squares.share])
     return Components(seed=max(0.0, seed), question=question, cells=ms_residual,
                       binomial=binomial, questions=questions, samples=samples,
                       pilot_seeds=seeds, mean=float(squares.row.mean()),

@@ -218,16 +218,22 @@ def mean_squares(table: np.ndarray, per_cell: int) -> MeanSquares:
         ms_questions = seeds * float(((column - grand) ** 2).sum()) / (questions - 1)
         residual = table - row[:, None] - column[None, :] + grand
         ms_residual = float((residual ** 2).sum()) / float((seeds - 1) * (questions - 1))
-    cells = seeds * questions * per_cell
-    share = (float(np.abs(table).sum()) * per_cell + 0.5) / (cells + 1)
-    return MeanSquares(row=row, questions=ms_questions, residual=ms_residual, share=share)
+    return MeanSquares(row=row, questions=ms_questions, residual=ms_residual,
+                       share=pooled_share(table, per_cell))
+
+
+def pooled_share(table: np.ndarray, per_cell: int) -> float:
+    """The share behind the binomial floor: all the table's draws pooled, half a success (for
+    a difference, half a disagreement) smoothed in, ``(x + 1/2) / (N + 1)``."""
+    cells = table.size * per_cell
+    return (float(np.abs(table).sum()) * per_cell + 0.5) / (cells + 1)
 
 
 def binomial_floor(table: np.ndarray, per_cell: int) -> float:
     """The pooled binomial variance of a seeds x questions table's mean, ``p~(1 - p~) / N``
-    over all its ``N`` draws, half a success smoothed in (:attr:`MeanSquares.share`)."""
+    over all its ``N`` draws (:func:`pooled_share`)."""
     table = np.asarray(table, dtype=np.float64)
-    share = mean_squares(table, per_cell).share
+    share = pooled_share(table, per_cell)
     return share * (1 - share) / (table.size * per_cell)
 
 

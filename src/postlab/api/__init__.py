@@ -36,6 +36,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'postlab.api' has no attribute {name!r}")
 
 __all__ = ["Plan", "Report", "check_plan", "compare", "design", "diff_plans", "evaluate",
-           "exercises",
-           "export", "freeze", "load_run", "plan_schema", "plot", "register", "report",
-           "reproduce", "run", "samples", "sweep", "verify"]
+           "exercises", "export", "freeze", "load_run", "plan_schema", "plot", "register",
+           "report", "reproduce", "run", "samples", "sweep", "verify"]

@@ -170,13 +170,14 @@ def _paid(rows: Any, rewarded_by: dict[str, str], plan: Any, contracts: Sequence
     contract's draw at the row's seed, step and place (one vectorised draw for them all)."""
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from postlab.tasks.contracts import DRAWN, random_payments
 
-    arms = np.asarray(rows.column("arm").to_pylist(), dtype=object)
+    column = rows.column("arm")
     paid = np.zeros(rows.num_rows, dtype=np.float64)
-    for arm in dict.fromkeys(arms.tolist()):
-        chosen = arms == arm
+    for arm in column.unique().to_pylist():
+        chosen = pc.equal(column, arm).to_numpy(zero_copy_only=False)
         contract = rewarded_by[arm]
         if contract in DRAWN:
             seed, step, place = (rows.column(name).to_numpy()[chosen]
