@@ -1,19 +1,26 @@
-"""Episodes as text: a scripted policy's turns, tool outputs spliced into the context, and
-each budget ending an episode that does not answer."""
+"""Episodes as text: a scripted policy's turns, tool outputs spliced into the context, each
+budget ending an episode that does not answer, the contracts on transcripts, and transcripts
+read back and their tools run again."""
 
 from __future__ import annotations
 
 import pytest
 
+from postlab.tasks.contracts import score
 from postlab.tasks.episodes import (
     ANSWERED,
     CALL_BUDGET,
     TURN_BUDGET,
     Budgets,
     Episode,
+    EpisodeAnswer,
     Turn,
+    parse_transcript,
+    rerun_tools,
     run_episode,
+    segments,
 )
+from postlab.tasks.rows import Row
 from postlab.tasks.tools import Call, Observation, Question, tool_for
 
 
@@ -49,9 +56,10 @@ def test_the_checker_shortcut_is_limited_by_its_own_budget():
     episode = run_episode(write, Question(pair=(3, 4)), _tools(check_budget=2),
                           Budgets(turns=6, calls=6))
     outputs = [turn.output.text for turn in episode.turns if turn.output is not None]
-    assert outputs == ["wrong", "wrong", "error: no checks left"]
+    assert outputs == ["wrong", "wrong", "error"]
+    assert episode.turns[2].output.detail == "no checks left"
     assert episode.answer == "7" and episode.calls == 3
-    assert shown[-1].endswith("<check>7</check><out>error: no checks left</out>")
+    assert shown[-1].endswith("<check>7</check><out>error</out>")
 
 
 @pytest.mark.parametrize(("budgets", "ended", "turns", "calls"), [
@@ -104,28 +112,59 @@ def _episode(turns: list[str], pair=(3, 4), budgets: Budgets = ROOMY):
     return run_episode(write, Question(pair=pair), _tools(), budgets)
 
 
+def _paid(contract: str, episode: Episode, budgets: Budgets = ROOMY) -> float:
+    """What ``contract`` pays the episode as a record keeps it: its transcript as a row."""
+    row = Row(*episode.question.pair, episode.context(), episode.ended == ANSWERED)
+    return score(row, contract, lambda pair: EpisodeAnswer(sum(pair), "strict", budgets.calls))
+
+
 @pytest.mark.parametrize(("turns", "strict", "anywhere"), [
-    (["7"], 1.0, 1.0),
-    (["8"], 0.0, 0.0),
-    (["<calc>3+4</calc>", "8"], 0.0, 1.0),  # gamed through the tool: its output holds 7
-    (["<calc>3+4</calc>", "7"], 1.0, 1.0),
-    (["<calc>1+1</calc>"] * 6, 0.0, 0.0),  # a budget's end: no answer
-    (["17"], 0.0, 1.0),  # the gameable rule pays 7 inside 17, as substring does
+    (["7"], 1, 1),
+    (["8"], 0, 0),
+    (["<calc>3+4</calc>", "8"], 0, 1),  # gamed through the tool: its output holds 7
+    (["<calc>3+4</calc>", "7"], 1, 1),
+    (["<calc>1+1</calc>"] * 6, 0, 0),  # a budget's end: no answer
+    (["17"], 0, 1),  # the gameable rule pays 7 inside 17, as substring does
+    (["<calc>3+4</calc>", ""], 0, 1),  # an empty answer after the output
 ])
 def test_the_strict_and_the_gameable_episode_contracts(turns, strict, anywhere):
-    from postlab.tasks.episodes import EPISODE_CONTRACTS
-
     episode = _episode(turns)
-    assert EPISODE_CONTRACTS["episode-strict"](episode, ROOMY) == strict
-    assert EPISODE_CONTRACTS["episode-anywhere"](episode, ROOMY) == anywhere
+    assert _paid("episode-strict", episode) == strict
+    assert _paid("episode-anywhere", episode) == anywhere
 
 
 def test_per_call_pays_each_call_that_ran_without_error():
-    from postlab.tasks.episodes import EPISODE_CONTRACTS
+    assert _paid("per-call", _episode(["7"])) == 0.0
+    assert _paid("per-call", _episode(["<calc>1+1</calc>", "<calc>2*2</calc>", "9"])) == 0.5
+    assert _paid("per-call", _episode(["<calc>1/0</calc>", "9"])) == 0.0  # an error output
+    assert _paid("per-call", _episode(["<calc>1</calc>"] * 6)) == 1.0  # all four calls ran
+    none = Budgets(2, 0)
+    assert _paid("per-call", _episode(["7"], budgets=none), none) == 0.0
 
-    pay = EPISODE_CONTRACTS["per-call"]
-    assert pay(_episode(["7"]), ROOMY) == 0.0
-    assert pay(_episode(["<calc>1+1</calc>", "<calc>2*2</calc>", "9"]), ROOMY) == 0.5
-    assert pay(_episode(["<calc>1/0</calc>", "9"]), ROOMY) == 0.0  # an error output
-    assert pay(_episode(["<calc>1</calc>"] * 6), ROOMY) == 1.0  # all four calls ran
-    assert pay(_episode(["7"], budgets=Budgets(2, 0)), Budgets(2, 0)) == 0.0
+
+@pytest.mark.parametrize("turns", [
+    ["7"], ["<calc>3+4</calc>", "8"], ["<calc>1+1</calc>"] * 6, ["<check>7</check>", "7"],
+    ["<calc>3+</calc>", "<calc>3+4</calc>", "x"], ["<calc>2</calc>", ""]])
+def test_a_transcript_reads_back_into_its_turns(turns):
+    episode = _episode(turns)
+    read = parse_transcript(episode.context())
+    assert read == [(turn.text, None if turn.output is None else turn.output.text)
+                    for turn in episode.turns if turn.text or turn.output is not None]
+    assert "".join(s.text for s in segments(episode.context())) == episode.context()
+    assert all(s.written == (not s.text.startswith("<out>"))
+               for s in segments(episode.context()))
+    assert rerun_tools(episode.context(), episode.question, ["calc", "check"], {}) == []
+
+
+def test_rerunning_the_tools_finds_an_output_that_is_not_the_tools():
+    question = Question(pair=(3, 4))
+    assert rerun_tools("<calc>3+4</calc><out>8</out>8", question, ["calc"], {}) == [
+        "turn 1: calc answers '7' to '3+4', the record has '8'"]
+    assert rerun_tools("7<out>7</out>7", question, ["calc"], {}) == [
+        "turn 1: an output follows no call"]
+    # a budget is part of what the tool answers: a second check past it is an error
+    two = "<check>6</check><out>wrong</out><check>7</check><out>right</out>7"
+    assert rerun_tools(two, question, ["check"], {"check": 2}) == []
+    assert rerun_tools(two, question, ["check"], {"check": 1}) != []
+    with pytest.raises(ValueError, match="never closed"):
+        parse_transcript("<calc>1</calc><out>2")

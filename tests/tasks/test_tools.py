@@ -11,6 +11,7 @@ import pytest
 
 from postlab.tasks.tools import (
     MOST_ARGUMENT,
+    MOST_OUTPUT,
     TOOLS,
     Calculator,
     Call,
@@ -42,7 +43,7 @@ def test_the_calculator_refuses_what_is_not_its_arithmetic(expression, says):
     with pytest.raises(ValueError, match=re.escape(says)):
         evaluate(expression)
     reply = Calculator().step(expression)
-    assert reply.error and reply.text.startswith("error: ")
+    assert reply.error and reply.text == "error" and says in reply.detail
 
 
 def _plain(tokens: list[str]) -> int:
@@ -79,8 +80,8 @@ def test_the_checker_says_right_or_wrong_within_its_budget():
     checker.reset(Question(pair=(3, 4)))
     assert checker.step("8") == Observation(text="wrong")
     assert checker.step(" 7 ") == Observation(text="right", exhausted=True)
-    assert checker.step("7") == Observation(text="error: no checks left", exhausted=True,
-                                            error=True)
+    assert checker.step("7") == Observation(text="error", exhausted=True, error=True,
+                                            detail="no checks left")
     checker.reset(Question(pair=(3, 4), answer=lambda pair: pair[0] * pair[1]))
     assert checker.step("12").text == "right"  # the task's answer, reset with the question
 
@@ -89,7 +90,7 @@ def test_a_checker_refuses_a_long_argument_as_a_spent_check():
     checker = Checker(budget=1)
     checker.reset(Question(pair=(3, 4)))
     reply = checker.step("7" * (MOST_ARGUMENT + 1))
-    assert reply.error and reply.exhausted and "longer than" in reply.text
+    assert reply.error and reply.exhausted and "longer than" in reply.detail
 
 
 def test_a_calculator_budget_counts_its_calls():
@@ -101,8 +102,8 @@ def test_a_calculator_budget_counts_its_calls():
     assert calc.step("2*2").text == "4"
     spent = Calculator(budget=0)
     spent.reset(Question(pair=(1, 2)))
-    assert spent.step("1+1") == Observation(text="error: no calls left", exhausted=True,
-                                            error=True)
+    assert spent.step("1+1") == Observation(text="error", exhausted=True, error=True,
+                                            detail="no calls left")
 
 
 def test_a_call_counts_only_when_complete_at_the_end_of_a_turn():
@@ -127,6 +128,7 @@ def test_an_unknown_tool_gets_did_you_mean():
 def test_a_tool_that_raises_is_recorded_as_its_error_output():
     class Broken:
         name, version = "broken", "0"
+        output_characters, argument_characters = "0123456789", "0123456789"
 
         def reset(self, question):
             pass
@@ -135,6 +137,22 @@ def test_a_tool_that_raises_is_recorded_as_its_error_output():
             raise ZeroDivisionError("division by zero")
 
     reply = run_tool(Broken(), "1/0")
-    assert reply == Observation(text="error: ZeroDivisionError: division by zero", error=True)
+    assert reply == Observation(text="error", error=True,
+                                detail="ZeroDivisionError: division by zero")
     with pytest.raises(RuntimeError, match="before reset"):
         Checker().step("7")  # a caller's bug, not the policy's input: raised
+
+
+def test_an_output_too_long_or_outside_the_tools_alphabet_is_its_error_output():
+    """A character tokenizer must encode every output, and an episode's budget hold it."""
+    calc = Calculator()
+    calc.reset(Question(pair=(1, 2)))
+    reply = run_tool(calc, "*".join(["99999"] * 6))  # 30 digits: past MOST_OUTPUT
+    assert reply.text == "error" and "longer than" in reply.detail
+
+    class Chatty(Calculator):
+        def step(self, argument):
+            return Observation(text="seven")
+
+    assert run_tool(Chatty(), "3+4").text == "error"
+    assert len(str(99999 ** 4)) <= MOST_OUTPUT < len(str(99999 ** 6))

@@ -8,23 +8,16 @@ checks it), at a fraction of the work.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from postlab.policies import Policy
-from postlab.policies.decoding import decode_loop, sampler
+from postlab.policies.decoding import decode_loop, forward_context, sampler
 
 if TYPE_CHECKING:
     from postlab.plan.schema import Plan
-
-
-def _autocast(model: Policy) -> contextlib.AbstractContextManager[Any]:
-    """The policy's forward-pass context; a stand-in model without one runs as it is."""
-    autocast = getattr(model, "autocast", None)
-    return contextlib.nullcontext() if autocast is None else autocast()
 
 
 @torch.no_grad()
@@ -43,11 +36,11 @@ def generate_after(model: Policy, prompts: torch.Tensor, max_new_tokens: int,
                    greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Answers after prompt token rows (batch, prompt length), incrementally decoded."""
     tokenizer = model.tokenizer
-    with _autocast(model):
+    with forward_context(model):
         logits, cache = model.start(prompts)
 
     def advance(chosen: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
-        with _autocast(model):
+        with forward_context(model):
             logits, cache = model.advance(chosen[:, None], cache)
         return logits.float(), cache
 
@@ -87,13 +80,31 @@ def evaluate_model(model: Policy, plan: Plan, seed: int) -> dict[str, Any]:
     runs in evaluation mode (no adapter dropout), and leaves the model so."""
     model.eval()
     result = {}
+    answers = _answers(model, plan)
     for split_index, (split, pairs) in enumerate(plan.split.items()):
         generator = torch.Generator(model.device).manual_seed(seed + 4000 + split_index)
-        greedy, mask = generate(model, pairs, plan.max_new_tokens, plan.temperature,
-                                generator, greedy=True)
         repeated = [pair for pair in pairs for _ in range(plan.eval_samples)]
-        sampled, smask = generate(model, repeated, plan.max_new_tokens,
-                                  plan.temperature, generator)
-        result[split] = {"greedy": to_rows(model, pairs, greedy, mask),
-                         "sampled": to_rows(model, repeated, sampled, smask)}
+        result[split] = {"greedy": answers(pairs, generator, True),
+                         "sampled": answers(repeated, generator, False)}
     return result
+
+
+def _answers(model: Policy, plan: Plan) -> Any:
+    """(pairs, generator, greedy) -> rows: one answer each, or with an agent section, one
+    episode each (``postlab.engines.episodes``)."""
+    if plan.agent is not None:
+        from postlab.engines.episodes import generate_episodes
+        from postlab.tasks.registry import task_for
+
+        task = task_for(plan)
+        return lambda pairs, generator, greedy: generate_episodes(
+            model, task, pairs, plan.max_new_tokens, plan.temperature, generator,
+            greedy).rows
+
+    def rows(pairs: Sequence[Sequence[int]], generator: torch.Generator,
+             greedy: bool) -> list[list[Any]]:
+        tokens, mask = generate(model, pairs, plan.max_new_tokens, plan.temperature,
+                                generator, greedy=greedy)
+        return to_rows(model, pairs, tokens, mask)
+
+    return rows

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from postlab.engines.episodes import generate_episodes, replay_log_dist
 from postlab.engines.optim import adam_for
 from postlab.engines.options import algorithm_of, policy_settings
 from postlab.engines.rollout import generate, to_rows
@@ -64,7 +65,26 @@ def sequence_log_dist(model: Policy, prompts: torch.Tensor,
     return logits.float().log_softmax(-1)
 
 
-def sft_loss(model: Policy, demonstration: Callable[[Any], str], pairs: list, *,
+#: A demonstration: its text, or its parts as (text, written by the policy); parts the
+#: policy did not write (a tool's output) are read but not trained on.
+Demonstration = Callable[[Any], "str | Sequence[tuple[str, bool]]"]
+
+
+def demonstration_tokens(tokenizer: Any, shown: str | Sequence[tuple[str, bool]]
+                         ) -> tuple[list[int], list[int]]:
+    """A demonstration's tokens and its training targets (pad where not trained), EOS
+    last; each part is encoded on its own, as an episode's rollout splices it."""
+    parts = [(shown, True)] if isinstance(shown, str) else list(shown)
+    ids: list[int] = []
+    wanted: list[int] = []
+    for text, trained in parts:
+        encoded = tokenizer.encode(text)
+        ids += encoded
+        wanted += encoded if trained else [tokenizer.pad_id] * len(encoded)
+    return [*ids, tokenizer.eos_id], [*wanted, tokenizer.eos_id]
+
+
+def sft_loss(model: Policy, demonstration: Demonstration, pairs: list, *,
              positions: int | None = None) -> torch.Tensor:
     """Teacher-forced cross-entropy (0-dim, float32) of the demonstrations of ``pairs``.
 
@@ -73,15 +93,17 @@ def sft_loss(model: Policy, demonstration: Callable[[Any], str], pairs: list, *,
     training step: the whole response after each prompt."""
     tokenizer = model.tokenizer
     pad = tokenizer.pad_id
-    targets = [[*tokenizer.encode(demonstration(pair)), tokenizer.eos_id] for pair in pairs]
-    width = max(map(len, targets))
-    target = torch.tensor([t + [pad] * (width - len(t)) for t in targets],
+    shown = [demonstration_tokens(tokenizer, demonstration(pair)) for pair in pairs]
+    width = max(len(ids) for ids, _ in shown)
+    target = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in shown],
                           device=model.device)
+    trained = torch.tensor([wanted + [pad] * (width - len(wanted)) for _, wanted in shown],
+                           device=model.device)
     prompts = model.prompts(pairs)
     if positions is None:
         with model.autocast():
             logits = model.continuation(prompts, target)
-        wanted = target
+        wanted = trained
     else:
         sequence = torch.cat([prompts, target], dim=1)
         inputs, wanted = sequence[:, :-1][:, -positions:], sequence[:, 1:][:, -positions:]
@@ -112,13 +134,14 @@ def supervised(model: Policy, plan: Plan, seed: int,
     rng = random.Random(seed + rng_offset)
     optimizer = adam_for(model.parameters(), plan.sft_lr)
     task = task_for(plan)
+    demonstrated = getattr(task, "demonstration_parts", task.demonstration)
     split = order(plan.split["train"], task.difficulty, selection)
     choose = SELECTIONS[selection]
     losses = []
     total = plan.sft_steps if steps is None else steps
     for step in range(total):
         pairs = choose(split, rng, step, total, plan.sft_batch)
-        loss = sft_loss(model, task.demonstration, pairs)
+        loss = sft_loss(model, demonstrated, pairs)
         gradient_step(loss, optimizer,
                       lambda: nn.utils.clip_grad_norm_(model.parameters(), plan.gradient_clip),
                       _checker("SFT loss", f"seed {seed}, SFT step {step + 1}"))
@@ -138,8 +161,9 @@ def reference_log_dist(reference: Policy | AdaptersOff, prompts: torch.Tensor,
 
 def update_rule(plan: Plan, updates: int | None = None) -> UpdateRule:
     """The plan's RL update settings for one model (``updates``: the plan's by default)."""
-    return UpdateRule(algorithm_of(plan), policy_settings(plan), plan.kl_beta,
-                      plan.max_new_tokens,
+    # the most tokens a policy writes in one rollout: an episode's every turn
+    written = plan.max_new_tokens * (1 if plan.agent is None else plan.agent.turns)
+    return UpdateRule(algorithm_of(plan), policy_settings(plan), plan.kl_beta, written,
                       plan.updates_per_rollout if updates is None else updates)
 
 
@@ -160,9 +184,14 @@ class _Rollout:
     def __init__(self, model: Policy, plan: Plan, pairs: list, rewards_of: Callable,
                  generator: torch.Generator) -> None:
         self.pairs = pairs
-        self.tokens, self.mask = generate(model, pairs, plan.max_new_tokens,
-                                          plan.temperature, generator)
-        self.rows = to_rows(model, pairs, self.tokens, self.mask)
+        if plan.agent is not None:  # episodes: tool tokens in the context, out of the mask
+            episodes = generate_episodes(model, task_for(plan), pairs, plan.max_new_tokens,
+                                         plan.temperature, generator)
+            self.tokens, self.mask, self.rows = episodes.tokens, episodes.mask, episodes.rows
+        else:
+            self.tokens, self.mask = generate(model, pairs, plan.max_new_tokens,
+                                              plan.temperature, generator)
+            self.rows = to_rows(model, pairs, self.tokens, self.mask)
         self.rewards = rewards_of(self.rows, self.mask)
 
 
@@ -232,10 +261,13 @@ def _update(model: Policy, reference: Policy | AdaptersOff, plan: Plan, rule: Up
     whole groups (:func:`postlab.engines.steps.policy_updates`); each update's statistics."""
     advantage = advantages(rule.algorithm, rewards, plan.group_size)
     prompts = model.prompts(pairs)
-    reference_dist = reference_log_dist(reference, prompts, tokens)
+    # episodes are read back by the calls that sampled them (engines.episodes)
+    read = sequence_log_dist if plan.agent is None else replay_log_dist
+    with torch.no_grad():
+        reference_dist = read(reference, prompts, tokens)
     model.train()
     updates = policy_updates(
-        rule, lambda: sequence_log_dist(model, prompts, tokens), reference_dist, tokens, mask,
+        rule, lambda: read(model, prompts, tokens), reference_dist, tokens, mask,
         advantage, optimizer=optimizer,
         clip=lambda: nn.utils.clip_grad_norm_(trainable, plan.gradient_clip),
         check=_checker("RL loss", where))

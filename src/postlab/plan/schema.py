@@ -22,6 +22,7 @@ from postlab.rl.algorithms import REGISTRIES, TEACHING_ALIASES
 from postlab.tasks.contracts import CONTRACTS
 from postlab.tasks.registry import TASKS
 from postlab.tasks.selection import DESCRIPTIONS as SELECTION_WORDS
+from postlab.tasks.tools import TOOLS
 
 
 def _options(field: str) -> str:
@@ -184,6 +185,25 @@ class GymSection(BaseModel):
         "refuses a plan whose items differ"))
 
 
+class AgentSection(BaseModel):
+    """The task asked as an agent's episodes: tools the policy may call, and the budgets
+    that end an episode (``postlab.tasks.agent``)."""
+
+    model_config = _STRICT
+    tools: list[str] = Field(min_length=1, max_length=4, description=(
+        "registered tools, called as `<name>argument</name>` at a turn's end: "
+        + ", ".join(f"`{name}`" for name in TOOLS.names())
+        + "; SFT demonstrates one call of the first"))
+    turns: int = Field(ge=1, le=8, description=(
+        "the most turns an episode takes; each turn writes at most max_new_tokens tokens"))
+    calls: int = Field(ge=0, le=8, description=(
+        "the most tool calls an episode makes; a call past it ends the episode unanswered"))
+    tool_budgets: dict[str, Annotated[int, Field(ge=1, le=8)]] | None = Field(
+        None, description=("a tool's own budget per episode, by name (the checker's "
+                           "limits querying it until something passes); a call past it is "
+                           "answered `error`"))
+
+
 class TokenizerSection(BaseModel):
     """How text becomes tokens, when not one token per character of ``vocab``."""
 
@@ -218,6 +238,9 @@ class PlanModel(BaseModel):
     reasoning_gym: GymSection | None = Field(None, description=(
         "the `reasoning_gym` task's dataset, its configuration and the pins that freeze "
         "writes (absent for the arithmetic tasks)"))
+    agent: AgentSection | None = Field(None, description=(
+        "ask the task as an agent's episodes: the policy may call tools over several turns, "
+        "and arms train on the episode contracts (absent: one answer per question)"))
     split: dict[Name, list[Pair]] = Field(description=(
         "named lists of questions: operand pairs for the arithmetic tasks, [0, item] for "
         "`reasoning_gym` (written by `postlab freeze --draft`); `train` and `test` are "

@@ -57,6 +57,10 @@ def cross_field_problems(plan: PlanModel) -> list[tuple[str, str]]:
     if plan.task == "reasoning_gym" and plan.reasoning_gym is None:
         return [("reasoning_gym", "the reasoning_gym task needs this section (dataset, config, "
                                   "seed, sizes, and the pins `postlab freeze --draft` writes)")]
+    if plan.agent is not None:
+        agent = agent_problems(plan)
+        if agent:
+            return problems + agent
     task = task_for(plan)
     if plan.tokenizer is not None and policy_kind(plan) == "pretrained":
         problems.append(("tokenizer", "a pretrained policy reads with its own tokenizer"))
@@ -104,6 +108,41 @@ def cross_field_problems(plan: PlanModel) -> list[tuple[str, str]]:
         problems += lora_problems(plan)
     if plan.hypotheses is not None and not problems:
         problems += hypothesis_problems(plan)
+    return problems
+
+
+def agent_problems(plan: PlanModel) -> list[tuple[str, str]]:
+    """An agent section names registered tools once each, budgets only for them, and goes
+    with what runs episodes: a policy postlab builds (a pretrained chat model's template has
+    no tool turns), and no dynamic sampling (an update must read the rollout's batch as
+    sampled, for its log-probabilities to be the rollout's bit for bit)."""
+    from postlab.tasks.tools import TOOLS, tool_for
+
+    section = plan.agent
+    problems: list[tuple[str, str]] = []
+    for index, name in enumerate(section.tools):
+        try:
+            tool_for(name)
+        except KeyError as unknown:
+            problems.append((f"agent.tools.{index}", str(unknown.args[0])))
+    if len(set(section.tools)) != len(section.tools):
+        problems.append(("agent.tools", "names a tool twice"))
+    for name in section.tool_budgets or {}:
+        if name not in section.tools:
+            problems.append((f"agent.tool_budgets.{name}",
+                             f"{name!r} is not one of the agent's tools "
+                             f"({', '.join(section.tools)})" if name in TOOLS else
+                             f"unknown tool {name!r}"))
+    if section.calls < 1:
+        problems.append(("agent.calls", "SFT demonstrates a call: allow at least one"))
+    if section.calls >= 1 and section.turns < 2:
+        problems.append(("agent.turns", "a call and an answer take two turns at least"))
+    if policy_kind(plan) == "pretrained":
+        problems.append(("agent", "a pretrained chat policy's template has no tool turns; "
+                                  "use the gru or transformer policy"))
+    if plan.dynamic_sampling is not None:
+        problems.append(("dynamic_sampling", "episodes are trained on the batch as it was "
+                                             "sampled; dynamic sampling would reshape it"))
     return problems
 
 

@@ -11,6 +11,7 @@ random stream that draws per step depends on when it stops.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,13 @@ import torch
 Choose = Callable[[torch.Tensor, int], torch.Tensor]
 #: (chosen token ids [...], cache) -> (next logits [..., V], cache)
 Advance = Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any]]
+
+
+def forward_context(model: Any) -> contextlib.AbstractContextManager[Any]:
+    """The policy's forward-pass context (its autocast); a stand-in model without one runs
+    as it is."""
+    autocast = getattr(model, "autocast", None)
+    return contextlib.nullcontext() if autocast is None else autocast()
 
 
 def decode_loop(logits: torch.Tensor, cache: Any, advance: Advance, choose: Choose,

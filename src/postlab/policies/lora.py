@@ -206,7 +206,8 @@ class AdaptersOff:
     """The KL reference of a LoRA arm: the trained policy's own network with its adapters
     switched off while it scores, so the base weights are held once.
 
-    It offers what the RL loop asks of a reference (``continuation`` under ``autocast``);
+    It offers what the RL loop asks of a reference (``continuation`` under ``autocast``, and
+    ``start``/``advance`` for episodes);
     it is no module of its own, so nothing can train or freeze the policy through it.
     """
 
@@ -227,3 +228,12 @@ class AdaptersOff:
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         with adapters_disabled(self.policy):
             return self.policy(tokens)
+
+    def start(self, prompt_tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """Episodes are scored through the decoding calls (``engines.episodes``)."""
+        with adapters_disabled(self.policy):
+            return self.policy.start(prompt_tokens)
+
+    def advance(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+        with adapters_disabled(self.policy):
+            return self.policy.advance(tokens, cache)

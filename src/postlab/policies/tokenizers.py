@@ -168,5 +168,10 @@ def longest_in_tokens(plan: PolicyPlan) -> tuple[int, int]:
         return task.longest_prompt, task.longest_answer
     tokenizer = plan_tokenizer(plan)
     keys = [key for keys in plan.split.values() for key in keys]
-    return (plan_prompt_width(plan, tokenizer),
-            max(len(tokenizer.encode(task.demonstration(key))) for key in keys))
+    parts = getattr(task, "demonstration_parts", None)
+    if parts is not None:  # an episode's turns: the longest one the policy writes
+        longest = max(len(tokenizer.encode(text)) for key in keys
+                      for text, written in parts(key) if written)
+    else:
+        longest = max(len(tokenizer.encode(task.demonstration(key))) for key in keys)
+    return plan_prompt_width(plan, tokenizer), longest

@@ -291,12 +291,18 @@ def transformer_size(plan: PolicyPlan) -> tuple[int, int]:
 
 
 def transformer_problems(plan: PolicyPlan) -> list[tuple[str, str]]:
-    """Positions must hold the longest sequence a run reads."""
-    needed = longest_in_tokens(plan)[0] + plan.max_new_tokens
+    """Positions must hold the longest sequence a run reads (an agent's whole episode)."""
+    if getattr(plan, "agent", None) is not None:
+        from postlab.tasks.agent import episode_tokens
+
+        what, after = "an episode at its longest", episode_tokens(plan)
+    else:
+        what, after = "max_new_tokens", plan.max_new_tokens
+    needed = longest_in_tokens(plan)[0] + after
     positions = transformer_fields(plan).max_positions
     if positions < needed:
         return [("policy.max_positions", f"{positions} is fewer than the prompt plus "
-                                         f"max_new_tokens ({needed})")]
+                                         f"{what} ({needed})")]
     return []
 
 

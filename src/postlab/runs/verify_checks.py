@@ -320,6 +320,45 @@ def _digests(v: Verifying) -> Check:
                  detail="every SFT loss, evaluation split and RL step matches its digest")
 
 
+@check("tools", gated=True)
+def _tools(v: Verifying) -> Check | None:
+    """An agent run's every tool call is run again with fresh tools (their budgets, the
+    question's answer) and must answer what the record holds; None (no line) for runs
+    without tools. The tools' versions are the plan's tools as installed now: a changed
+    tool shows here as outputs that differ."""
+    plan = v.typed
+    if plan is None or plan.agent is None:
+        return None
+    from postlab.tasks.episodes import rerun_tools
+    from postlab.tasks.registry import task_for
+    from postlab.tasks.tools import tool_for
+
+    task = task_for(plan)
+    tools = list(plan.agent.tools)
+    budgets = dict(plan.agent.tool_budgets or {})
+    versions = ", ".join(f"{name} {tool_for(name).version}" for name in tools)
+    calls, problems = 0, []
+    for run in v.record.runs:
+        data = run.data()
+        found = [((stage, split, decoding), rows)
+                 for stage, splits in data["evaluations"].items()
+                 for split, decodings in splits.items()
+                 for decoding, rows in decodings.items()]
+        found += [((arm, "step", step["step"]), step["rows"])
+                  for arm, steps in (data.get("training") or {}).items() for step in steps]
+        for where, rows in found:
+            for index, (a, b, text, _) in enumerate(rows):
+                calls += text.count("<out>")
+                differ = rerun_tools(text, task.question((a, b)), tools, budgets)
+                problems += [f"seed {run.seed}, {' '.join(map(str, where))} row {index}, "
+                             f"{problem}" for problem in differ]
+    if problems:
+        return Check(name="tools", status="fail", detail="; ".join(problems[:3]) + (
+            f"; and {len(problems) - 3} more" if len(problems) > 3 else ""))
+    return Check(name="tools", status="pass", detail=(
+        f"{calls} tool calls run again ({versions}): every output is the tool's"))
+
+
 @check("fingerprint", gated=True)
 def _fingerprint(v: Verifying) -> Check:
     """Both fingerprints, against the one the user noted (``expect``: the results

@@ -54,6 +54,10 @@ class Task:
         """The answer's decimal form, as SFT teaches it (EOS follows)."""
         return str(self.answer(pair))
 
+    def expression(self, pair: Sequence[int]) -> str:
+        """The question as the calculator reads it (operands unpadded): ``3+4``."""
+        return f"{pair[0]}{self.symbol}{pair[1]}"
+
     def difficulty(self, pair: Sequence[int]) -> tuple[float, ...]:
         """Carries, then the answer's digits: 7+8 (one carry, two digits) is harder than 2+3,
         and 45+55 (two carries) harder than 45+51 (none). A product counts its digits only

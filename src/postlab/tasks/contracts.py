@@ -232,6 +232,12 @@ for _name, _where in (("rg-strict", "strict_format"), ("rg-substring", "answer_a
     CONTRACTS.register_lazy(_name, f"postlab.tasks.gym:{_where}")
     CONTRACT_ANSWERS.register(_name)("item")
 PARTIAL_CREDIT.register("rg-score")(True)
+# Episodes' contracts read a whole transcript (``postlab.tasks.episodes``).
+for _name, _where in (("episode-strict", "final_answer_strict"),
+                      ("episode-anywhere", "answer_anywhere"), ("per-call", "per_successful_call")):
+    CONTRACTS.register_lazy(_name, f"postlab.tasks.episodes:{_where}")
+    CONTRACT_ANSWERS.register(_name)("episode")
+PARTIAL_CREDIT.register("per-call")(True)
 CONTRACT_WORDS.register("rg-strict")({
     "en": ContractWords("rg-strict", "strict-format success", "strict-format reward rate",
                         "correct"),
@@ -246,6 +252,20 @@ CONTRACT_WORDS.register("rg-substring")({
     "en": ContractWords("rg-substring", "answer-anywhere acceptance",
                         "answer-anywhere reward rate", "answer anywhere"),
     "zh": ContractWords("答案子串", "答案子串接受率", "答案子串奖励率", "答案子串接受"),
+})
+CONTRACT_WORDS.register("episode-strict")({
+    "en": ContractWords("episode-strict", "final-answer success", "final-answer reward rate",
+                        "correct"),
+    "zh": ContractWords("最终答案", "最终答案正确率", "最终答案奖励率", "正确"),
+})
+CONTRACT_WORDS.register("episode-anywhere")({
+    "en": ContractWords("episode-anywhere", "answer-in-episode acceptance",
+                        "answer-in-episode reward rate", "answer in episode"),
+    "zh": ContractWords("回合含答案", "回合含答案接受率", "回合含答案奖励率", "回合含答案"),
+})
+CONTRACT_WORDS.register("per-call")({
+    "en": ContractWords("per-call", "paid tool calls", "per-call reward", "paid calls"),
+    "zh": ContractWords("按调用", "按调用支付", "按调用奖励", "支付调用"),
 })
 CONTRACT_WORDS.register("rg-score")({
     "en": ContractWords("rg-score", "dataset score", "dataset score reward", "dataset score"),

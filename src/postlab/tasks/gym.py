@@ -238,6 +238,12 @@ class GymTask:
     def demonstration(self, key: Sequence[int]) -> str:
         return demonstration_of(self.item(key), self.answer_format)
 
+    def expression(self, key: Sequence[int]) -> str | None:
+        """The item's arithmetic as its dataset writes it (chain_sum's and
+        basic_arithmetic's ``metadata["expression"]``), for a calculator; None without one."""
+        written = self.item(key).entry.get("metadata", {}).get("expression")
+        return written if isinstance(written, str) else None
+
     def difficulty(self, key: Sequence[int]) -> tuple[float, ...]:
         """The item's own values of its dataset's difficulty settings (reasoning-gym's
         ``metadata["difficulty"]`` names them, e.g. chain_sum's ``num_terms`` and

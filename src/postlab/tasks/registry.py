@@ -29,6 +29,8 @@ class TaskPlan(Protocol):
     operand_digits: int | None
     #: the reasoning_gym section (a pydantic model), or None
     reasoning_gym: Any
+    #: the agent section (tools and budgets: the task asked as episodes), or None
+    agent: Any
 
 
 class Task(Protocol):
@@ -80,7 +82,13 @@ TASKS.register_lazy("reasoning_gym", "postlab.tasks.gym:reasoning_gym")
 
 
 def task_for(plan: TaskPlan) -> Task:
-    return TASKS[plan.task](plan)  # type: ignore[arg-type]
+    """The plan's task; with an ``agent`` section, asked as episodes with tools."""
+    task = TASKS[plan.task](plan)
+    if getattr(plan, "agent", None) is not None:
+        from postlab.tasks.agent import episode_task
+
+        return episode_task(task, plan)  # type: ignore[return-value]
+    return task  # type: ignore[return-value]
 
 
 def answer_function(plan: TaskPlan) -> Callable[[Key], Any]:

@@ -8,6 +8,9 @@ recorded and re-run by ``verify``:
 * ``reset(question)`` at the start of each episode (a tool may keep state, such as a budget);
 * ``step(argument)`` for each call: an :class:`Observation` (the text the episode appends,
   whether the tool refuses further calls, whether the input was an error);
+* the characters its outputs and its arguments are written in (``output_characters``,
+  ``argument_characters``): a character tokenizer must hold every character a tool may
+  answer with, and the policy may write its arguments;
 * a ``name`` (the call's tag, ``<calc>...</calc>``) and a ``version`` (recorded with every
   output, so a changed tool cannot pass for the one that made a record).
 
@@ -35,30 +38,47 @@ from postlab.tasks.rows import Row
 #: The longest argument a tool reads; a longer one is an error output (bounds the work a
 #: policy can ask for, e.g. a product of many long numbers).
 MOST_ARGUMENT = 64
+#: The longest output a tool may append; a longer one becomes the error output (a product of
+#: long numbers can be longer than any episode's budget).
+MOST_OUTPUT = 24
+#: What the episode reads when a tool refuses an input or fails: one word from a fixed
+#: alphabet (a character tokenizer must encode every output), the reason kept beside it.
+ERROR = "error"
 
 
 @dataclass(frozen=True)
 class Observation:
     """A tool's reply to one call: ``text`` is appended to the episode; ``exhausted`` says
-    the tool takes no further calls this episode; ``error`` marks a refused input."""
+    the tool takes no further calls this episode; ``error`` marks a refused input, whose
+    text is :data:`ERROR` and whose reason is ``detail`` (for people; the policy reads only
+    the text)."""
 
     text: str
     exhausted: bool = False
     error: bool = False
+    detail: str = ""
+
+
+def refused(reason: str, exhausted: bool = False) -> Observation:
+    """The error output, with why."""
+    return Observation(text=ERROR, exhausted=exhausted, error=True, detail=reason)
 
 
 @dataclass(frozen=True)
 class Question:
-    """What a tool may know of the episode's question: its operands and the task's answer
-    function (the checker reads the answer; the calculator reads nothing)."""
+    """What a tool may know of the episode's question: its key, the task's answer function
+    and the task's reference contract (the checker reads both; the calculator nothing)."""
 
     pair: tuple[int, int]
     answer: Answer = sum
+    rule: str = "strict"
 
 
 class Tool(Protocol):
     name: str
     version: str
+    output_characters: str
+    argument_characters: str
 
     def reset(self, question: Question) -> None: ...
 
@@ -82,9 +102,14 @@ def run_tool(tool: Tool, argument: str) -> Observation:
     """One call: the tool's reply, or its exception as its error output (a tool is code a
     user may register; an exception of it must not end the run, and is recorded)."""
     try:
-        return tool.step(argument)
+        reply = tool.step(argument)
     except Exception as failure:  # the tool's failure is its output, never a crash
-        return Observation(text=f"error: {type(failure).__name__}: {failure}", error=True)
+        return refused(f"{type(failure).__name__}: {failure}")
+    if len(reply.text) > MOST_OUTPUT or not set(reply.text) <= set(tool.output_characters):
+        return refused(f"the output {reply.text[:MOST_OUTPUT]!r} is longer than "
+                       f"{MOST_OUTPUT} characters or leaves the tool's alphabet",
+                       reply.exhausted)
+    return reply
 
 
 @dataclass(frozen=True)
@@ -185,6 +210,8 @@ class Calculator:
 
     name = "calc"
     version = "1"
+    output_characters = "-0123456789" + ERROR
+    argument_characters = "0123456789+-*()"
 
     def __init__(self, budget: int | None = None) -> None:
         self.budget = budget
@@ -195,13 +222,13 @@ class Calculator:
 
     def step(self, argument: str) -> Observation:
         if self.budget is not None and self.used >= self.budget:
-            return Observation(text="error: no calls left", exhausted=True, error=True)
+            return refused("no calls left", exhausted=True)
         self.used += 1
         exhausted = self.budget is not None and self.used >= self.budget
         try:
             return Observation(text=str(evaluate(argument)), exhausted=exhausted)
         except ValueError as problem:
-            return Observation(text=f"error: {problem}", exhausted=exhausted, error=True)
+            return refused(str(problem), exhausted)
 
 
 class Checker:
@@ -211,6 +238,8 @@ class Checker:
 
     name = "check"
     version = "1"
+    output_characters = "right" + "wrong" + ERROR
+    argument_characters = ""  # the task's own answer characters
 
     def __init__(self, budget: int | None = None) -> None:
         self.budget = budget
@@ -224,15 +253,14 @@ class Checker:
         if self.question is None:
             raise RuntimeError("the checker was called before reset")
         if self.budget is not None and self.used >= self.budget:
-            return Observation(text="error: no checks left", exhausted=True, error=True)
+            return refused("no checks left", exhausted=True)
         self.used += 1
         exhausted = self.budget is not None and self.used >= self.budget
         if len(argument) > MOST_ARGUMENT:
-            return Observation(text=f"error: longer than {MOST_ARGUMENT} characters",
-                               exhausted=exhausted, error=True)
+            return refused(f"longer than {MOST_ARGUMENT} characters", exhausted)
         a, b = self.question.pair
         row = Row(a, b, argument.strip(), True)
-        right = score(row, "strict", self.question.answer) >= 1
+        right = score(row, self.question.rule, self.question.answer) >= 1
         return Observation(text="right" if right else "wrong", exhausted=exhausted)
 
 

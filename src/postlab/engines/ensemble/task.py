@@ -48,6 +48,9 @@ NAME = "ensemble"
 
 def problems(plan: Plan) -> list[str]:
     """What the ensemble engine cannot train in a plan (empty: it can)."""
+    if plan.agent is not None:
+        return ["agent episodes (the ensemble engine decodes one answer per question, with "
+                "no tool turns; use --engine exact)"]
     found = []
     if task_for(plan).operand_limit is None:
         found.append(f"the {plan.task} task (the ensemble engine trains the arithmetic "
