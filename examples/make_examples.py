@@ -45,6 +45,33 @@ TRANSFORMER = {"task": "multi_digit_addition", "operand_digits": 2, "split": mul
                "max_new_tokens": 4, "rl_steps": 40, "arms": ["strict"], "eval_samples": 4,
                "sft_steps": 2000, "sft_lr": 0.002}
 
+#: Agents: the teaching questions asked as episodes with a tool (``agents/``). SFT shows one
+#: call and its output before the answer; eight seeds, so that a gap has an interval.
+AGENT_BASE = {"seeds": [11, 22, 33, 44, 55, 66, 77, 88], "sft_steps": 3000, "rl_steps": 200,
+              "max_new_tokens": 18}
+STRICT_WORDS = "the final answer (after the last tool output) is strict: EOS, digits only, " \
+               "equal to a+b"
+CALCULATOR = AGENT_BASE | {
+    "vocab": "0123456789+=~_<>/calotreu*()-",
+    "agent": {"tools": ["calc"], "turns": 3, "calls": 2},
+    "arms": ["episode-strict", "episode-anywhere"],
+    "rewards": {"episode-strict": STRICT_WORDS,
+                "episode-anywhere": "the decimal a+b appears anywhere in the episode, tool "
+                                    "outputs (and the policy's own call) included"}}
+
+
+def checker(budget: int) -> dict:
+    """The checker, paid per successful call: its own budget caps what calling it earns."""
+    return AGENT_BASE | {
+        "vocab": "0123456789+=~_<>/chekoutrigwn",
+        "agent": {"tools": ["check"], "turns": 4, "calls": 3,
+                  "tool_budgets": {"check": budget}},
+        "arms": ["episode-strict", "per-call"],
+        "rewards": {"episode-strict": STRICT_WORDS,
+                    "per-call": "each tool call answered without error pays 1/3 (the call "
+                                "budget), whatever the answer"}}
+
+
 EXAMPLES = {
     "loss-seq-mean-token-mean": {"loss_reduction": "seq-mean-token-mean"},
     "loss-constant-normaliser": {"loss_reduction": "constant-normaliser"},
@@ -117,6 +144,9 @@ EXAMPLES = {
     "transformer-llama": TRANSFORMER | {"policy": {
         "kind": "transformer", "architecture": "llama", "layers": 2, "heads": 4, "width": 64,
         "intermediate": 128, "max_positions": 12}},
+    "agents/calculator": CALCULATOR,
+    "agents/checker-budget-1": checker(1),
+    "agents/checker-budget-3": checker(3),
 }
 
 

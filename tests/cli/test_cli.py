@@ -132,8 +132,9 @@ def test_every_command_has_help_output(capsys):
     (["report", "--format", "tabel"], "postlab report: ", "(did you mean table?)"),
     (["report", "--lnag", "en"], "postlab report: ", "--lnag (did you mean --lang?)"),
     (["report", "--contract", "strcit"], "postlab: ",
-     "--contract strcit: unknown (did you mean strict?); known: exact, format, rg-final, "
-     "rg-score, rg-strict, rg-substring, strict, substring"),
+     "--contract strcit: unknown (did you mean strict?); known: episode-anywhere, "
+     "episode-strict, exact, format, per-call, rg-final, rg-score, rg-strict, rg-substring, "
+     "strict, substring"),
 ])
 def test_near_misses_name_the_closest(capsys, args, prefix, needle):
     assert needle in _one_line(capsys, args, prefix)

@@ -61,7 +61,8 @@ def test_report_with_contracts_leaves_the_record_untouched(tmp_path, capsys):
     assert "(no RL contract)" in out
     assert hashlib.sha256(record.read_bytes()).hexdigest() == before
     assert main(["report", str(tmp_path), "--contract", "lenient"]) == 2
-    known = "known: exact, format, rg-final, rg-score, rg-strict, rg-substring, strict, substring"
+    known = ("known: episode-anywhere, episode-strict, exact, format, per-call, rg-final, "
+             "rg-score, rg-strict, rg-substring, strict, substring")
     assert known in capsys.readouterr().err
     assert main(["report", str(tmp_path), "--contract", "exact", "--split", "nope"]) == 2
 

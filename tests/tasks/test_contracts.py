@@ -39,7 +39,8 @@ def test_exact(pair, text, terminated, expected):
 
 
 def test_unknown_contract_lists_known_ones():
-    known = "exact, format, random, rg-final, rg-score, rg-strict, rg-substring, strict, substring"
+    known = ("episode-anywhere, episode-strict, exact, format, per-call, random, rg-final, "
+             "rg-score, rg-strict, rg-substring, strict, substring")
     with pytest.raises(KeyError, match=known):
         score(Row(1, 1, "2", True), "lenient")
 

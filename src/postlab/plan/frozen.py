@@ -192,8 +192,9 @@ def complete_draft(draft: dict[str, Any]) -> dict[str, Any]:
         if not (isinstance(eos, str) and isinstance(pad, str)):
             raise UserError("draft: eos and pad: give both (one character each, not used by "
                             "the task's questions), so freeze can write the vocab")
-        extra = "".join(dict.fromkeys(c for c in eos + pad if c not in fields["characters"]))
-        vocab = fields["characters"] + extra
+        characters = _agent_characters(written, fields["characters"], eos + pad)
+        extra = "".join(dict.fromkeys(c for c in eos + pad if c not in characters))
+        vocab = characters + extra
         ordered: dict[str, Any] = {}
         for key, value in written.items():
             ordered[key] = value
@@ -204,6 +205,25 @@ def complete_draft(draft: dict[str, Any]) -> dict[str, Any]:
     if problems:
         raise UserError(f"draft: the frozen plan would be invalid: {describe_problems(problems)}")
     return written
+
+
+def _agent_characters(written: dict[str, Any], characters: str, special: str) -> str:
+    """The task's characters, and with an ``agent`` section also the tools' (their tags,
+    arguments and outputs) in sorted order after them; a section too wrong to build the
+    task with adds none (the plan's check then says what is wrong)."""
+    if "agent" not in written:
+        return characters
+    from pydantic import ValidationError
+
+    from postlab.plan.schema import Plan
+    from postlab.tasks.registry import task_for
+
+    trial = characters + "".join(dict.fromkeys(c for c in special if c not in characters))
+    try:
+        needed = task_for(Plan.of({**written, "vocab": trial})).required_characters
+    except (ValidationError, KeyError, ValueError):
+        return characters
+    return characters + "".join(sorted(set(needed) - set(characters)))
 
 
 #: Keys a derived plan sets itself; ``--set`` may not change them.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from postlab.analysis.samples import KINDS, Sample, Tally
-from postlab.render.labels import shown, stage_label
+from postlab.render.labels import shown, shown_episode, stage_label
 
 
 def samples_text(samples: Iterable[Sample] | dict[tuple[str, str], Tally],
@@ -38,7 +38,7 @@ def samples_text(samples: Iterable[Sample] | dict[tuple[str, str], Tally],
             for example in found.examples(limit):
                 end = "" if example.terminated else "  (no end mark)"
                 accepted = ", ".join(example.accepted) or "none"
-                lines.append(f"  {shown(example.prompt)}{shown(example.text):<8} right: "
+                lines.append(f"  {shown(example.prompt)}{shown_episode(example.text):<8} right: "
                              f"{example.expected!s:<4} accepted by: {accepted:<18} "
                              f"x{example.count}{end}")
     if hidden:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from postlab.analysis.results import Analysis
 from postlab.analysis.samples import CORRECT, GAMED, WRONG, Example, KindExamples
 from postlab.render.figures import Figure
-from postlab.render.labels import LABELS, brief, stage_label
+from postlab.render.labels import LABELS, brief, episode_parts, stage_label
 from postlab.render.tables import Table, build_tables
 
 STYLE = """
@@ -44,6 +44,7 @@ img { max-width: 100%; height: auto; }
            gap: 1em; }
 .answers > div { min-width: 0; overflow-x: auto; }
 code { background: #f5f5f5; padding: 0 0.2em; }
+code .tool { background: #dde7f0; border-radius: 0.2em; padding: 0 0.25em; margin: 0 0.15em; }
 .kind-gamed { color: #a33; } .kind-wrong { color: #666; } .kind-correct { color: #276b27; }
 """
 
@@ -117,13 +118,21 @@ class FirstScreen:
     notices: Sequence[str] = field(default_factory=tuple)
 
 
+def _episode_html(text: str) -> str:
+    """An answer's text; an agent episode's tool outputs set apart (a shaded span titled
+    as the tool's), so the policy's own turns read on their own."""
+    return "".join(html.escape(part) if written else
+                   f'<span class="tool" title="tool output">{html.escape(part)}</span>'
+                   for part, written in episode_parts(text))
+
+
 def _answer(example: Example, lang: str) -> str:
     esc = html.escape
     words = LABELS[lang]
     ending = "" if example.terminated else f" <span class=\"note\">{esc(words['no_eos'])}</span>"
     accepted = ", ".join(example.accepted) or "—"
     return (f"<tr><td><code title=\"{esc(example.prompt)}\">{esc(brief(example.prompt))}</code>"
-            f"</td><td><code>{esc(example.text)}"
+            f"</td><td><code>{_episode_html(example.text)}"
             f"</code>{ending}</td><td>{esc(str(example.expected))}</td><td>{esc(accepted)}</td>"
             f"<td>{example.count}</td></tr>")
 

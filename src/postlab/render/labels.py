@@ -461,6 +461,28 @@ def shown(text: str) -> str:
     return text.replace("\n", "⏎")
 
 
+def episode_parts(text: str) -> list[tuple[str, bool]]:
+    """An answer as (text, written by the policy): an agent episode's tool outputs apart
+    from its turns (their tags left off), any other answer one part."""
+    from postlab.tasks.episodes import OUTPUT_CLOSE, OUTPUT_OPEN, segments
+
+    if OUTPUT_OPEN not in text:
+        return [(text, True)]
+    try:
+        pieces = segments(text)
+    except ValueError:  # not an episode after all: shown as written
+        return [(text, True)]
+    return [(piece.text if piece.written
+             else piece.text[len(OUTPUT_OPEN):-len(OUTPUT_CLOSE)], piece.written)
+            for piece in pieces]
+
+
+def shown_episode(text: str) -> str:
+    """An answer on one line, a tool's output set apart as ``⟦tool: 7⟧``."""
+    return "".join(shown(part) if written else f" ⟦tool: {shown(part)}⟧ "
+                   for part, written in episode_parts(text))
+
+
 #: Characters of a prompt that tables and sentences show; a longer one keeps its end, where
 #: a question's operands sit ("…problem: 9 - 8 =").
 BRIEF_PROMPT = 24

@@ -5,7 +5,7 @@ from __future__ import annotations
 from postlab.analysis.findings import DOWN, UP, Finding
 from postlab.analysis.intervals import Interval
 from postlab.analysis.samples import Example
-from postlab.render.labels import FINDING_TEMPLATES, brief, shown, stage_label
+from postlab.render.labels import FINDING_TEMPLATES, brief, shown_episode, stage_label
 from postlab.tasks.contracts import describe
 
 
@@ -37,7 +37,7 @@ def _example(example: Example | None, where: str, words: dict[str, str]) -> str:
     if example is None:
         return ""
     key = "example" if where == "held_out" else "example_rollouts"
-    return words[key].format(prompt=brief(example.prompt), text=shown(example.text),
+    return words[key].format(prompt=brief(example.prompt), text=shown_episode(example.text),
                              expected=example.expected, count=example.count)
 
 
