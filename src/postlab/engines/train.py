@@ -153,10 +153,12 @@ def supervised(model: Policy, plan: Plan, seed: int,
 
 
 def reference_log_dist(reference: Policy | AdaptersOff, prompts: torch.Tensor,
-                       tokens: torch.Tensor) -> torch.Tensor:
-    """The KL anchor's log-probabilities at each response position (no gradient)."""
+                       tokens: torch.Tensor, read: Callable[..., torch.Tensor] = sequence_log_dist
+                       ) -> torch.Tensor:
+    """The KL anchor's log-probabilities at each response position (no gradient), read as
+    the policy's are (``read``: in one pass, or an episode's replay)."""
     with torch.no_grad():
-        return sequence_log_dist(reference, prompts, tokens)
+        return read(reference, prompts, tokens)
 
 
 def update_rule(plan: Plan, updates: int | None = None) -> UpdateRule:
@@ -263,8 +265,7 @@ def _update(model: Policy, reference: Policy | AdaptersOff, plan: Plan, rule: Up
     prompts = model.prompts(pairs)
     # episodes are read back by the calls that sampled them (engines.episodes)
     read = sequence_log_dist if plan.agent is None else replay_log_dist
-    with torch.no_grad():
-        reference_dist = read(reference, prompts, tokens)
+    reference_dist = reference_log_dist(reference, prompts, tokens, read)
     model.train()
     updates = policy_updates(
         rule, lambda: read(model, prompts, tokens), reference_dist, tokens, mask,

@@ -191,10 +191,10 @@ def episode_task(inner: Any, plan: Any) -> EpisodeTask:
         keys=tuple(tuple(key) for keys in plan.split.values() for key in keys))
 
 
-def episode_tokens(plan: Any, tokenizer: Any = None) -> int:
+def episode_tokens(plan: Any) -> int:
     """The most tokens one episode may hold after its prompt: every turn's token budget,
-    and each call's output block at its longest (for the step's loss normaliser, and a
-    transformer's positions)."""
+    and each call's output block at its longest (what a transformer's positions must
+    hold)."""
     from postlab.tasks.tools import MOST_OUTPUT
 
     section = plan.agent
