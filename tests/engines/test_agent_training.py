@@ -216,7 +216,11 @@ def test_the_ensemble_engine_refuses_episodes_in_one_line(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def agent_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("agent")
-    plan = write_plan(folder / "plan.json", **AGENT)
+    # two calls, so that per-call pays halves; its arm trains beside the other two
+    plan = write_plan(folder / "plan.json", **{
+        **AGENT, "agent": {"tools": ["calc"], "turns": 3, "calls": 2},
+        "arms": [*AGENT["arms"], "per-call"],
+        "rewards": {**AGENT["rewards"], "per-call": "each answered call pays a half"}})
     out = folder / "run"
     assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
                  "--quiet"]) == 0
@@ -246,6 +250,12 @@ def test_verify_runs_the_tools_again_and_a_changed_tool_fails(agent_run, capsys,
     line = next(line for line in capsys.readouterr().out.splitlines() if "tools:" in line)
     assert line.startswith("PASS") and "(calc 1)" in line
     assert int(line.split("tools: ")[1].split()[0]) > 0  # calls were made and re-run
+    assert read_record(agent_run)["tools"] == {"calc": "1"}  # the version that answered
+
+    monkeypatch.setattr(Calculator, "version", "2")  # a new version, the same answers
+    assert main(["verify", str(agent_run)]) == 0
+    warned = next(line for line in capsys.readouterr().out.splitlines() if "tools:" in line)
+    assert warned.startswith("WARN") and "calc 1 recorded, 2 installed" in warned
 
     def off_by_one(self, argument):
         return Observation(text=str(int(argument.split("+")[0]) + 1))
@@ -254,6 +264,7 @@ def test_verify_runs_the_tools_again_and_a_changed_tool_fails(agent_run, capsys,
     assert main(["verify", str(agent_run)]) != 0
     failed = next(line for line in capsys.readouterr().out.splitlines() if "tools:" in line)
     assert failed.startswith("FAIL") and "calc answers" in failed
+    assert "calc 1 recorded, 2 installed" in failed
 
 
 def rows_of_run(run: dict) -> list[str]:
@@ -271,3 +282,34 @@ def test_an_agent_run_killed_after_its_first_seed_resumes_identically(tmp_path):
 
 def test_rows_helper_reads_an_agent_record(agent_run):
     assert rows(read_record(agent_run))
+
+
+@pytest.mark.slow
+def test_a_partial_credit_contract_s_paid_yet_wrong_counts_what_it_paid(agent_run):
+    """per-call pays a fraction without accepting: the gaming share adds what it paid each
+    answer the strict contract refuses (by Arrow and by the one-by-one oracle alike), where
+    counting only full acceptance showed nothing."""
+    from postlab.analysis.findings import _GamedTally
+    from postlab.analysis.samples import iter_samples
+    from postlab.plan.frozen import load_plan
+    from postlab.records.record import load_record
+    from postlab.tasks.contracts import CONTRACTS
+
+    plan = load_plan(agent_run / "plan.json").model  # two calls: each answered pays a half
+    record = load_record(agent_run / "record.json")
+    columnar = _GamedTally(["initial"], "test", "per-call", plan).walk(record, plan)
+    oracle = _GamedTally(["initial"], "test", "per-call", plan)
+    for sample in iter_samples(record, plan):
+        oracle.add(sample)
+    assert columnar.paid == oracle.paid and columnar.total == oracle.total
+
+    task = task_for(plan)
+    by_hand: dict[int, float] = {}
+    for run in read_record(agent_run)["runs"]:
+        for a, b, text, ended in run["evaluations"]["initial"]["test"]["sampled"]:
+            expected = task.answer((a, b))
+            right = CONTRACTS["episode-strict"]((a, b), text, ended, expected)
+            paid = CONTRACTS["per-call"]((a, b), text, ended, expected)
+            by_hand[run["seed"]] = by_hand.get(run["seed"], 0.0) + (0.0 if right else paid)
+    assert columnar.paid["initial"] == pytest.approx(by_hand)
+    assert any(value % 1 for value in by_hand.values())  # halves: a fraction was counted

@@ -18,7 +18,7 @@ import numpy as np
 
 from postlab.analysis.intervals import Interval, crossed_spread, interval, rate_interval
 from postlab.analysis.results import Analysis, TrainingReward
-from postlab.analysis.samples import GAMED, Sample, Tally, judged_rows
+from postlab.analysis.samples import Sample, Tally, judged_rows
 from postlab.plan.arms import plan_contracts
 from postlab.tasks.contracts import DRAWN
 
@@ -136,13 +136,19 @@ def _reward_minus_held_out(analysis: Analysis, trained: TrainingReward, stage: s
 class _GamedTally:
     """Paid-and-wrong answers of some stages on one split, per seed, and the commonest such
     answer of each stage, counted on one walk of the sampled answers (a finding needs the
-    trained arm's and the SFT model's; each walk decodes and judges every answer)."""
+    trained arm's and the SFT model's; each walk decodes and judges every answer).
+
+    An answer the reference refuses counts by what the lenient contract pays it: 1 or 0
+    for most contracts, a fraction for a partial-credit one (``per-call`` pays a third for
+    each of three calls), so the share is the reward paid to wrong answers per answer and
+    a contract that never pays in full still shows what it paid for."""
 
     def __init__(self, stages: list[str], split: str, contract: str,
                  plan: Plan) -> None:
         self.stages, self.split, self.contract = stages, split, contract
-        self.reference = plan_contracts(plan)[0]
-        self.paid: dict[str, dict[int, int]] = {stage: {} for stage in stages}
+        self.order = plan_contracts(plan)
+        self.reference = self.order[0]
+        self.paid: dict[str, dict[int, float]] = {stage: {} for stage in stages}
         self.total: dict[str, dict[int, int]] = {stage: {} for stage in stages}
         self.gamed = {stage: Tally() for stage in stages}
 
@@ -161,9 +167,11 @@ class _GamedTally:
             return
         total, paid = self.total[sample.stage], self.paid[sample.stage]
         total[sample.seed] = total.get(sample.seed, 0) + 1
-        hit = self.contract in sample.accepted and self.reference not in sample.accepted
-        paid[sample.seed] = paid.get(sample.seed, 0) + hit
-        if sample.kind == GAMED and self.contract in sample.accepted:
+        pays = (sample.scores[self.order.index(self.contract)] if sample.scores
+                else float(self.contract in sample.accepted))
+        hit = float(pays) if self.reference not in sample.accepted else 0.0
+        paid[sample.seed] = paid.get(sample.seed, 0.0) + hit
+        if hit > 0:
             self.gamed[sample.stage].add(sample)
 
     def add_rows(self, rows: Any, plan: Plan) -> None:
@@ -173,9 +181,9 @@ class _GamedTally:
 
         rows = rows.filter(pc.and_(pc.equal(rows.column("split"), self.split),
                                    pc.equal(rows.column("decoding"), "sampled")))
-        paid = pc.and_(rows.column(f"accepted:{self.contract}"),
-                       pc.invert(rows.column(f"accepted:{self.reference}")))
-        rows = rows.append_column("paid", pc.cast(paid, pa.int64()))
+        paid = pc.if_else(rows.column(f"accepted:{self.reference}"), 0.0,
+                          pc.cast(rows.column(f"score:{self.contract}"), pa.float64()))
+        rows = rows.append_column("paid", paid)
         for stage in self.stages:
             of_stage = rows.filter(pc.equal(rows.column("stage"), stage))
             grouped = of_stage.group_by("seed", use_threads=False).aggregate(
@@ -184,9 +192,8 @@ class _GamedTally:
             total, paid_of = self.total[stage], self.paid[stage]
             for entry in grouped.to_pylist():
                 total[entry["seed"]] = total.get(entry["seed"], 0) + entry["ordinal_count"]
-                paid_of[entry["seed"]] = paid_of.get(entry["seed"], 0) + entry["paid_sum"]
-            gamed = of_stage.filter(pc.and_(pc.equal(of_stage.column("kind"), GAMED),
-                                            of_stage.column(f"accepted:{self.contract}")))
+                paid_of[entry["seed"]] = paid_of.get(entry["seed"], 0.0) + entry["paid_sum"]
+            gamed = of_stage.filter(pc.greater(of_stage.column("paid"), 0))
             self.gamed[stage].add_rows(gamed, plan)
 
     def shares(self, stage: str) -> tuple[dict[int, float], int]:
@@ -223,8 +230,8 @@ def _gaming(analysis: Analysis, record: Record, plan: Plan, stage: str,
                                 rollouts=True):
             from_rollouts.add_rows(rows.filter(pc.and_(
                 pc.and_(pc.equal(rows.column("stage"), stage),
-                        pc.equal(rows.column("kind"), GAMED)),
-                rows.column(f"accepted:{contract}"))), plan)
+                        pc.invert(rows.column(f"accepted:{plan_contracts(plan)[0]}"))),
+                pc.greater(rows.column(f"score:{contract}"), 0))), plan)
         found = from_rollouts.examples(limit=1)
         where = "rollouts"
     onsets = tuple((o.seed, o.onset) for o in analysis.hacking_onsets if o.arm == stage)

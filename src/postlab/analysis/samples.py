@@ -48,6 +48,9 @@ class Sample:
     expected: int | str  # the task's answer as shown (an integer, or an item's answer text)
     accepted: tuple[str, ...]  # the plan's contracts that accept it, in the plan's order
     kind: str
+    #: what each of the plan's contracts pays it, in the plan's order (a partial-credit
+    #: contract may pay a fraction without accepting); empty where not read
+    scores: tuple[float, ...] = ()
 
 
 def classify(accepted: Sequence[str], contracts: Sequence[str]) -> str:
@@ -86,7 +89,8 @@ def iter_samples(record: Record, plan: Plan, *,
                 continue
             if decoding is not None and place.decoding != decoding:
                 continue
-            accepted = tuple(c for c in contracts if score(row, c, answer) >= 1)
+            scores = tuple(score(row, c, answer) for c in contracts)
+            accepted = tuple(c for c, paid in zip(contracts, scores, strict=True) if paid >= 1)
             kind = classify(accepted, contracts)
             if wanted_kinds is not None and kind not in wanted_kinds:
                 continue
@@ -94,7 +98,7 @@ def iter_samples(record: Record, plan: Plan, *,
                          step=place.step, decoding=place.decoding, a=row.a, b=row.b,
                          prompt=task.prompt(row.pair), text=row.text,
                          terminated=row.terminated, expected=task.answer_value(row.pair),
-                         accepted=accepted, kind=kind)
+                         accepted=accepted, kind=kind, scores=scores)
 
 
 def judged_rows(record: Record, plan: Plan, tables: Iterable[Any] | None = None,
@@ -102,7 +106,8 @@ def judged_rows(record: Record, plan: Plan, tables: Iterable[Any] | None = None,
     """The record's answers judged, a batch of seeds at a time, as Arrow tables in record
     order (columnar: each distinct answer judged once): the columns of a :class:`Sample`
     but ``prompt`` and ``expected`` (the few distinct answers make them), an ``accepted:<c>``
-    flag per contract of the plan, and ``ordinal``, the answer's place in the record's walk.
+    flag per contract of the plan, its ``score:<c>`` (what it pays: a partial-credit
+    contract's fraction), and ``ordinal``, the answer's place in the record's walk.
     ``tables``: the record's flat tables as a reader checked them (by default the record's
     own, each seed checked first: :func:`~postlab.records.columns.record_tables`)."""
     import pyarrow as pa
@@ -138,6 +143,7 @@ def judged_rows(record: Record, plan: Plan, tables: Iterable[Any] | None = None,
                                                        "decoding", "a", "b", "text",
                                                        "terminated")}
         columns |= {f"accepted:{name}": flag for name, flag in flags.items()}
+        columns |= {f"score:{name}": rows.column(f"score:{name}") for name in contracts}
         columns["kind"] = kind
         columns["ordinal"] = pc.add(rows.column("ordinal"), offset)
         offset += rows.num_rows

@@ -286,6 +286,9 @@ class _Header(Strict):
     wall_seconds: Annotated[Any, PlainValidator(number), between(0.0, 10.0**9)] | None = None
     numerics: Numerics | None = None
     registration: Registration | None = None
+    #: an agent plan's tools and the version of each that answered its calls (verify runs
+    #: the calls again with the tools installed and names both versions where they differ)
+    tools: dict[Name, Plain] | None = None
 
 
 class Record(_Header):

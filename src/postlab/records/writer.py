@@ -34,17 +34,21 @@ from postlab.records.layout import RECORD_FILE, SUMMARY_FILE, UNNAMED_ENGINE
 from postlab.records.metrics import run_summary_for
 from postlab.records.models import Record, SeedEntry
 from postlab.records.record import summary_bytes
+from postlab.tasks.tools import tool_for
 
 
 def new_record(plan: LoadedPlan, workers: int, device: str = "cpu",
                engine: str = UNNAMED_ENGINE) -> dict[str, Any]:
     """A run's record before its first seed: the plan's hash, the engine (named only when it
-    is not the exact one), the tokenizer a BPE plan trained, and the code and machine
+    is not the exact one), the tokenizer a BPE plan trained, an agent plan's tools' versions,
+    and the code and machine
     (:func:`postlab.machine.provenance.run_provenance`); no chunk and no seed yet."""
     dtype, compute_dtype = policy_placement(plan.model)
     named = {} if engine == UNNAMED_ENGINE else {"engine": engine}
     if uses_bpe(plan.model):
         named["tokenizer_sha256"] = tokenizer_sha256(plan.model)
+    if plan.model.agent is not None:
+        named["tools"] = {name: tool_for(name).version for name in plan.model.agent.tools}
     return {"plan_sha256": plan.sha256, **named,
             **run_provenance(threads=plan.model.threads, device=device, dtype=dtype,
                              compute_dtype=compute_dtype, workers=workers),

@@ -329,6 +329,7 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
         "gaming": "{stage}: {share} of its {where} samples are paid by the {contract} contract "
                   "yet wrong{example}. {onsets}",
         "example": ", for instance {prompt}{text} where {expected} is right ({count} times)",
+        "share_partial": " (each counted by the fraction of a full reward it is paid)",
         "example_rollouts": "; in training rollouts, for instance {prompt}{text} where "
                             "{expected} is right",
         "onsets_found": "The per-step gap's change-point rule flagged an onset in {found} of "
@@ -429,6 +430,7 @@ FINDING_TEMPLATES: dict[str, dict[str, str]] = {
         "gaming": "{stage}：它的{where}采样中有 {share} 被{contract}契约奖励却是错的"
                   "{example}。{onsets}",
         "example": "，例如 {prompt}{text}，正确答案是 {expected}（出现 {count} 次）",
+        "share_partial": "（每个样本按其所得的部分奖励计）",
         "example_rollouts": "；训练采样中例如 {prompt}{text}，正确答案是 {expected}",
         "onsets_found": "逐步差距的变点规则在 {seeds} 个种子中的 {found} 个发现了起点"
                         "（{steps}）。",

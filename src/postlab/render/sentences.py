@@ -6,7 +6,7 @@ from postlab.analysis.findings import DOWN, UP, Finding
 from postlab.analysis.intervals import Interval
 from postlab.analysis.samples import Example
 from postlab.render.labels import FINDING_TEMPLATES, brief, shown_episode, stage_label
-from postlab.tasks.contracts import describe
+from postlab.tasks.contracts import PARTIAL_CREDIT, describe
 
 
 def rate_text(value: Interval, digits: int = 3) -> str:
@@ -100,6 +100,8 @@ def sentence(finding: Finding, lang: str) -> str:
         fields["standing"] = words[f"standing_{values['standing']}"].format(
             time=values.get("registered_at", ""))
     if finding.key == "gaming":
+        if values["contract"] in PARTIAL_CREDIT:  # the share counts what each answer is paid
+            fields["share"] = f"{fields['share']}{words['share_partial']}"
         fields["example"] = _example(values["example"], values["example_from"], words)
         fields["onsets"] = _onsets(values["onsets"], words)
     return words[key].format(**fields).strip()

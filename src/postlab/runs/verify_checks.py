@@ -324,8 +324,9 @@ def _digests(v: Verifying) -> Check:
 def _tools(v: Verifying) -> Check | None:
     """An agent run's every tool call is run again with fresh tools (their budgets, the
     question's answer) and must answer what the record holds; None (no line) for runs
-    without tools. The tools' versions are the plan's tools as installed now: a changed
-    tool shows here as outputs that differ."""
+    without tools. The record names the version of each tool that answered; a tool
+    installed at another version is named beside it (a warning while every output is
+    still the same, a failure where one differs)."""
     plan = v.typed
     if plan is None or plan.agent is None:
         return None
@@ -336,7 +337,11 @@ def _tools(v: Verifying) -> Check | None:
     task = task_for(plan)
     tools = list(plan.agent.tools)
     budgets = dict(plan.agent.tool_budgets or {})
+    recorded = v.record.tools or {}
     versions = ", ".join(f"{name} {tool_for(name).version}" for name in tools)
+    moved = [f"{name} {recorded[name]} recorded, {tool_for(name).version} installed"
+             for name in tools if name in recorded and recorded[name] != tool_for(name).version]
+    unnamed = [name for name in tools if name not in recorded]
     calls, problems = 0, []
     for run in v.record.runs:
         data = run.data()
@@ -353,10 +358,14 @@ def _tools(v: Verifying) -> Check | None:
                 problems += [f"seed {run.seed}, {' '.join(map(str, where))} row {index}, "
                              f"{problem}" for problem in differ]
     if problems:
-        return Check(name="tools", status="fail", detail="; ".join(problems[:3]) + (
+        return Check(name="tools", status="fail", detail="; ".join(moved + problems[:3]) + (
             f"; and {len(problems) - 3} more" if len(problems) > 3 else ""))
-    return Check(name="tools", status="pass", detail=(
-        f"{calls} tool calls run again ({versions}): every output is the tool's"))
+    detail = f"{calls} tool calls run again ({versions}): every output is the tool's"
+    if moved or unnamed:
+        named = moved + ([f"the record names no version of {', '.join(unnamed)}"]
+                         if unnamed else [])
+        return Check(name="tools", status="warn", detail=f"{detail}; {'; '.join(named)}")
+    return Check(name="tools", status="pass", detail=detail)
 
 
 @check("fingerprint", gated=True)
