@@ -4,6 +4,7 @@
                               [--steps 12]
                               [--device cpu|cuda] [--threads 1] [--sft-steps N]
                               [--sides trl,postlab,...] [--no-profile]
+                              [--breakdown] [--limits]
 
 Presets (``--preset``; ``--plan`` gives the toy preset another plan):
 
@@ -50,6 +51,10 @@ separate run, so the timed runs carry no profiler.
 What else is not matched: postlab left-pads every prompt to the plan's longest, TRL to the
 batch's longest (the presets' prompts differ by a few tokens).
 
+``--breakdown`` adds a run of postlab's side that measures where its memory goes
+(``trl_memory.py``); ``--limits`` counts both sides' FLOPs a step in runs of their own and
+sets them, and decoding, against this machine's measured limits (``trl_limits.py``).
+
 Needs the ``bench`` extra (``pip install 'postlab[bench]'``); the larger presets also the
 ``gym`` and ``bpe`` extras.
 """
@@ -57,6 +62,7 @@ Needs the ``bench`` extra (``pip install 'postlab[bench]'``); the larger presets
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import cProfile
 import hashlib
@@ -218,16 +224,23 @@ def _peak_memory(device: str) -> int:
 # --- one side per process -----------------------------------------------------------------
 
 def run_postlab(plan: Plan, weights: Path, device: str, profile: bool,
-                compact: bool = True) -> dict[str, Any]:
+                compact: bool = True, breakdown: bool = False,
+                flops: bool = False) -> dict[str, Any]:
     import torch
+    from trl_limits import counted_flops
+    from trl_memory import MemoryProbe, resident
 
+    from postlab.engines import train
     from postlab.engines.train import reinforce
 
+    runtime = resident()
     policy = _initial_policy(plan, weights, device)
     if not compact:
         policy.compact = None  # the library's forward, for comparison
     reference = copy.deepcopy(policy)
     digest = _digest(reference.model)
+    probe = (MemoryProbe(policy, reference, policy.tokenizer.vocab_size, runtime, device)
+             if breakdown else None)
     marks: list[float] = []
     start = time.perf_counter()
 
@@ -239,18 +252,49 @@ def run_postlab(plan: Plan, weights: Path, device: str, profile: bool,
     profiler = cProfile.Profile() if profile else None
     if profiler is not None:
         profiler.enable()
-    _, _, compute = reinforce(policy, reference, plan, plan.seeds[0], plan.arms[0],
-                              hook)
+    with probe.patched() if probe is not None else contextlib.nullcontext() as step_hook:
+        def both(step: int, rows: list) -> None:
+            hook(step, rows)
+            if step_hook is not None:
+                step_hook(step, rows)
+
+        decoding = _timed(train, "generate", device)
+        (_, _, compute), count = counted_flops(lambda: reinforce(
+            policy, reference, plan, plan.seeds[0], plan.arms[0], both)) if flops else (
+            reinforce(policy, reference, plan, plan.seeds[0], plan.arms[0], both), 0)
     if profiler is not None:
         profiler.disable()
+    if probe is not None:
+        return {"breakdown": probe.result(_peak_memory(device))}
+    if flops:
+        return {"flops": count}
     steps = [b - a for a, b in zip([start, *marks], marks, strict=False)]
-    result: dict[str, Any] = {"digest": digest, "steps": steps,
+    result: dict[str, Any] = {"digest": digest, "steps": steps, "decoding": decoding,
                               "tokens": compute["tokens_generated"],
                               "completions": compute["completions"],
                               "peak_memory": _peak_memory(device)}
     if profiler is not None:
         result["profile"] = _profile_shares(profiler, sum(steps))
     return result
+
+def _timed(owner: Any, name: str, device: str) -> list[float]:
+    """Seconds of each call of ``owner.name`` from now on (wrapped in place)."""
+    import torch
+
+    seconds: list[float] = []
+    original = getattr(owner, name)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        result = original(*args, **kwargs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+        return result
+
+    setattr(owner, name, timed)
+    return seconds
+
 
 #: Where a step's time goes: the outermost function of each phase (cumulative time).
 PHASES = {
@@ -303,7 +347,7 @@ def _hf_tokenizer(plan: Plan, policy: Any = None) -> Any:
                                    pad_token=plan.pad)
 
 
-def run_trl(plan: Plan, weights: Path, device: str) -> dict[str, Any]:
+def run_trl(plan: Plan, weights: Path, device: str, flops: bool = False) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -369,10 +413,16 @@ def run_trl(plan: Plan, weights: Path, device: str) -> dict[str, Any]:
                               train_dataset=dataset, processing_class=tokenizer,
                               callbacks=[Clock()])
         digest = _digest(trainer.model)
+        decoding = _timed(trainer.model, "generate", device)
         start = time.perf_counter()
+        if flops:
+            from trl_limits import counted_flops
+
+            return {"flops": counted_flops(trainer.train)[1]}
         trainer.train()
     steps = [b - a for a, b in zip([start, *marks], marks, strict=False)]
-    return {"digest": digest, "steps": steps, **sampled, "peak_memory": _peak_memory(device)}
+    return {"digest": digest, "steps": steps, **sampled, "decoding": decoding,
+            "peak_memory": _peak_memory(device)}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -382,18 +432,22 @@ def child(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     plan = Plan.of(json.loads(args.plan_json.read_text()))
+    if args.child_flops:  # one RL step, counted
+        plan = Plan.of(plan.data() | {"rl_steps": 1})
     if args.side == "trl":
-        result = run_trl(plan, args.weights, args.device)
+        result = run_trl(plan, args.weights, args.device, flops=args.child_flops)
     else:
         result = run_postlab(plan, args.weights, args.device, args.child_profile,
-                             compact=args.side == "postlab")
+                             compact=args.side == "postlab", breakdown=args.child_breakdown,
+                             flops=args.child_flops)
     print("RESULT " + json.dumps(result))
 
 
 # --- the parent: both sides, then the ratio -------------------------------------------------
 
 def _side(args: argparse.Namespace, side: str, plan_json: Path, weights: Path,
-          profile: bool = False) -> dict[str, Any]:
+          profile: bool = False, breakdown: bool = False, flops: bool = False
+          ) -> dict[str, Any]:
     from postlab.machine import numerics
 
     env = dict(os.environ, **numerics.CODE_PATHS[numerics.portable_path()].environment,
@@ -401,7 +455,9 @@ def _side(args: argparse.Namespace, side: str, plan_json: Path, weights: Path,
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     command = ([sys.executable, __file__, "--side", side, "--plan-json", str(plan_json),
                "--device", args.device, "--threads", str(args.threads),
-               "--weights", str(weights)] + (["--child-profile"] if profile else []))
+               "--weights", str(weights)] + (["--child-profile"] if profile else [])
+               + (["--child-breakdown"] if breakdown else [])
+               + (["--child-flops"] if flops else []))
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{side} side failed:\n{done.stderr[-4000:]}")
@@ -425,6 +481,7 @@ def parent(args: argparse.Namespace) -> None:
     with torch.random.fork_rng(devices=[]):
         model = build_policy(plan)
     parameters = model.parameter_count()
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, torch {torch.__version__}, device "
           f"{args.device}, {args.threads} thread(s)")
@@ -453,6 +510,10 @@ def parent(args: argparse.Namespace) -> None:
         results = {side: _side(args, side, plan_json, weights) for side in sides}
         shares = (_side(args, "postlab", plan_json, weights, profile=True)["profile"]
                   if profile else None)
+        breakdown = (_side(args, "postlab", plan_json, weights, breakdown=True)["breakdown"]
+                     if args.breakdown else None)
+        flops = ({side: _side(args, side, plan_json, weights, flops=True)["flops"]
+                  for side in ("trl", "postlab")} if args.limits else None)
     if len({result["digest"] for result in results.values()}) != 1:
         raise SystemExit("the sides did not start from the same weights")
     medians = {}
@@ -473,6 +534,19 @@ def parent(args: argparse.Namespace) -> None:
                     for side in others)
     print(f"  postlab is x{medians['trl'] / medians['postlab']:.2f} TRL's speed per RL "
           f"step{extra}; same initial weights: yes")
+    if flops is not None:
+        from trl_limits import matmul_limit, print_limits, read_bandwidth
+
+        limits = {"matmul": matmul_limit(), "bandwidth": read_bandwidth()}
+        decoding = {side: {"tokens": results[side]["tokens"],
+                           "seconds": sum(results[side]["decoding"])}
+                    for side in ("trl", "postlab")}
+        print_limits(limits, flops, {side: medians[side] for side in flops}, decoding,
+                     weight_bytes, plan.prompts_per_step * plan.group_size)
+    if breakdown is not None:
+        from trl_memory import print_breakdown
+
+        print_breakdown(breakdown, results["trl"]["peak_memory"])
     if shares is not None:
         print("where postlab's RL step spends its time (a separate run under cProfile, "
               "cumulative time, share of the step):")
@@ -494,7 +568,16 @@ def main() -> None:
                         help="comma-separated, from " + ", ".join(SIDES))
     parser.add_argument("--profile", dest="profile", action="store_true", default=None)
     parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also measure where postlab's memory goes (a separate run)")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--child-breakdown", dest="child_breakdown", action="store_true",
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--limits", action="store_true",
+                        help="also count each side's FLOPs a step (separate runs) and measure "
+                             "the machine's matmul and memory-read limits")
+    parser.add_argument("--child-flops", dest="child_flops", action="store_true",
+                        help=argparse.SUPPRESS)
     parser.add_argument("--plan-json", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--weights", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-profile", dest="child_profile", action="store_true",

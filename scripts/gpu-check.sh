@@ -49,10 +49,12 @@ done
 echo "== TRL comparison on $device"
 "$python" bench/bench_trl.py --device "$device" --steps 20
 # The size presets (a BPE of 8,192 tokens, 128-token completions, group 8; gpt2-124m is the
-# GPT-2 124M shape); they need the gym and bpe extras too.
+# GPT-2 124M shape); they need the gym and bpe extras too. Each also prints where postlab's
+# memory goes and both sides' share of the device's measured matmul limit.
 for preset in bpe-small gpt2-124m; do
   echo "== TRL comparison on $device, preset $preset"
-  "$python" bench/bench_trl.py --device "$device" --preset "$preset" --steps 10
+  "$python" bench/bench_trl.py --device "$device" --preset "$preset" --steps 10 --breakdown \
+    --limits
 done
 # SmolLM2-135M-Instruct from its GGUF: the baseline, then the GPU-sized LoRA example (4 seeds,
 # 100 RL steps of 8 prompts x group 8, 100 test questions), verified and reported, then TRL

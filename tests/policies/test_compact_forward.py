@@ -302,3 +302,65 @@ def test_hidden_padding_through_the_cache_and_shared_prompts(model):
                                         starts=starts)
             steps.append(logits[:, -1])
         assert (torch.stack(steps, 1) - expected).abs().max().item() < TOLERANCE
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_recomputed_gelu_new_has_the_written_out_form_s_bits_and_keeps_only_its_input(dtype):
+    """Values and gradients equal bit for bit; autograd keeps the input alone (the written-out
+    form keeps four more tensors of its size: tanh's output, 0.5 x, 1 + tanh, x again)."""
+    from postlab.policies.compact import gelu_new, recomputed_gelu_new
+
+    generator = torch.Generator().manual_seed(5)
+    x = (torch.randn(3, 17, 96, generator=generator) * 4).to(dtype)
+    upstream = torch.randn(3, 17, 96, generator=generator).to(dtype)
+    found = {}
+    for name, function in (("plain", gelu_new), ("recomputed", recomputed_gelu_new)):
+        leaf = x.clone().requires_grad_()
+        kept: list[torch.Tensor] = []
+
+        def pack(tensor, kept=kept):
+            kept.append(tensor)
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = function(leaf * 1)  # a non-leaf input, as the MLP's product is
+        out.backward(upstream)
+        big = {t.untyped_storage().data_ptr() for t in kept if t.numel() == x.numel()}
+        found[name] = (out.detach(), leaf.grad, len(big))
+    assert torch.equal(found["plain"][0], found["recomputed"][0])
+    assert torch.equal(found["plain"][1], found["recomputed"][1])
+    assert found["recomputed"][2] == 1 < found["plain"][2]
+    with torch.no_grad():  # no gradient wanted: the plain form, nothing kept
+        assert torch.equal(recomputed_gelu_new(x), gelu_new(x))
+
+
+def test_a_gpt2_arm_trains_the_same_bits_with_gelu_new_recomputed(monkeypatch):
+    """SFT then RL steps of a GPT-2 policy: the weights after training are the same bits
+    whether the MLP's gelu_new keeps its intermediates or recomputes them."""
+    import copy
+
+    from plans import SMALL, teaching_plan
+
+    from postlab.engines.train import reinforce, supervised
+    from postlab.plan.schema import Plan
+    from postlab.policies import build_policy
+    from postlab.policies.compact import GPT2_ACTIVATIONS, gelu_new
+
+    plan = Plan.of(teaching_plan() | SMALL | {
+        "policy": {"kind": "transformer", "architecture": "gpt2", "layers": 2, "heads": 2,
+                   "width": 32, "max_positions": 64}, "sft_steps": 20, "rl_steps": 3})
+
+    def trained() -> dict[str, torch.Tensor]:
+        torch.manual_seed(plan.seeds[0])
+        policy = build_policy(plan)
+        supervised(policy, plan, plan.seeds[0])
+        reinforce(policy, copy.deepcopy(policy), plan, plan.seeds[0], plan.arms[0])
+        return policy.state_dict()
+
+    assert build_policy(plan).model.config.activation_function == "gelu_new"
+    recomputed = trained()
+    monkeypatch.setitem(GPT2_ACTIVATIONS, "gelu_new", lambda x, ops: gelu_new(x))
+    kept = trained()
+    assert all(torch.equal(recomputed[name], kept[name]) for name in kept)
+    assert any(not torch.equal(recomputed[name], build_policy(plan).state_dict()[name])
+               for name in kept)  # training moved the weights

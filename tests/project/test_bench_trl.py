@@ -34,6 +34,36 @@ def test_the_trl_benchmark_runs_both_sides_and_prints_the_ratio(plan, profile, t
     assert list(tmp_path.iterdir()) == []  # nothing left behind
 
 
+def _row(out: str, label: str) -> list[float]:
+    [line] = [x for x in out.splitlines() if x.startswith(f"  {label} ")]
+    return [float(cell) for cell in line[len(label) + 2:].split()]
+
+
+def test_the_benchmark_breaks_postlab_s_memory_down_and_measures_the_limits(tmp_path):
+    """--breakdown: the parts measured on live tensors (Adam's two moments are twice the
+    weights, gradients are spent before the next update); --limits: both sides' counted
+    FLOPs against the measured matmul limit, and decoding against the read bandwidth."""
+    path = BENCH.parents[1] / "examples" / "transformer-llama.json"
+    done = subprocess.run([sys.executable, str(BENCH), "--plan", str(path), "--steps", "2",
+                           "--sft-steps", "20", "--no-profile", "--sides", "trl,postlab",
+                           "--breakdown", "--limits"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    weights, _ = _row(out, "weights")
+    optimizer, _ = _row(out, "optimizer state")
+    assert weights > 0 and abs(optimizer / weights - 2) < 0.2
+    assert _row(out, "gradients") == [0.0, 0.0]
+    assert _row(out, "activations kept for backward")[0] > 0 and _row(out, "KV cache")[0] > 0
+    assert "resident peak of the run:" in out and "TRL's:" in out
+    assert "GFLOP/s" in out and "GB/s" in out
+    for side in ("trl", "postlab"):
+        line = next(x for x in out.splitlines() if x.startswith(f"  {side} ") and "GFLOP a" in x)
+        assert float(line.split()[1].replace(",", "")) > 0  # FLOPs were counted
+        assert any(x.startswith(f"  {side} ") and "decoding" in x for x in out.splitlines())
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_size_preset_prints_speed_tokens_and_memory_for_both_sides(tmp_path):
     """The BPE preset: a tokenizer of 8,192 tokens trained here, 128-token completions."""
     pytest.importorskip("reasoning_gym")

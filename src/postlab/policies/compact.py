@@ -66,10 +66,51 @@ class Ops:
     #: (ids, weight, padding_idx or None): rows of ``weight``; no gradient reaches the
     #: padding row
     embedding: Callable[[torch.Tensor, torch.Tensor, int | None], torch.Tensor]
+    #: the library's written-out ``gelu_new`` (:func:`gelu_new`), or a form of it with the
+    #: same bits forward and backward
+    gelu_new: Callable[[torch.Tensor], torch.Tensor]
+
+
+def gelu_new(x: torch.Tensor) -> torch.Tensor:
+    """The library's ``gelu_new``, written out as it writes it (same operations, same bits)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
+                                       * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class _RecomputedGeluNew(torch.autograd.Function):
+    """:func:`gelu_new` that keeps only its input for the backward pass and runs the same
+    operations again there, so its values and gradients are the written-out form's bit for
+    bit while the four intermediate tensors autograd would keep are never held.
+
+    Why: those intermediates (tanh's output, ``0.5 * x``, ``1 + tanh``, each as large as
+    the MLP's hidden layer) were 450 of the 1,113 MiB of activations a GPT-2 124M update
+    kept for backward (``bench/bench_trl.py --preset gpt2-124m --breakdown``, 2026-12-07).
+    Recomputing them is element-wise work, a few per cent of the MLP's matrix products."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return gelu_new(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            again = x.detach().requires_grad_()
+            (found,) = torch.autograd.grad(gelu_new(again), again, grad)
+        return found
+
+
+def recomputed_gelu_new(x: torch.Tensor) -> torch.Tensor:
+    """:func:`gelu_new`, recomputed in the backward pass where a gradient is wanted."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _RecomputedGeluNew.apply(x)
+    return gelu_new(x)
 
 
 LIBRARY_OPS = Ops(silu=F.silu, gelu_tanh=lambda x: F.gelu(x, approximate="tanh"),
-                  embedding=lambda ids, weight, pad: F.embedding(ids, weight, padding_idx=pad))
+                  embedding=lambda ids, weight, pad: F.embedding(ids, weight, padding_idx=pad),
+                  gelu_new=recomputed_gelu_new)
 
 
 COMPACT_FORWARDS: Registry[CompactForward] = Registry("compact forward")
@@ -151,15 +192,9 @@ def _gpt2_supports(config: Any) -> bool:
             and not getattr(config, "pruned_heads", None))
 
 
-def gelu_new(x: torch.Tensor) -> torch.Tensor:
-    """The library's ``gelu_new``, written out as it writes it (same operations, same bits)."""
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
-                                       * (x + 0.044715 * torch.pow(x, 3.0))))
-
-
 #: GPT-2 activations by configuration name: the tanh approximation of GELU, two ways.
 GPT2_ACTIVATIONS: dict[str, Callable[[torch.Tensor, Ops], torch.Tensor]] = {
-    "gelu_new": lambda x, ops: gelu_new(x),
+    "gelu_new": lambda x, ops: ops.gelu_new(x),
     "gelu_pytorch_tanh": lambda x, ops: ops.gelu_tanh(x),
 }
 
