@@ -47,6 +47,8 @@ def tensors_in(value: Any) -> Iterator[torch.Tensor]:
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from tensors_in(item)
+    elif hasattr(value, "buffers") and isinstance(value.buffers, list):  # a static cache
+        yield from tensors_in(value.buffers)
     elif hasattr(value, "layers"):  # a transformers Cache
         for layer in value.layers:
             yield from tensors_in([getattr(layer, "keys", None), getattr(layer, "values", None)])

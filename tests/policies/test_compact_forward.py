@@ -364,3 +364,35 @@ def test_a_gpt2_arm_trains_the_same_bits_with_gelu_new_recomputed(monkeypatch):
     assert all(torch.equal(recomputed[name], kept[name]) for name in kept)
     assert any(not torch.equal(recomputed[name], build_policy(plan).state_dict()[name])
                for name in kept)  # training moved the weights
+
+
+@pytest.mark.parametrize("architecture", ["gpt2", "llama"])
+def test_decoding_into_a_static_cache_gives_the_same_bits(architecture):
+    """Keys written in place into buffers sized once, attention reading the filled prefix:
+    every step's logits equal those of the cache concatenated anew, bit for bit; a cache
+    asked to hold more than it was sized for says so."""
+    from plans import SMALL, teaching_plan
+
+    from postlab.plan.schema import Plan
+    from postlab.policies import build_policy
+    from postlab.policies.compact import StaticKeyValues
+
+    policy = {"kind": "transformer", "architecture": architecture, "layers": 2, "heads": 2,
+              "width": 32, "max_positions": 64,
+              **({"intermediate": 64} if architecture == "llama" else {})}
+    plan = Plan.of(teaching_plan() | SMALL | {"policy": policy})
+    torch.manual_seed(3)
+    model = build_policy(plan).eval()
+    prompts = model.prompts([(3, 4), (2, 9), (0, 0)])
+    steps = torch.randint(0, 10, (3, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        _, grown = model.start(prompts)
+        _, static = model.start(prompts)
+        static = model.reserve(static, steps.shape[1])
+        assert isinstance(static[0], StaticKeyValues)
+        for column in steps.T:
+            theirs, grown = model.advance(column[:, None], grown)
+            ours, static = model.advance(column[:, None], static)
+            assert torch.equal(ours, theirs)
+        with pytest.raises(ValueError, match="capacity"):
+            model.advance(steps[:, :1], static)

@@ -39,8 +39,10 @@ def test_every_benchmark_has_its_page_and_its_history():
              "bench_ensemble_scale.py": "ensemble-scale", "bench_estimate.py": "estimate",
              "bench_records.py": "records", "bench_sweep.py": "sweep", "bench_trl.py": "trl",
              "bench_verify.py": "verify", "columnar_vs_oracle.py": "columnar-vs-oracle",
-             "interval_coverage.py": "interval-coverage", "stress_exit.py": "stress-exit"}
-    helpers = {"assemble_records.py"}  # no page: bench_records.py's page says what it is for
+             "interval_coverage.py": "interval-coverage", "stress_exit.py": "stress-exit",
+             "bench_kv_cache.py": "kv-cache"}
+    # no page of their own: the page of the benchmark they serve says what they are for
+    helpers = {"assemble_records.py", "trl_memory.py", "trl_limits.py"}
     assert {p.name for p in (ROOT / "bench").glob("*.py")} == set(pages) | helpers
     nav = (ROOT / "mkdocs.yml").read_text()
     index = (ROOT / "docs" / "benchmarks" / "index.md").read_text()

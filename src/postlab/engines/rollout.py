@@ -38,6 +38,7 @@ def generate_after(model: Policy, prompts: torch.Tensor, max_new_tokens: int,
     tokenizer = model.tokenizer
     with forward_context(model):
         logits, cache = model.start(prompts)
+    cache = model.reserve(cache, max_new_tokens)
 
     def advance(chosen: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
         with forward_context(model):

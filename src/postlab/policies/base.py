@@ -131,6 +131,12 @@ class Policy(nn.Module, ABC):
     def advance(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
         """Read ``tokens`` (batch, time) after ``cache``; return next logits and a new cache."""
 
+    def reserve(self, cache: Any, positions: int) -> Any:
+        """``cache`` (from :meth:`start`) made ready for ``positions`` more tokens, where a
+        kind can hold them in place (a transformer's static KV cache); the same cache where
+        there is nothing to gain (a GRU's state does not grow)."""
+        return cache
+
     def repeat_cache(self, cache: Any, times: int) -> Any | None:
         """``cache`` with each sequence's entry repeated ``times`` times in a row (as
         ``repeat_interleave`` over its sequences), so that many continuations of each prefix

@@ -171,16 +171,63 @@ def padded_view(queries: int, past: int, starts: torch.Tensor
     return positions, visible[:, None]
 
 
-def _extend(past: KeyValues | None, layer: int, k: torch.Tensor,
+class StaticKeyValues:
+    """Keys and values held in buffers sized once for a decode's longest sequence: each
+    step writes its keys in place and attention reads the filled prefix, instead of
+    concatenating every layer's whole cache into a new tensor at every token (which copied
+    the cache once per token and left the allocator a new size each time).
+
+    A forward given one extends it in place and returns it (:func:`_extend`, ``finish``)."""
+
+    def __init__(self, past: KeyValues, more: int) -> None:
+        """``past``'s keys and values, with room for ``more`` positions after them."""
+        self.length = past[0][0].shape[2]
+        capacity = self.length + more
+        self.buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for k, v in past:
+            keys = k.new_empty(*k.shape[:2], capacity, k.shape[3])
+            values = v.new_empty(*v.shape[:2], capacity, v.shape[3])
+            keys[:, :, :self.length] = k
+            values[:, :, :self.length] = v
+            self.buffers.append((keys, values))
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``layer``'s new keys and values after the filled prefix; the whole prefix."""
+        keys, values = self.buffers[layer]
+        end = self.length + k.shape[2]
+        if end > keys.shape[2]:
+            raise ValueError(f"position {end} is past the cache's capacity {keys.shape[2]}")
+        keys[:, :, self.length:end] = k
+        values[:, :, self.length:end] = v
+        return keys[:, :, :end], values[:, :, :end]
+
+    def finish(self, time: int) -> StaticKeyValues:
+        """Every layer has written ``time`` new positions."""
+        self.length += time
+        return self
+
+
+def _extend(past: KeyValues | StaticKeyValues | None, layer: int, k: torch.Tensor,
             v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if past is None:
         return k, v
+    if isinstance(past, StaticKeyValues):
+        return past.write(layer, k, v)
     old_k, old_v = past[layer]
     return torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
 
 
-def _past_length(past: KeyValues | None) -> int:
+def _past_length(past: KeyValues | StaticKeyValues | None) -> int:
+    if isinstance(past, StaticKeyValues):
+        return past.length
     return 0 if past is None else past[0][0].shape[2]
+
+
+def _finished(past: KeyValues | StaticKeyValues | None, cache: KeyValues,
+              time: int) -> KeyValues | StaticKeyValues:
+    """The cache a forward returns: its own list, or the static cache it extended."""
+    return past.finish(time) if isinstance(past, StaticKeyValues) else cache
 
 
 # --- GPT-2 ----------------------------------------------------------------------------------
@@ -245,7 +292,8 @@ def _gpt2_run(model: Any, ids: torch.Tensor, past: KeyValues | None,
         x = x + _conv1d(block.mlp.c_proj, activation(_conv1d(block.mlp.c_fc, h), ops))
     x = F.layer_norm(x, x.shape[-1:], body.ln_f.weight, body.ln_f.bias, body.ln_f.eps)
     head = model.lm_head
-    return (head(x) if _adapted(head) else F.linear(x, head.weight)), cache
+    return (head(x) if _adapted(head) else F.linear(x, head.weight)), _finished(past, cache,
+                                                                               time)
 
 
 COMPACT_FORWARDS.register("gpt2")(CompactForward(supports=_gpt2_supports, run=_gpt2_run))
@@ -313,7 +361,7 @@ def _llama_run(model: Any, ids: torch.Tensor, past: KeyValues | None,
         h = _rms_norm(layer.post_attention_layernorm, x)
         mlp = layer.mlp
         x = x + mlp.down_proj(ops.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
-    return model.lm_head(_rms_norm(body.norm, x)), cache
+    return model.lm_head(_rms_norm(body.norm, x)), _finished(past, cache, time)
 
 
 COMPACT_FORWARDS.register("llama")(CompactForward(supports=_llama_supports, run=_llama_run))

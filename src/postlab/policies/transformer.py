@@ -37,6 +37,7 @@ from postlab.policies.base import (
 )
 from postlab.policies.compact import (
     COMPACT_FORWARDS,
+    StaticKeyValues,
     compact_forward_for,
     continuation_logits,
     leading_padding,
@@ -170,6 +171,16 @@ class CausalLMPolicy(Policy):
                                          prompt_tokens, self._pad())
             logits = self.logits(logits)
         return logits, (cache, starts)
+
+    def reserve(self, cache: Any, positions: int) -> Any:
+        """The compact forward's keys and values moved into buffers that hold ``positions``
+        more tokens (:class:`~postlab.policies.compact.StaticKeyValues`): decoding then
+        writes each token's keys in place instead of concatenating the cache anew. The
+        library's own cache is left as it is."""
+        inner, starts = cache
+        if self.compact is None:
+            return cache
+        return StaticKeyValues(inner, positions), starts
 
     def advance(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
         """The cache is the compact forward's keys/values, or the library's past key/values
