@@ -465,6 +465,19 @@ def _side(args: argparse.Namespace, side: str, plan_json: Path, weights: Path,
     return json.loads(line.removeprefix("RESULT "))
 
 
+def _print_limits(results: dict[str, Any], flops: dict[str, int], medians: dict[str, float],
+                  weight_bytes: int, batch: int) -> None:
+    """Measure this machine's limits now (after the sides ran) and set both sides against
+    them."""
+    from trl_limits import matmul_limit, print_limits, read_bandwidth
+
+    limits = {"matmul": matmul_limit(), "bandwidth": read_bandwidth()}
+    decoding = {side: {"tokens": results[side]["tokens"],
+                       "seconds": sum(results[side]["decoding"])} for side in flops}
+    print_limits(limits, flops, {side: medians[side] for side in flops}, decoding,
+                 weight_bytes, batch)
+
+
 def parent(args: argparse.Namespace) -> None:
     import torch
 
@@ -535,14 +548,8 @@ def parent(args: argparse.Namespace) -> None:
     print(f"  postlab is x{medians['trl'] / medians['postlab']:.2f} TRL's speed per RL "
           f"step{extra}; same initial weights: yes")
     if flops is not None:
-        from trl_limits import matmul_limit, print_limits, read_bandwidth
-
-        limits = {"matmul": matmul_limit(), "bandwidth": read_bandwidth()}
-        decoding = {side: {"tokens": results[side]["tokens"],
-                           "seconds": sum(results[side]["decoding"])}
-                    for side in ("trl", "postlab")}
-        print_limits(limits, flops, {side: medians[side] for side in flops}, decoding,
-                     weight_bytes, plan.prompts_per_step * plan.group_size)
+        _print_limits(results, flops, medians, weight_bytes,
+                      plan.prompts_per_step * plan.group_size)
     if breakdown is not None:
         from trl_memory import print_breakdown
 

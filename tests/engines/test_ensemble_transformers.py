@@ -189,10 +189,12 @@ def test_a_member_s_logits_and_gradients_do_not_depend_on_its_company(family):
 
 
 def test_member_operations_do_not_depend_on_the_tensor_around_them():
-    """SiLU and tanh-GELU of a member's slice are the same bits whatever follows it, and agree
-    with torch's fused forms to rounding."""
+    """The gated SiLU unit and tanh-GELU of a member's slice are the same bits whatever
+    follows it, and agree with torch's fused forms to rounding."""
     x = torch.randn(4099, generator=torch.Generator().manual_seed(3)) * 4
-    for op, fused in ((MEMBER_OPS.silu, torch.nn.functional.silu),
+    up = torch.randn(4099, generator=torch.Generator().manual_seed(4))
+    for op, fused in ((lambda v: MEMBER_OPS.gated(v, up[:len(v)]),
+                       lambda v: torch.nn.functional.silu(v) * up[:len(v)]),
                       (MEMBER_OPS.gelu_tanh,
                        lambda v: torch.nn.functional.gelu(v, approximate="tanh"))):
         whole = op(x)

@@ -308,7 +308,10 @@ def test_hidden_padding_through_the_cache_and_shared_prompts(model):
 def test_recomputed_gelu_new_has_the_written_out_form_s_bits_and_keeps_only_its_input(dtype):
     """Values and gradients equal bit for bit; autograd keeps the input alone (the written-out
     form keeps four more tensors of its size: tanh's output, 0.5 x, 1 + tanh, x again)."""
-    from postlab.policies.compact import gelu_new, recomputed_gelu_new
+    from postlab.policies.compact import gelu_new, recomputed
+
+    def recomputed_gelu_new(x):
+        return recomputed(gelu_new, x)
 
     generator = torch.Generator().manual_seed(5)
     x = (torch.randn(3, 17, 96, generator=generator) * 4).to(dtype)
@@ -334,36 +337,46 @@ def test_recomputed_gelu_new_has_the_written_out_form_s_bits_and_keeps_only_its_
         assert torch.equal(recomputed_gelu_new(x), gelu_new(x))
 
 
-def test_a_gpt2_arm_trains_the_same_bits_with_gelu_new_recomputed(monkeypatch):
-    """SFT then RL steps of a GPT-2 policy: the weights after training are the same bits
-    whether the MLP's gelu_new keeps its intermediates or recomputes them."""
+@pytest.mark.parametrize("architecture", ["gpt2", "llama", "llama-lora"])
+def test_an_arm_trains_the_same_bits_with_its_mlp_recomputed(architecture, monkeypatch):
+    """SFT then RL steps: the weights after training are the same bits whether the MLP's
+    element-wise unit (GPT-2's gelu_new, Llama's silu(gate) * up, with LoRA adapters on the
+    projections too) keeps its intermediates or recomputes them in the backward pass."""
     import copy
 
     from plans import SMALL, teaching_plan
 
     from postlab.engines.train import reinforce, supervised
     from postlab.plan.schema import Plan
-    from postlab.policies import build_policy
-    from postlab.policies.compact import GPT2_ACTIVATIONS, gelu_new
+    from postlab.policies import build_policy, compact
 
-    plan = Plan.of(teaching_plan() | SMALL | {
-        "policy": {"kind": "transformer", "architecture": "gpt2", "layers": 2, "heads": 2,
-                   "width": 32, "max_positions": 64}, "sft_steps": 20, "rl_steps": 3})
+    policy = {"kind": "transformer", "architecture": architecture.split("-")[0],
+              "layers": 2, "heads": 2, "width": 32, "max_positions": 64,
+              **({"intermediate": 64} if architecture.startswith("llama") else {})}
+    lora = ({"lora": {"rank": 4, "alpha": 8, "dropout": 0.0,
+                      "target_modules": ["gate_proj", "up_proj"]}}
+            if architecture.endswith("lora") else {})
+    plan = Plan.of(teaching_plan() | SMALL | {"policy": policy, "sft_steps": 20,
+                                               "rl_steps": 3} | lora)
 
     def trained() -> dict[str, torch.Tensor]:
         torch.manual_seed(plan.seeds[0])
-        policy = build_policy(plan)
-        supervised(policy, plan, plan.seeds[0])
-        reinforce(policy, copy.deepcopy(policy), plan, plan.seeds[0], plan.arms[0])
-        return policy.state_dict()
+        model = build_policy(plan)
+        supervised(model, plan, plan.seeds[0])
+        reinforce(model, model.reference_policy(), plan, plan.seeds[0], plan.arms[0])
+        return copy.deepcopy(model.state_dict())
 
-    assert build_policy(plan).model.config.activation_function == "gelu_new"
+    calls = []
+    plain = compact.recomputed
+    monkeypatch.setattr(compact, "recomputed", lambda f, *x: calls.append(f) or plain(f, *x))
     recomputed = trained()
-    monkeypatch.setitem(GPT2_ACTIVATIONS, "gelu_new", lambda x, ops: gelu_new(x))
+    assert calls  # the training went through the recomputing unit
+    monkeypatch.setattr(compact, "recomputed", lambda f, *x: f(*x))
     kept = trained()
     assert all(torch.equal(recomputed[name], kept[name]) for name in kept)
-    assert any(not torch.equal(recomputed[name], build_policy(plan).state_dict()[name])
-               for name in kept)  # training moved the weights
+    torch.manual_seed(plan.seeds[0])
+    initial = build_policy(plan).state_dict()
+    assert any(not torch.equal(kept[name], initial[name]) for name in kept)  # it trained
 
 
 @pytest.mark.parametrize("architecture", ["gpt2", "llama"])

@@ -61,7 +61,6 @@ class Ops:
     so with the library's operations one member's numbers would depend on its company.
     """
 
-    silu: Callable[[torch.Tensor], torch.Tensor]
     gelu_tanh: Callable[[torch.Tensor], torch.Tensor]
     #: (ids, weight, padding_idx or None): rows of ``weight``; no gradient reaches the
     #: padding row
@@ -69,6 +68,8 @@ class Ops:
     #: the library's written-out ``gelu_new`` (:func:`gelu_new`), or a form of it with the
     #: same bits forward and backward
     gelu_new: Callable[[torch.Tensor], torch.Tensor]
+    #: Llama's gated MLP unit silu(gate) * up, from the gate's and the up projection's outputs
+    gated: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def gelu_new(x: torch.Tensor) -> torch.Tensor:
@@ -77,40 +78,55 @@ def gelu_new(x: torch.Tensor) -> torch.Tensor:
                                        * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-class _RecomputedGeluNew(torch.autograd.Function):
-    """:func:`gelu_new` that keeps only its input for the backward pass and runs the same
-    operations again there, so its values and gradients are the written-out form's bit for
-    bit while the four intermediate tensors autograd would keep are never held.
+class _Recomputed(torch.autograd.Function):
+    """``function(*inputs)`` that keeps only its inputs for the backward pass and runs the
+    same operations again there: its values and gradients are the plain call's bit for bit
+    (the same operations, and the same backward graph, run on the same values), while the
+    intermediate tensors autograd would keep are never held.
 
-    Why: those intermediates (tanh's output, ``0.5 * x``, ``1 + tanh``, each as large as
-    the MLP's hidden layer) were 450 of the 1,113 MiB of activations a GPT-2 124M update
-    kept for backward (``bench/bench_trl.py --preset gpt2-124m --breakdown``, 2026-12-07).
-    Recomputing them is element-wise work, a few per cent of the MLP's matrix products."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x)
-        return gelu_new(x)
+    Why: element-wise chains keep one tensor per step. ``gelu_new``'s intermediates (tanh's
+    output, ``0.5 * x``, ``1 + tanh``, each as large as the MLP's hidden layer) were 450 of
+    the 1,113 MiB of activations a GPT-2 124M update kept for backward, and Llama's
+    ``silu(gate)`` is a third tensor beside the gate and up projections
+    (``bench/bench_trl.py --breakdown``, 2026-12-07). Recomputing them is element-wise
+    work, a few per cent of the MLP's matrix products."""
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        (x,) = ctx.saved_tensors
+    def forward(ctx: Any, function: Callable[..., torch.Tensor],
+                *inputs: torch.Tensor) -> torch.Tensor:
+        ctx.function = function
+        ctx.save_for_backward(*inputs)
+        return function(*inputs)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        inputs = ctx.saved_tensors
+        wanted = ctx.needs_input_grad[1:]
         with torch.enable_grad():
-            again = x.detach().requires_grad_()
-            (found,) = torch.autograd.grad(gelu_new(again), again, grad)
-        return found
+            again = [x.detach().requires_grad_(want) for x, want in zip(inputs, wanted,
+                                                                        strict=True)]
+            found = iter(torch.autograd.grad(
+                ctx.function(*again), [x for x in again if x.requires_grad], grad))
+        return (None, *(next(found) if want else None for want in wanted))
 
 
-def recomputed_gelu_new(x: torch.Tensor) -> torch.Tensor:
-    """:func:`gelu_new`, recomputed in the backward pass where a gradient is wanted."""
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _RecomputedGeluNew.apply(x)
-    return gelu_new(x)
+def recomputed(function: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> torch.Tensor:
+    """``function(*inputs)``, recomputed in the backward pass where a gradient is wanted
+    (:class:`_Recomputed`); a plain call otherwise."""
+    if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
+        return _Recomputed.apply(function, *inputs)
+    return function(*inputs)
 
 
-LIBRARY_OPS = Ops(silu=F.silu, gelu_tanh=lambda x: F.gelu(x, approximate="tanh"),
+def silu_gate(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """Llama's gated unit, as the library computes it: silu(gate) * up."""
+    return F.silu(gate) * up
+
+
+LIBRARY_OPS = Ops(gelu_tanh=lambda x: F.gelu(x, approximate="tanh"),
                   embedding=lambda ids, weight, pad: F.embedding(ids, weight, padding_idx=pad),
-                  gelu_new=recomputed_gelu_new)
+                  gelu_new=lambda x: recomputed(gelu_new, x),
+                  gated=lambda gate, up: recomputed(silu_gate, gate, up))
 
 
 COMPACT_FORWARDS: Registry[CompactForward] = Registry("compact forward")
@@ -360,7 +376,7 @@ def _llama_run(model: Any, ids: torch.Tensor, past: KeyValues | None,
         x = x + attention.o_proj(_attend(q, keys, values, visible, attention.scaling))
         h = _rms_norm(layer.post_attention_layernorm, x)
         mlp = layer.mlp
-        x = x + mlp.down_proj(ops.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+        x = x + mlp.down_proj(ops.gated(mlp.gate_proj(h), mlp.up_proj(h)))
     return model.lm_head(_rms_norm(body.norm, x)), _finished(past, cache, time)
 
 

@@ -112,8 +112,8 @@ def _member_embedding(ids: torch.Tensor, weight: torch.Tensor,
 
 
 #: The operations a transformer member runs with: none depends on its company.
-MEMBER_OPS = Ops(silu=_member_silu, gelu_tanh=_member_gelu_tanh, embedding=_member_embedding,
-                 gelu_new=gelu_new)
+MEMBER_OPS = Ops(gelu_tanh=_member_gelu_tanh, embedding=_member_embedding,
+                 gelu_new=gelu_new, gated=lambda gate, up: _member_silu(gate) * up)
 
 
 class _Forward(nn.Module):
