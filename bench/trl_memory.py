@@ -107,10 +107,13 @@ class MemoryProbe:
                     if p.untyped_storage().data_ptr()
                     not in {q.untyped_storage().data_ptr() for q in self.policy.parameters()}]
         state = []
-        if self.optimizer is not None:
-            for entry in getattr(self.optimizer, "_state", []) or []:
-                if entry is not None:
-                    state += [t for t in entry if isinstance(t, torch.Tensor)]
+        if self.optimizer is not None:  # postlab's CPU Adam, or torch.optim's on a GPU
+            entries = (list(self.optimizer.state.values())
+                       if isinstance(self.optimizer, torch.optim.Optimizer)
+                       else getattr(self.optimizer, "_state", []))
+            for entry in entries:
+                values = entry.values() if isinstance(entry, dict) else entry or []
+                state += [t for t in values if isinstance(t, torch.Tensor) and t.dim() > 0]
         return {"runtime": self.runtime, "weights": weights,
                 "reference model": storage_bytes(separate),
                 "gradients": storage_bytes(p.grad for p in self.policy.parameters()),
