@@ -296,24 +296,29 @@ def _timed(owner: Any, name: str, device: str) -> list[float]:
     return seconds
 
 
-#: Where a step's time goes: the outermost function of each phase (cumulative time).
-PHASES = {
-    "rollout decoding (KV cache)": ("postlab/engines/rollout.py", "generate"),
-    "rows from tokens": ("postlab/engines/rollout.py", "to_rows"),
-    "contract scoring": ("postlab/engines/train.py", "rewards_of"),
-    "forward passes (policy and reference)": ("postlab/engines/train.py", "sequence_log_dist"),
-    "backward": ("torch/_tensor.py", "backward"),
-    "Adam step": ("torch/optim/optimizer.py", "wrapper"),
-    "gradient clipping": ("torch/nn/utils/clip_grad.py", "_no_grad_wrapper"),
+#: Where a step's time goes: the outermost function of each phase (cumulative time), as
+#: (file, function) pairs, any of which counts.
+PHASES: dict[str, tuple[tuple[str, str], ...]] = {
+    "rollout decoding (KV cache)": (("postlab/engines/rollout.py", "generate"),),
+    "rows from tokens": (("postlab/engines/rollout.py", "to_rows"),),
+    "contract scoring": (("postlab/engines/train.py", "rewards_of"),),
+    "forward passes (policy and reference)": (("postlab/engines/train.py",
+                                               "sequence_log_dist"),),
+    "backward": (("torch/_tensor.py", "backward"),),
+    # postlab's own Adam on the CPU, torch.optim's elsewhere
+    "Adam step": (("postlab/engines/optim.py", "step"),
+                  ("torch/optim/optimizer.py", "wrapper")),
+    "gradient clipping": (("torch/nn/utils/clip_grad.py", "_no_grad_wrapper"),),
 }
 
 
 def _profile_shares(profiler: cProfile.Profile, total: float) -> dict[str, float]:
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     shares: dict[str, float] = {}
-    for label, (file, function) in PHASES.items():
+    for label, places in PHASES.items():
         seconds = sum(entry[3] for (path, _, name), entry in stats.items()
-                      if path.endswith(file) and name == function)
+                      if any(path.endswith(file) and name == function
+                             for file, function in places))
         shares[label] = seconds / total
     shares["everything else (losses, statistics, Python)"] = 1 - sum(shares.values())
     return shares
