@@ -285,6 +285,8 @@ def _timed(owner: Any, name: str, device: str) -> list[float]:
     original = getattr(owner, name)
 
     def timed(*args: Any, **kwargs: Any) -> Any:
+        if device == "cuda":  # earlier work still queued is not this call's
+            torch.cuda.synchronize()
         start = time.perf_counter()
         result = original(*args, **kwargs)
         if device == "cuda":
@@ -471,12 +473,12 @@ def _side(args: argparse.Namespace, side: str, plan_json: Path, weights: Path,
 
 
 def _print_limits(results: dict[str, Any], flops: dict[str, int], medians: dict[str, float],
-                  weight_bytes: int, batch: int) -> None:
+                  weight_bytes: int, batch: int, device: str) -> None:
     """Measure this machine's limits now (after the sides ran) and set both sides against
     them."""
     from trl_limits import matmul_limit, print_limits, read_bandwidth
 
-    limits = {"matmul": matmul_limit(), "bandwidth": read_bandwidth()}
+    limits = {"matmul": matmul_limit(device), "bandwidth": read_bandwidth(device)}
     decoding = {side: {"tokens": results[side]["tokens"],
                        "seconds": sum(results[side]["decoding"])} for side in flops}
     print_limits(limits, flops, {side: medians[side] for side in flops}, decoding,
@@ -554,7 +556,7 @@ def parent(args: argparse.Namespace) -> None:
           f"step{extra}; same initial weights: yes")
     if flops is not None:
         _print_limits(results, flops, medians, weight_bytes,
-                      plan.prompts_per_step * plan.group_size)
+                      plan.prompts_per_step * plan.group_size, args.device)
     if breakdown is not None:
         from trl_memory import print_breakdown
 

@@ -3,9 +3,10 @@
 Used by ``bench_trl.py``:
 
 * **matmul limit**: the best float32 matrix-product rate this process reaches on square
-  products (1,024 to 3,072; best of several calls each), on the bench's thread count;
-* **read bandwidth**: the best rate at which it sums a 1 GiB tensor (every byte read once),
-  the limit of a decoding step that reads every weight once per token;
+  products (1,024 to 3,072, and 8,192 on a GPU; best of several calls each) on the bench's
+  device, on its thread count on the CPU;
+* **read bandwidth**: the best rate at which it sums a 1 GiB tensor there (every byte read
+  once), the limit of a decoding step that reads every weight once per token;
 * **FLOPs of a step**: counted, not estimated, by ``torch.utils.flop_counter`` while one
   RL step runs (generation, the policy's forward and backward passes, the reference's
   forward pass; the optimizer's element-wise work is not matrix arithmetic and is not
@@ -21,32 +22,41 @@ from typing import Any
 import torch
 
 
-def _best(run: Callable[[], Any], repeats: int) -> float:
+def _best(run: Callable[[], Any], repeats: int, device: str) -> float:
+    """The shortest of ``repeats`` timed calls (a GPU's queue drained before and after)."""
     best = float("inf")
     for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
         start = time.perf_counter()
         run()
+        if device == "cuda":
+            torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
     return best
 
 
-def matmul_limit(sizes: tuple[int, ...] = (1024, 2048, 3072), repeats: int = 4) -> float:
-    """FLOP/s: the best float32 square matrix product rate on this process's threads."""
+def matmul_limit(device: str = "cpu", sizes: tuple[int, ...] = (1024, 2048, 3072),
+                 repeats: int = 4) -> float:
+    """FLOP/s: the best float32 square matrix product rate on ``device`` (on the CPU, with
+    this process's threads; on a GPU, as torch's float32 settings have it)."""
     rates = []
     generator = torch.Generator().manual_seed(0)
+    sizes = sizes if device == "cpu" else (*sizes, 8192)  # a GPU needs larger products
     for n in sizes:
-        a = torch.randn(n, n, generator=generator)
-        b = torch.randn(n, n, generator=generator)
+        a = torch.randn(n, n, generator=generator).to(device)
+        b = torch.randn(n, n, generator=generator).to(device)
         torch.mm(a, b)  # warm
-        rates.append(2 * n**3 / _best(lambda a=a, b=b: torch.mm(a, b), repeats))
+        rates.append(2 * n**3 / _best(lambda a=a, b=b: torch.mm(a, b), repeats, device))
     return max(rates)
 
 
-def read_bandwidth(gib: float = 1.0, repeats: int = 4) -> float:
-    """Bytes/s: the best rate at which a sum reads a float32 tensor of ``gib`` GiB."""
-    x = torch.ones(int(gib * 2**30) // 4)
+def read_bandwidth(device: str = "cpu", gib: float = 1.0, repeats: int = 4) -> float:
+    """Bytes/s: the best rate at which a sum reads a float32 tensor of ``gib`` GiB on
+    ``device``."""
+    x = torch.ones(int(gib * 2**30) // 4, device=device)
     x.sum()
-    return x.numel() * 4 / _best(x.sum, repeats)
+    return x.numel() * 4 / _best(x.sum, repeats, device)
 
 
 def counted_flops(run: Callable[[], Any]) -> tuple[Any, int]:

@@ -10,7 +10,8 @@ optimizer's state exists):
   storages left out), split into the full-vocabulary ones (logits, log-probabilities, the
   exact KL's and the entropy's terms: last dimension the vocabulary) and the rest (the
   activations the network keeps for its backward pass); the reference's log-probabilities
-  are the tensor the update reads.
+  are the tensor the update reads. The gradients, made by the backward pass and dropped
+  after the optimizer's step, are read at that step and shown on a line of their own.
 * **decoding**: after the rollout's last token, with the KV cache (the keys and values
   the policy's ``advance`` returned last) and the rollout's token rows.
 
@@ -86,6 +87,7 @@ class MemoryProbe:
         self.update: dict[str, int] | None = None
         self.decoding: dict[str, int] | None = None
         self.peak_resident = 0
+        self.gradients_at_step: int | None = None
 
     # -- what autograd keeps ----------------------------------------------------------------
 
@@ -167,8 +169,17 @@ class MemoryProbe:
             return probe.reference_dist
 
         def adam_for(*args: Any, **kwargs: Any) -> Any:
-            probe.optimizer = original_adam(*args, **kwargs)
-            return probe.optimizer
+            optimizer = probe.optimizer = original_adam(*args, **kwargs)
+            step = optimizer.step
+
+            def stepped() -> None:  # the gradients, live from the backward pass to here
+                if probe.steps >= 1 and probe.gradients_at_step is None:
+                    probe.gradients_at_step = storage_bytes(
+                        p.grad for p in probe.policy.parameters())
+                step()
+
+            optimizer.step = stepped
+            return optimizer
 
         def advance(policy: Any, *args: Any, **kwargs: Any) -> Any:
             logits, cache = original_advance(policy, *args, **kwargs)
@@ -191,7 +202,8 @@ class MemoryProbe:
             type(self.policy).advance = original_advance
 
     def result(self, peak: int) -> dict[str, Any]:
-        return {"update": self.update, "decoding": self.decoding, "peak": peak}
+        return {"update": self.update, "decoding": self.decoding, "peak": peak,
+                "gradients at the step": self.gradients_at_step}
 
 
 def print_breakdown(found: dict[str, Any], trl_peak: int | None) -> None:
@@ -211,5 +223,8 @@ def print_breakdown(found: dict[str, Any], trl_peak: int | None) -> None:
         values = [sum(v for k, v in p.items() if k != "resident now") if part is None
                   else p[part] for p in (update, decoding)]
         print(f"  {label:56s} {values[0] / 2**20:13.0f} {values[1] / 2**20:12.0f}")
+    if found.get("gradients at the step") is not None:  # live through backward and the step
+        print(f"  at the optimizer's step, the gradients: "
+              f"{found['gradients at the step'] / 2**20:.1f} MiB (dropped after it)")
     print(f"  resident peak of the run: {peak / 2**20:.0f} MiB"
           + (f" (TRL's: {trl_peak / 2**20:.0f} MiB)" if trl_peak is not None else ""))

@@ -368,9 +368,10 @@ def test_an_arm_trains_the_same_bits_with_its_mlp_recomputed(architecture, monke
 
     calls = []
     plain = compact.recomputed
-    monkeypatch.setattr(compact, "recomputed", lambda f, *x: calls.append(f) or plain(f, *x))
+    monkeypatch.setattr(compact, "recomputed", lambda f, *x: (
+        calls.append(f) if torch.is_grad_enabled() else None) or plain(f, *x))
     recomputed = trained()
-    assert calls  # the training went through the recomputing unit
+    assert calls  # the updates went through the recomputing unit
     monkeypatch.setattr(compact, "recomputed", lambda f, *x: f(*x))
     kept = trained()
     assert all(torch.equal(recomputed[name], kept[name]) for name in kept)
@@ -409,3 +410,24 @@ def test_decoding_into_a_static_cache_gives_the_same_bits(architecture):
             assert torch.equal(ours, theirs)
         with pytest.raises(ValueError, match="capacity"):
             model.advance(steps[:, :1], static)
+
+
+def test_a_recomputation_runs_under_the_forward_pass_s_autocast():
+    """The backward pass runs outside the forward's autocast; the recomputation enters it
+    again, so what autocast ran in bfloat16 (a matrix product of float32 inputs) is
+    recomputed in bfloat16 and the gradients are the plain call's bit for bit (recomputed
+    in float32, they differ)."""
+    from postlab.policies.compact import recomputed
+
+    def unit(t: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(t, t.transpose(0, 1)) * t[:, :1]
+
+    x = torch.randn(64, 48, generator=torch.Generator().manual_seed(2))
+    grads = []
+    for way in (unit, lambda t: recomputed(unit, t)):
+        leaf = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = way(leaf * 1)
+        out.float().sum().backward()  # outside the autocast, as training's backward is
+        grads.append(leaf.grad)
+    assert torch.equal(grads[0], grads[1])

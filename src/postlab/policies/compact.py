@@ -21,6 +21,7 @@ the bits do not depend on which kernels a machine offers.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -95,6 +96,10 @@ class _Recomputed(torch.autograd.Function):
     def forward(ctx: Any, function: Callable[..., torch.Tensor],
                 *inputs: torch.Tensor) -> torch.Tensor:
         ctx.function = function
+        # the backward pass runs outside the forward's autocast: it is entered again there,
+        # so an op autocast runs in float32 (pow, on CUDA) is recomputed in float32 too
+        ctx.autocast = [(device, torch.get_autocast_dtype(device))
+                        for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
         ctx.save_for_backward(*inputs)
         return function(*inputs)
 
@@ -102,12 +107,20 @@ class _Recomputed(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         inputs = ctx.saved_tensors
         wanted = ctx.needs_input_grad[1:]
-        with torch.enable_grad():
+        with torch.enable_grad(), contextlib.ExitStack() as autocasts:
+            for device in AUTOCAST_DEVICES:  # as the forward pass had them, on or off
+                dtype = dict(ctx.autocast).get(device)
+                autocasts.enter_context(torch.autocast(device, dtype=dtype,
+                                                       enabled=dtype is not None))
             again = [x.detach().requires_grad_(want) for x, want in zip(inputs, wanted,
                                                                         strict=True)]
             found = iter(torch.autograd.grad(
                 ctx.function(*again), [x for x in again if x.requires_grad], grad))
         return (None, *(next(found) if want else None for want in wanted))
+
+
+#: The devices whose autocast state a recomputation restores.
+AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
 def recomputed(function: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> torch.Tensor:
