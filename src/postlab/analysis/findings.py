@@ -146,8 +146,8 @@ class _GamedTally:
     def __init__(self, stages: list[str], split: str, contract: str,
                  plan: Plan) -> None:
         self.stages, self.split, self.contract = stages, split, contract
-        self.order = plan_contracts(plan)
-        self.reference = self.order[0]
+        order = plan_contracts(plan)
+        self.reference, self.place = order[0], order.index(contract)  # in a Sample's scores
         self.paid: dict[str, dict[int, float]] = {stage: {} for stage in stages}
         self.total: dict[str, dict[int, int]] = {stage: {} for stage in stages}
         self.gamed = {stage: Tally() for stage in stages}
@@ -167,7 +167,7 @@ class _GamedTally:
             return
         total, paid = self.total[sample.stage], self.paid[sample.stage]
         total[sample.seed] = total.get(sample.seed, 0) + 1
-        pays = (sample.scores[self.order.index(self.contract)] if sample.scores
+        pays = (sample.scores[self.place] if sample.scores
                 else float(self.contract in sample.accepted))
         hit = float(pays) if self.reference not in sample.accepted else 0.0
         paid[sample.seed] = paid.get(sample.seed, 0.0) + hit

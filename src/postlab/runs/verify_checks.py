@@ -330,7 +330,8 @@ def _tools(v: Verifying) -> Check | None:
     plan = v.typed
     if plan is None or plan.agent is None:
         return None
-    from postlab.tasks.episodes import rerun_tools
+    from postlab.records.blocks import iter_run_rows
+    from postlab.tasks.episodes import OUTPUT_OPEN, rerun_tools
     from postlab.tasks.registry import task_for
     from postlab.tasks.tools import tool_for
 
@@ -342,21 +343,15 @@ def _tools(v: Verifying) -> Check | None:
     moved = [f"{name} {recorded[name]} recorded, {tool_for(name).version} installed"
              for name in tools if name in recorded and recorded[name] != tool_for(name).version]
     unnamed = [name for name in tools if name not in recorded]
-    calls, problems = 0, []
+    calls, problems, index, last = 0, [], 0, None
     for run in v.record.runs:
-        data = run.data()
-        found = [((stage, split, decoding), rows)
-                 for stage, splits in data["evaluations"].items()
-                 for split, decodings in splits.items()
-                 for decoding, rows in decodings.items()]
-        found += [((arm, "step", step["step"]), step["rows"])
-                  for arm, steps in (data.get("training") or {}).items() for step in steps]
-        for where, rows in found:
-            for index, (a, b, text, _) in enumerate(rows):
-                calls += text.count("<out>")
-                differ = rerun_tools(text, task.question((a, b)), tools, budgets)
-                problems += [f"seed {run.seed}, {' '.join(map(str, where))} row {index}, "
-                             f"{problem}" for problem in differ]
+        for place, row in iter_run_rows(run):
+            index, last = (index + 1 if place == last else 0), place  # its place in its block
+            calls += row.text.count(OUTPUT_OPEN)
+            where = (f"{place.stage} {place.split} {place.decoding}" if place.step is None
+                     else f"{place.stage} step {place.step}")
+            problems += [f"seed {place.seed}, {where} row {index}, {problem}" for problem in
+                         rerun_tools(row.text, task.question(row.pair), tools, budgets)]
     if problems:
         return Check(name="tools", status="fail", detail="; ".join(moved + problems[:3]) + (
             f"; and {len(problems) - 3} more" if len(problems) > 3 else ""))
