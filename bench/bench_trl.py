@@ -4,7 +4,7 @@
                               [--steps 12]
                               [--device cpu|cuda] [--threads 1] [--sft-steps N]
                               [--sides trl,postlab,...] [--no-profile]
-                              [--breakdown] [--limits]
+                              [--breakdown] [--limits] [--gradient-checkpointing]
 
 Presets (``--preset``; ``--plan`` gives the toy preset another plan):
 
@@ -39,8 +39,10 @@ and gradient clip, on one CPU thread by default. The KL is the k3 estimator on b
 ``updates_per_rollout`` optimiser steps; TRL counts each optimiser step, so its RL step is
 that many trainer steps.
 
-Gradient checkpointing, which TRL turns on by default, is off: postlab never recomputes a
-forward pass, so leaving it on would charge TRL for work postlab does not do. What is not
+Gradient checkpointing, which TRL turns on by default, is off on both sides unless
+``--gradient-checkpointing`` turns it on on both (TRL's, and the plan field
+``gradient_checkpointing`` of postlab's): it trades a forward pass for memory, and one side
+alone would be charged for work the other does not do. What is not
 matched: postlab samples only answer characters and EOS (its policies mask the rest), TRL
 samples from the whole vocabulary (mean completion lengths come out within 1 %); TRL runs one
 more forward pass per rollout for the old policy's log-probabilities, which postlab takes from
@@ -163,8 +165,10 @@ def _bench_plan(args: argparse.Namespace) -> Plan:
         plan = load_plan(args.plan or DEFAULT_PLAN).data
     else:
         plan = build()
+    checkpointing = {"gradient_checkpointing": True} if args.gradient_checkpointing else {}
     return Plan.of(plan | {"rl_steps": warmup + args.steps, "kl": "k3",
-                           "advantage": "group-std", "loss_reduction": "token-mean"})
+                           "advantage": "group-std", "loss_reduction": "token-mean"}
+                   | checkpointing)
 
 
 def _initial_policy(plan: Plan, weights: Path, device: str) -> Any:
@@ -413,8 +417,9 @@ def run_trl(plan: Plan, weights: Path, device: str, flops: bool = False) -> dict
             scale_rewards="group", shuffle_dataset=False, report_to="none",
             logging_steps=10**9, save_strategy="no", disable_tqdm=True, bf16=False,
             fp16=False, dataloader_num_workers=0, log_completions=False,
-            # TRL turns recomputation on by default; postlab never recomputes a forward pass.
-            gradient_checkpointing=False,
+            # TRL turns recomputation on by default; postlab recomputes blocks only where
+            # the plan asks (--gradient-checkpointing: both sides do)
+            gradient_checkpointing=bool(plan.gradient_checkpointing),
             model_init_kwargs={"attn_implementation": "eager", "dtype": torch.float32})
         trainer = GRPOTrainer(model=str(folder), reward_funcs=reward, args=config,
                               train_dataset=dataset, processing_class=tokenizer,
@@ -584,6 +589,9 @@ def main() -> None:
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument("--breakdown", action="store_true",
                         help="also measure where postlab's memory goes (a separate run)")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="both sides recompute each block in the backward pass (TRL's "
+                             "default; postlab's plan field gradient_checkpointing)")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--child-breakdown", dest="child_breakdown", action="store_true",
                         help=argparse.SUPPRESS)

@@ -149,6 +149,9 @@ def test_a_sweep_through_the_ensemble_engine(tmp_path, capsys):
 @pytest.mark.parametrize(("changes", "words"), [
     ({"dynamic_sampling": {"max_extra_groups": 2}}, "dynamic_sampling"),
     ({"precision": "bf16"}, "precision bf16"),
+    ({"gradient_checkpointing": True, "policy": {
+        "kind": "transformer", "architecture": "gpt2", "layers": 1, "heads": 2, "width": 16,
+        "max_positions": 32}}, "gradient_checkpointing"),
     ({"threads": 2}, "threads 2"),
 ])
 def test_what_the_ensemble_cannot_train_is_refused_first(tmp_path, capsys, changes, words):

@@ -132,3 +132,30 @@ def test_bf16_plan_runs_verifies_and_reproduces(policy, tmp_path, capsys):
     assert main(["reproduce", str(out), "--out-dir", str(tmp_path / "again"), "--workers", "1",
                  "--quiet"]) == 0
     assert "device: cpu (the record's)" in capsys.readouterr().out
+
+
+def test_a_gradient_checkpointing_plan_runs_verifies_and_gives_the_same_rows(tmp_path,
+                                                                              capsys):
+    """The option is the plan's (hashed with it, named in the overview); the rows of every
+    stage are those of the same plan without it."""
+    from plans import rows
+
+    from postlab.records.opened import open_run
+    from postlab.records.record import load_record
+    from postlab.render.overview import overview_rows
+
+    found = {}
+    for checkpointing in (False, True):
+        plan = write_plan(tmp_path / f"plan-{checkpointing}.json",
+                          **{**TINY, "policy": GPT2, "gradient_checkpointing": checkpointing})
+        out = tmp_path / f"run-{checkpointing}"
+        assert main(["run", "--plan", str(plan), "--out-dir", str(out), "--workers", "1",
+                     "--quiet"]) == 0
+        found[checkpointing] = rows(load_record(out / "record.json"))
+    out = tmp_path / "run-True"
+    assert main(["verify", str(out)]) == 0
+    opened = open_run(out)
+    for lang, words in (("en", "gradient checkpointing"), ("zh", "梯度检查点")):
+        facts = dict(overview_rows(opened.plan.model, opened.record, None, lang))
+        assert any(words in value for value in facts.values())
+    assert found[True] == found[False]

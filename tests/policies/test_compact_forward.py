@@ -28,10 +28,9 @@ TOLERANCE = 2e-5
 
 
 def _gpt2(**changes: Any) -> Any:
-    config = transformers.GPT2Config(vocab_size=VOCAB, n_layer=2, n_head=4, n_embd=32,
-                                     n_positions=24, resid_pdrop=0.0, embd_pdrop=0.0,
-                                     attn_pdrop=0.0, **changes)
-    return config
+    fields = {"vocab_size": VOCAB, "n_layer": 2, "n_head": 4, "n_embd": 32, "n_positions": 24,
+              "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0} | changes
+    return transformers.GPT2Config(**fields)
 
 
 def _llama(**changes: Any) -> Any:
@@ -137,9 +136,9 @@ def test_prompt_sharing_reads_each_distinct_prompt_once(model, monkeypatch):
     forward = _forward(model)
     batches = []
 
-    def counting(model_, ids, past):
+    def counting(model_, ids, past, ops):
         batches.append(ids.shape[0])
-        return forward.run(model_, ids, past)
+        return forward.run(model_, ids, past, ops)
 
     counted = type(forward)(supports=forward.supports, run=counting)
     prompts, tokens = _grouped(3, 4, 6, 3, seed=5)
@@ -431,3 +430,79 @@ def test_a_recomputation_runs_under_the_forward_pass_s_autocast():
         out.float().sum().backward()  # outside the autocast, as training's backward is
         grads.append(leaf.grad)
     assert torch.equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize(("architecture", "precision"), [
+    ("gpt2", None), ("llama", None), ("llama-lora", None), ("gpt2", "bf16")])
+def test_an_arm_trains_the_same_bits_with_gradient_checkpointing(architecture, precision):
+    """SFT then RL steps (shared prompts whose cached keys take gradients from the
+    completions' blocks, LoRA adapters on a frozen model, bfloat16 autocast): the plan's
+    gradient checkpointing recomputes every block in the backward pass and trains the same
+    weights, bit for bit."""
+    import copy
+
+    from plans import SMALL, teaching_plan
+
+    from postlab.engines.train import reinforce, supervised
+    from postlab.plan.schema import Plan
+    from postlab.policies import build_policy, compact
+
+    policy = {"kind": "transformer", "architecture": architecture.split("-")[0],
+              "layers": 2, "heads": 2, "width": 32, "max_positions": 64,
+              **({"intermediate": 64} if architecture.startswith("llama") else {})}
+    lora = ({"lora": {"rank": 4, "alpha": 8, "dropout": 0.0,
+                      "target_modules": ["q_proj", "gate_proj"]}}
+            if architecture.endswith("lora") else {})
+    base = (teaching_plan() | SMALL | {"policy": policy, "sft_steps": 20, "rl_steps": 3}
+            | lora | ({"precision": precision} if precision else {}))
+
+    def trained(checkpointing: bool) -> dict[str, torch.Tensor]:
+        plan = Plan.of(base | {"gradient_checkpointing": checkpointing})
+        torch.manual_seed(plan.seeds[0])
+        model = build_policy(plan)
+        assert model.ops is (compact.CHECKPOINTED_OPS if checkpointing
+                             else compact.LIBRARY_OPS)
+        supervised(model, plan, plan.seeds[0])
+        reinforce(model, model.reference_policy(), plan, plan.seeds[0], plan.arms[0])
+        return copy.deepcopy(model.state_dict())
+
+    checkpointed, kept = trained(True), trained(False)
+    assert all(torch.equal(checkpointed[name], kept[name]) for name in kept)
+    torch.manual_seed(0)
+    initial = build_policy(Plan.of(base)).state_dict()
+    assert any(not torch.equal(kept[name], initial[name]) for name in kept)  # it trained
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_checkpointed_blocks_keep_far_less_for_the_backward_pass(name):
+    """What autograd keeps for the backward pass of a 4-block model's shared-prompt scores:
+    with checkpointing, each block's input (and the head's), under a third of the whole
+    blocks' activations; the gradients are the same bits."""
+    from postlab.policies.compact import CHECKPOINTED_OPS, LIBRARY_OPS
+
+    config = _gpt2(n_layer=4) if name == "gpt2" else _llama(num_hidden_layers=4)
+    model = _model(config)
+    forward = _forward(model)
+    prompts = torch.tensor([[1, 2, 3, 4]] * 3 + [[5, 6, 7, 8]] * 3)
+    tokens = torch.randint(0, VOCAB, (6, 7), generator=torch.Generator().manual_seed(1))
+    kept, grads = {}, {}
+    parameters = {p.data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    for label, ops in (("whole", LIBRARY_OPS), ("checkpointed", CHECKPOINTED_OPS)):
+        seen.clear()
+        model.zero_grad()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            logits = continuation_logits(forward, model, prompts, tokens, ops=ops)
+        kept[label] = sum(seen.values())
+        (logits.square().mean()).backward()
+        grads[label] = [p.grad.clone() for p in model.parameters()]
+    assert kept["checkpointed"] * 3 < kept["whole"]
+    assert all(torch.equal(a, b) for a, b in zip(grads["whole"], grads["checkpointed"],
+                                                 strict=True))

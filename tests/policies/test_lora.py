@@ -292,3 +292,15 @@ def test_a_pretrained_folder_takes_adapters_and_its_run_verifies(tmp_path, capsy
     payload = load_checkpoint(run / info["file"], info["sha256"])
     assert {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in payload["state_dict"]} \
         == {"c_attn"}
+
+
+def test_gradient_checkpointing_needs_blocks_postlab_runs():
+    plan = {k: v for k, v in _plan(GPT2).items() if k != "lora"}
+    assert validate_plan(plan | {"gradient_checkpointing": True}) == []
+    gru = {k: v for k, v in plan.items() if k != "policy"}
+    assert validate_plan(gru | {"gradient_checkpointing": True}) == [(
+        "gradient_checkpointing", "the gru policy has no blocks to checkpoint (policies "
+                                  "that do: transformer, pretrained)")]
+    assert validate_plan(gru | {"gradient_checkpointing": False}) == []
+    [(field, _)] = validate_plan(plan | {"gradient_checkpointing": "yes"})
+    assert field == "gradient_checkpointing"

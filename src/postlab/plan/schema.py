@@ -269,6 +269,12 @@ class PlanModel(BaseModel):
         "what forward passes compute in: `float32` (absent means this, as in the teaching "
         "plan) or `bf16`, bfloat16 autocast on the run's device with float32 weights and "
         "optimizer; recorded as the record's `numerics.dtype`"))
+    gradient_checkpointing: bool | None = Field(None, description=(
+        "transformer and pretrained (GPT-2 or Llama) policies: each block keeps only its "
+        "input for the backward pass and runs again there (activation checkpointing), so an "
+        "update holds one block's activations at a time instead of every block's, for one "
+        "more forward pass of the policy; the same bits as without it (tested). Absent or "
+        "false: off, as in the teaching plan; the exact engine only"))
     sft_steps: int = Field(ge=0, le=1_000_000, description=(
         "supervised steps (0: the seed's initial stage is its starting model, a pretrained "
         "model's baseline)"))

@@ -106,6 +106,8 @@ def cross_field_problems(plan: PlanModel) -> list[tuple[str, str]]:
         problems += random_problems(plan) or control_problems(plan)
     if plan.lora is not None and not problems:
         problems += lora_problems(plan)
+    if plan.gradient_checkpointing and not problems:
+        problems += checkpointing_problems(plan)
     if plan.hypotheses is not None and not problems:
         problems += hypothesis_problems(plan)
     return problems
@@ -205,6 +207,18 @@ def option_problems(plan: PlanModel) -> list[tuple[str, str]]:
             problems.append((field, f"only the sapo policy loss reads it; this plan's is "
                                     f"{plan.policy_loss!r}"))
     return problems
+
+
+def checkpointing_problems(plan: PlanModel) -> list[tuple[str, str]]:
+    """Gradient checkpointing needs a kind whose blocks postlab runs itself."""
+    kind = policy_kind(plan)
+    check = POLICIES[kind].checkpointing
+    if check is None:
+        takes = [name for name in POLICIES.names() if POLICIES[name].checkpointing]
+        return [("gradient_checkpointing", f"the {kind} policy has no blocks to checkpoint "
+                                           f"(policies that do: {', '.join(takes)})")]
+    problem = check(plan)
+    return [] if problem is None else [("gradient_checkpointing", problem)]
 
 
 def control_problems(plan: PlanModel) -> list[tuple[str, str]]:

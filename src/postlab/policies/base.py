@@ -36,6 +36,7 @@ class PolicyPlan(TaskPlan, Protocol):
     hidden: int
     max_new_tokens: int
     precision: str | None
+    gradient_checkpointing: bool | None
     #: the ``policy`` section (a pydantic model: ``kind`` and the kind's fields), or None
     policy: Any
     #: the ``tokenizer`` section (a pydantic model), or None
@@ -89,6 +90,9 @@ class Policy(nn.Module, ABC):
     tokenizer: Tokenizer
     #: The plan's ``precision``: "bf16" runs forward passes under autocast, weights stay float32.
     precision: str = "float32"
+    #: The plan's ``gradient_checkpointing``: a kind that runs blocks recomputes each in the
+    #: backward pass (:func:`postlab.policies.compact.checkpointed`); others never read it.
+    gradient_checkpointing: bool = False
     #: The task's prompt text for a question key.
     prompt_text: Callable[[Sequence[int]], str]
     #: Tokens every prompt is left-padded to (the longest prompt of the plan's questions), so
@@ -256,6 +260,9 @@ class PolicyKind:
     #: the names the plan's ``lora.target_modules`` may use, with their layer kind (see
     #: ``policies.lora.adapter_targets``); None: this kind takes no adapters
     adapter_targets: Callable[[PolicyPlan], dict[str, str]] | None = None
+    #: whether the plan's ``gradient_checkpointing`` can apply: None for a model of this kind,
+    #: else why not; absent: this kind has no blocks to checkpoint
+    checkpointing: Callable[[PolicyPlan], str | None] | None = None
 
 
 POLICIES: Registry[PolicyKind] = Registry("policy kind")
@@ -272,6 +279,7 @@ def build_policy(plan: PolicyPlan) -> Policy:
     (so its weights do not depend on the device it is moved to), at the plan's precision."""
     policy = POLICIES[policy_kind(plan)].build(plan)
     policy.precision = plan.precision or "float32"
+    policy.gradient_checkpointing = bool(plan.gradient_checkpointing)
     return policy.eval()  # gradient steps switch training mode on (see Policy.train)
 
 

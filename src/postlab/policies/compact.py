@@ -22,6 +22,7 @@ the bits do not depend on which kernels a machine offers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from postlab.registry import Registry
 
 #: One (keys, values) pair per layer, each (batch, kv_heads, time, head_dim).
 KeyValues = list[tuple[torch.Tensor, torch.Tensor]]
+#: What one transformer block returns: its output and the keys and values it cached.
+Block = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,10 @@ class Ops:
     gelu_new: Callable[[torch.Tensor], torch.Tensor]
     #: Llama's gated MLP unit silu(gate) * up, from the gate's and the up projection's outputs
     gated: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    #: how one transformer block runs, ``block(layer, x)`` for ``layer(x) -> (x, keys,
+    #: values)``: a plain call, or :func:`checkpointed` (the plan's gradient checkpointing)
+    block: Callable[[Callable[[torch.Tensor], Block], torch.Tensor], Block] = (
+        lambda layer, x: layer(x))
 
 
 def gelu_new(x: torch.Tensor) -> torch.Tensor:
@@ -136,10 +143,28 @@ def silu_gate(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def checkpointed(layer: Callable[[torch.Tensor], Block], x: torch.Tensor) -> Block:
+    """``layer(x)`` under activation checkpointing (Chen et al. 2016, arXiv:1604.06174) where
+    a gradient is wanted: the block keeps only its input for the backward pass and runs again
+    there, so an update holds one block's activations at a time instead of every block's,
+    for one more forward pass of the policy. torch's non-reentrant checkpoint reruns the same
+    operations on the same values and restores the forward's autocast, so the gradients are
+    the plain call's bit for bit (``tests/policies/test_compact_forward.py`` trains both
+    ways). A plain call under no-grad (decoding, the reference)."""
+    if not torch.is_grad_enabled():
+        return layer(x)
+    from torch.utils.checkpoint import checkpoint
+
+    return checkpoint(layer, x, use_reentrant=False)
+
+
 LIBRARY_OPS = Ops(gelu_tanh=lambda x: F.gelu(x, approximate="tanh"),
                   embedding=lambda ids, weight, pad: F.embedding(ids, weight, padding_idx=pad),
                   gelu_new=lambda x: recomputed(gelu_new, x),
                   gated=lambda gate, up: recomputed(silu_gate, gate, up))
+#: The library's operations with every block checkpointed (a plan's
+#: ``gradient_checkpointing``).
+CHECKPOINTED_OPS = dataclasses.replace(LIBRARY_OPS, block=checkpointed)
 
 
 COMPACT_FORWARDS: Registry[CompactForward] = Registry("compact forward")
@@ -147,8 +172,13 @@ COMPACT_FORWARDS: Registry[CompactForward] = Registry("compact forward")
 
 def compact_forward_for(model: Any) -> str | None:
     """The registered compact forward that computes this model's forward pass, if any."""
-    model_type = getattr(model.config, "model_type", None)
-    if model_type in COMPACT_FORWARDS and COMPACT_FORWARDS[model_type].supports(model.config):
+    return compact_forward_of(model.config)
+
+
+def compact_forward_of(config: Any) -> str | None:
+    """The registered compact forward for a model of this configuration, if any."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in COMPACT_FORWARDS and COMPACT_FORWARDS[model_type].supports(config):
         return model_type
     return None
 
@@ -311,14 +341,21 @@ def _gpt2_run(model: Any, ids: torch.Tensor, past: KeyValues | None,
     x = ops.embedding(ids, body.wte.weight, None) + placed
     cache: KeyValues = []
     for index, block in enumerate(body.h):
-        h = F.layer_norm(x, x.shape[-1:], block.ln_1.weight, block.ln_1.bias, block.ln_1.eps)
-        qkv = _conv1d(block.attn.c_attn, h).view(batch, time, 3, heads, head_dim)
-        q, k, v = (part.transpose(1, 2) for part in qkv.unbind(2))
-        k, v = _extend(past, index, k, v)
+
+        def layer(x: torch.Tensor, index: int = index, block: Any = block) -> Block:
+            h = F.layer_norm(x, x.shape[-1:], block.ln_1.weight, block.ln_1.bias,
+                             block.ln_1.eps)
+            qkv = _conv1d(block.attn.c_attn, h).view(batch, time, 3, heads, head_dim)
+            q, k, v = (part.transpose(1, 2) for part in qkv.unbind(2))
+            k, v = _extend(past, index, k, v)
+            x = x + _conv1d(block.attn.c_proj, _attend(q, k, v, visible, scale))
+            h = F.layer_norm(x, x.shape[-1:], block.ln_2.weight, block.ln_2.bias,
+                             block.ln_2.eps)
+            hidden = activation(_conv1d(block.mlp.c_fc, h), ops)
+            return x + _conv1d(block.mlp.c_proj, hidden), k, v
+
+        x, k, v = ops.block(layer, x)
         cache.append((k, v))
-        x = x + _conv1d(block.attn.c_proj, _attend(q, k, v, visible, scale))
-        h = F.layer_norm(x, x.shape[-1:], block.ln_2.weight, block.ln_2.bias, block.ln_2.eps)
-        x = x + _conv1d(block.mlp.c_proj, activation(_conv1d(block.mlp.c_fc, h), ops))
     x = F.layer_norm(x, x.shape[-1:], body.ln_f.weight, body.ln_f.bias, body.ln_f.eps)
     head = model.lm_head
     return (head(x) if _adapted(head) else F.linear(x, head.weight)), _finished(past, cache,
@@ -373,23 +410,27 @@ def _llama_run(model: Any, ids: torch.Tensor, past: KeyValues | None,
     cos, sin = body.rotary_emb(x, positions)
     cos, sin = cos[:, None], sin[:, None]
     cache: KeyValues = []
-    for index, layer in enumerate(body.layers):
-        attention = layer.self_attn
-        h = _rms_norm(layer.input_layernorm, x)
-        q = attention.q_proj(h).view(batch, time, heads, head_dim).transpose(1, 2)
-        k = attention.k_proj(h).view(batch, time, kv_heads, head_dim).transpose(1, 2)
-        v = attention.v_proj(h).view(batch, time, kv_heads, head_dim).transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        k, v = _extend(past, index, k, v)
+    repeat = heads // kv_heads
+    for index, decoder in enumerate(body.layers):
+
+        def layer(x: torch.Tensor, index: int = index, decoder: Any = decoder) -> Block:
+            attention = decoder.self_attn
+            h = _rms_norm(decoder.input_layernorm, x)
+            q = attention.q_proj(h).view(batch, time, heads, head_dim).transpose(1, 2)
+            k = attention.k_proj(h).view(batch, time, kv_heads, head_dim).transpose(1, 2)
+            v = attention.v_proj(h).view(batch, time, kv_heads, head_dim).transpose(1, 2)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            k, v = _extend(past, index, k, v)
+            keys = k.repeat_interleave(repeat, dim=1) if repeat > 1 else k
+            values = v.repeat_interleave(repeat, dim=1) if repeat > 1 else v
+            x = x + attention.o_proj(_attend(q, keys, values, visible, attention.scaling))
+            h = _rms_norm(decoder.post_attention_layernorm, x)
+            mlp = decoder.mlp
+            return x + mlp.down_proj(ops.gated(mlp.gate_proj(h), mlp.up_proj(h))), k, v
+
+        x, k, v = ops.block(layer, x)
         cache.append((k, v))
-        repeat = heads // kv_heads
-        keys = k.repeat_interleave(repeat, dim=1) if repeat > 1 else k
-        values = v.repeat_interleave(repeat, dim=1) if repeat > 1 else v
-        x = x + attention.o_proj(_attend(q, keys, values, visible, attention.scaling))
-        h = _rms_norm(layer.post_attention_layernorm, x)
-        mlp = layer.mlp
-        x = x + mlp.down_proj(ops.gated(mlp.gate_proj(h), mlp.up_proj(h)))
     return model.lm_head(_rms_norm(body.norm, x)), _finished(past, cache, time)
 
 
@@ -408,31 +449,33 @@ def _starts(ids: torch.Tensor, pad: int | None) -> dict[str, torch.Tensor]:
 
 
 def start_logits(forward: CompactForward, model: Any, prompts: torch.Tensor,
-                 pad: int | None = None) -> tuple[torch.Tensor, KeyValues]:
+                 pad: int | None = None, ops: Ops = LIBRARY_OPS
+                 ) -> tuple[torch.Tensor, KeyValues]:
     """Next-token logits after each prompt and the cache, reading each distinct prompt once;
     with ``pad``, each prompt's leading ``pad`` tokens are hidden (:func:`padded_view`)."""
     unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
     if unique.shape[0] == prompts.shape[0]:
-        logits, cache = forward.run(model, prompts, None, **_starts(prompts, pad))
+        logits, cache = forward.run(model, prompts, None, ops, **_starts(prompts, pad))
         return logits[:, -1], cache
-    logits, cache = forward.run(model, unique, None, **_starts(unique, pad))
+    logits, cache = forward.run(model, unique, None, ops, **_starts(unique, pad))
     return logits[inverse, -1], _expand(cache, inverse)
 
 
 def continuation_logits(forward: CompactForward, model: Any, prompts: torch.Tensor,
-                        tokens: torch.Tensor, pad: int | None = None) -> torch.Tensor:
+                        tokens: torch.Tensor, pad: int | None = None,
+                        ops: Ops = LIBRARY_OPS) -> torch.Tensor:
     """Logits (batch, len(tokens), vocab) for each of ``tokens`` given its prompt and the
     tokens before it. Completions that share a prompt share its keys and values, and
     gradients flow back into that one reading. ``pad`` as for :func:`start_logits`."""
     unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
     if unique.shape[0] == prompts.shape[0]:
         logits, _ = forward.run(model, torch.cat([prompts, tokens[:, :-1]], dim=1), None,
-                                **_starts(prompts, pad))
+                                ops, **_starts(prompts, pad))
         return logits[:, prompts.shape[1] - 1:]
-    prompt_logits, cache = forward.run(model, unique, None, **_starts(unique, pad))
+    prompt_logits, cache = forward.run(model, unique, None, ops, **_starts(unique, pad))
     first = prompt_logits[inverse, -1:]
     if tokens.shape[1] == 1:
         return first
-    rest, _ = forward.run(model, tokens[:, :-1], _expand(cache, inverse),
+    rest, _ = forward.run(model, tokens[:, :-1], _expand(cache, inverse), ops,
                           **_starts(prompts, pad))
     return torch.cat([first, rest], dim=1)

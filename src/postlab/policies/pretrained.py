@@ -31,6 +31,7 @@ from postlab.policies.gguf import (
 from postlab.policies.transformer import (
     ATTENTION,
     CausalLMPolicy,
+    checkpointing_problem,
     meta_targets,
     require_transformers,
     with_prompt_width,
@@ -227,4 +228,5 @@ POLICIES.register("pretrained")(PolicyKind(
     summary="a causal LM and its tokenizer loaded from a local folder or a GGUF file (never "
             "a hub) whose digest the plan records (needs the transformers extra, or the model "
             "extra for GGUF); fields path or gguf, sha256, system",
-    adapter_targets=lambda plan: meta_targets(pretrained_config(plan))))
+    adapter_targets=lambda plan: meta_targets(pretrained_config(plan)),
+    checkpointing=lambda plan: checkpointing_problem(pretrained_config(plan))))

@@ -36,9 +36,13 @@ from postlab.policies.base import (
     section_fields,
 )
 from postlab.policies.compact import (
+    CHECKPOINTED_OPS,
     COMPACT_FORWARDS,
+    LIBRARY_OPS,
+    Ops,
     StaticKeyValues,
     compact_forward_for,
+    compact_forward_of,
     continuation_logits,
     leading_padding,
     start_logits,
@@ -123,6 +127,12 @@ class CausalLMPolicy(Policy):
     def _pad(self) -> int | None:
         return self.tokenizer.pad_id if self.hide_padding else None
 
+    @property
+    def ops(self) -> Ops:
+        """The compact forward's operations: every block checkpointed under the plan's
+        ``gradient_checkpointing``."""
+        return CHECKPOINTED_OPS if self.gradient_checkpointing else LIBRARY_OPS
+
     def _library_inputs(self, tokens: torch.Tensor, starts: torch.Tensor | None,
                         past: int) -> dict[str, torch.Tensor]:
         """The library's attention mask (and, hiding padding, position ids) for ``tokens``
@@ -148,8 +158,8 @@ class CausalLMPolicy(Policy):
         """Logits at every position of ``tokens`` (batch, time) -> (batch, time, vocab)."""
         starts = self._starts(tokens)
         if self.compact is not None:
-            return self.logits(COMPACT_FORWARDS[self.compact].run(self.model, tokens, None,
-                                                                  starts=starts)[0])
+            return self.logits(COMPACT_FORWARDS[self.compact].run(
+                self.model, tokens, None, self.ops, starts=starts)[0])
         out = self.model(input_ids=tokens, **self._library_inputs(tokens, starts, 0),
                          use_cache=False)
         return self.logits(out.logits)
@@ -159,7 +169,7 @@ class CausalLMPolicy(Policy):
         if self.compact is None:
             return super().continuation(prompts, tokens)
         return self.logits(continuation_logits(COMPACT_FORWARDS[self.compact], self.model,
-                                               prompts, tokens, self._pad()))
+                                               prompts, tokens, self._pad(), self.ops))
 
     def start(self, prompt_tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """The cache also carries where each prompt's text starts when padding is hidden."""
@@ -168,7 +178,7 @@ class CausalLMPolicy(Policy):
             logits, cache = self._library_step(prompt_tokens, None, starts)
         else:
             logits, cache = start_logits(COMPACT_FORWARDS[self.compact], self.model,
-                                         prompt_tokens, self._pad())
+                                         prompt_tokens, self._pad(), self.ops)
             logits = self.logits(logits)
         return logits, (cache, starts)
 
@@ -190,7 +200,7 @@ class CausalLMPolicy(Policy):
             logits, inner = self._library_step(tokens, inner, starts)
             return logits, (inner, starts)
         logits, inner = COMPACT_FORWARDS[self.compact].run(self.model, tokens, inner,
-                                                           starts=starts)
+                                                           self.ops, starts=starts)
         return self.logits(logits[:, -1]), (inner, starts)
 
     def _library_step(self, tokens: torch.Tensor, cache: Any,
@@ -202,6 +212,17 @@ class CausalLMPolicy(Policy):
 
 
 LM = TypeVar("LM", bound=CausalLMPolicy)
+
+
+def checkpointing_problem(config: Any) -> str | None:
+    """Why a model of this configuration cannot checkpoint its blocks, or None: postlab
+    checkpoints the blocks of its own compact forward, and the library's forward runs
+    whole."""
+    if compact_forward_of(config) is not None:
+        return None
+    return (f"postlab checkpoints the blocks of its own forward pass, which does not "
+            f"implement this {getattr(config, 'model_type', 'unknown')} model (it does: "
+            f"{', '.join(COMPACT_FORWARDS.names())})")
 
 
 class TransformerPolicy(CausalLMPolicy):
@@ -336,4 +357,5 @@ POLICIES.register("transformer")(PolicyKind(
     summary="a GPT-2 or Llama causal LM built from its configuration over the plan's "
             "characters (needs the transformers extra); fields architecture, layers, heads, "
             "width, intermediate (llama), max_positions",
-    plan_problems=transformer_problems, adapter_targets=transformer_targets))
+    plan_problems=transformer_problems, adapter_targets=transformer_targets,
+    checkpointing=lambda plan: checkpointing_problem(config_for(plan))))

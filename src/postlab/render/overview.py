@@ -28,6 +28,7 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
                  "{calls} calls",
         "parameters": "{n:,} parameters",
         "bpe": "byte-level BPE of at most {n:,} tokens",
+        "checkpointing": "gradient checkpointing (each block recomputed in the backward pass)",
         "lora": "RL trains LoRA adapters (rank {rank}, alpha {alpha:g}, dropout {dropout:g}) on "
                 "{targets}",
         "sft_value": "{steps} steps × {batch} pairs, learning rate {lr:g}",
@@ -73,6 +74,7 @@ OVERVIEW_WORDS: dict[str, dict[str, str]] = {
         "agent": "以智能体回合提问，可用工具 {tools}，最多 {turns} 轮、{calls} 次调用",
         "parameters": "{n:,} 个参数",
         "bpe": "字节级 BPE，至多 {n:,} 个词元",
+        "checkpointing": "梯度检查点（反向传播时重算每个块）",
         "lora": "RL 只训练 LoRA 适配器（秩 {rank}，alpha {alpha:g}，dropout {dropout:g}），位于 "
                 "{targets}",
         "sft_value": "{steps} 步 × 每步 {batch} 对，学习率 {lr:g}",
@@ -117,6 +119,8 @@ def _policy(plan: Plan, record: Record, words: dict[str, str]) -> str:
         shape += "; " + words["parameters"].format(n=record.parameters)
     if plan.precision:
         shape += f"; {plan.precision}"
+    if plan.gradient_checkpointing:
+        shape += "; " + words["checkpointing"]
     if plan.tokenizer:
         shape += "; " + words["bpe"].format(n=plan.tokenizer.vocab_size)
     if plan.lora:

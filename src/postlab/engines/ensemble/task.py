@@ -71,6 +71,9 @@ def problems(plan: Plan) -> list[str]:
     if any(arm.pipeline == "sft-selected" for arm in arm_specs(plan)):
         found.append("sft-selected arms (demonstrations chosen by difficulty are drawn from "
                      "the plan's random stream per model; use --engine exact)")
+    if plan.gradient_checkpointing:
+        found.append("gradient_checkpointing (the ensemble engine runs its members' blocks "
+                     "whole; use --engine exact)")
     if plan.precision == "bf16":
         found.append("precision bf16 (the ensemble engine computes in float32)")
     if plan.threads > 1:
