@@ -36,9 +36,11 @@ import numpy as np
 from postlab.analysis.intervals import (
     CONFIDENCE,
     Interval,
+    centre_for,
     crossed_spread,
     interval,
     paired_difference,
+    population_rate,
     rate_interval,
     t_quantile,
 )
@@ -53,7 +55,6 @@ VERDICT_LEVEL = default("coverage.verdict_level")
 QUESTION_SD = 1.0
 #: Spread of the question-by-arm effect in a difference (arms that help some questions more).
 ARM_QUESTION_SD = 0.5
-_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(64)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,20 +92,6 @@ class Result:
 
 def _expit(x: np.ndarray | float) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
-
-
-def population_rate(centre: float, sd: float) -> float:
-    """E[expit(centre + sd Z)], Z standard normal, by 64-point Gauss-Hermite quadrature."""
-    return float((_WEIGHTS * _expit(centre + sd * _NODES)).sum() / _WEIGHTS.sum())
-
-
-def centre_for(rate: float, sd: float) -> float:
-    """The logit centre whose population rate under total spread ``sd`` is ``rate``."""
-    low, high = -30.0, 30.0
-    for _ in range(100):
-        middle = (low + high) / 2
-        low, high = (middle, high) if population_rate(middle, sd) < rate else (low, middle)
-    return (low + high) / 2
 
 
 def _covers(found: Interval, truth: float) -> bool:

@@ -114,7 +114,7 @@ LABELS: dict[str, dict[str, str]] = {
                         "counts them. 'postlab samples RUN' lists every answer.",
         "details": "Details", "findings": "Findings",
         "rate_method_short": "over seeds and questions (seeds x questions random effects), "
-                             "Korn-Graubard, within [0, 1]",
+                             "logit-normal pivot or Korn-Graubard, within [0, 1]",
         "hypotheses": "Hypotheses (decided by the plan's rule; Holm within the registered "
                       "ones, and apart within the exploratory ones)",
         "hypothesis": "id", "statement": "hypothesis", "claim": "claim", "standing": "fixed",
@@ -171,7 +171,7 @@ LABELS: dict[str, dict[str, str]] = {
                         "“postlab samples RUN” 列出全部回答。",
         "details": "详细表格", "findings": "结论",
         "rate_method_short": "同时计入种子与题目的变异（种子×题目随机效应），"
-                             "Korn-Graubard 区间，位于 [0, 1] 内",
+                             "logit 正态枢轴量或 Korn-Graubard 区间，位于 [0, 1] 内",
         "hypotheses": "假设（按计划中的规则判定；预注册与探索性假设各自用 Holm 校正）",
         "hypothesis": "编号", "statement": "假设", "claim": "主张", "standing": "确定方式",
         "standing_registered": "训练前已预注册（{time}）",
