@@ -209,14 +209,19 @@ def option_problems(plan: PlanModel) -> list[tuple[str, str]]:
     return problems
 
 
+def kinds_with(capability: str) -> str:
+    """The registered policy kinds that offer ``capability`` (a field of their PolicyKind),
+    for a refusal that says where to go instead."""
+    return ", ".join(name for name in POLICIES.names() if getattr(POLICIES[name], capability))
+
+
 def checkpointing_problems(plan: PlanModel) -> list[tuple[str, str]]:
     """Gradient checkpointing needs a kind whose blocks postlab runs itself."""
     kind = policy_kind(plan)
     check = POLICIES[kind].checkpointing
     if check is None:
-        takes = [name for name in POLICIES.names() if POLICIES[name].checkpointing]
         return [("gradient_checkpointing", f"the {kind} policy has no blocks to checkpoint "
-                                           f"(policies that do: {', '.join(takes)})")]
+                                           f"(policies that do: {kinds_with('checkpointing')})")]
     problem = check(plan)
     return [] if problem is None else [("gradient_checkpointing", problem)]
 
@@ -262,9 +267,8 @@ def lora_problems(plan: PlanModel) -> list[tuple[str, str]]:
     kind = policy_kind(plan)
     targets_of = POLICIES[kind].adapter_targets
     if targets_of is None:
-        takes = [name for name in POLICIES.names() if POLICIES[name].adapter_targets]
         return [("lora", f"the {kind} policy takes no adapters (policies that do: "
-                         f"{', '.join(takes)})")]
+                         f"{kinds_with('adapter_targets')})")]
     if not any(arm.is_rl for arm in arm_specs(plan)):
         return [("lora", "no arm trains with RL, and only RL arms train adapters")]
     require_peft()
