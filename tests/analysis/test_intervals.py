@@ -298,6 +298,19 @@ def test_the_logit_normal_pivot_matches_a_plain_loop(seeds, questions, per_cell,
     assert logit_normal_bounds(table, per_cell) == (low, high)  # a function of its table
 
 
+@pytest.mark.parametrize("value", [0.0, 1.0])
+def test_the_pivot_of_a_uniform_table_holds_its_mean(value):
+    """3 seeds x 19 questions x 16 samples, every answer refused (or every one accepted):
+    the bounds reach the observed 0 (or 1) and stay within the pooled binomial's reach."""
+    from postlab.analysis.intervals import logit_normal_bounds
+
+    low, high = logit_normal_bounds(np.full((3, 19), value), 16)
+    if value == 0.0:
+        assert low == 0.0 and 0.0 < high < 0.02
+    else:
+        assert high == 1.0 and 0.98 < low < 1.0
+
+
 def test_the_pivot_is_chosen_by_the_design_not_the_answers():
     """Each seed's rate on 300 answers or more, or each question's on 1,000: a crossed rate
     gets the pivot; a difference, or a table too thin, keeps Korn-Graubard."""

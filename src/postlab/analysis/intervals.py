@@ -41,7 +41,7 @@ samples), a crossed rate's interval is instead the generalized pivot of the logi
 random-effects model (:func:`logit_normal_bounds`): seeds spread widely near 0 or 1 make the
 rate a mean of skewed values, which 3 to 10 seeds rarely show, and the pivot's draws of a
 wider spread carry the skew into the interval. On 3 seeds of 1,000 questions at 0.02, seeds
-spread widely, Korn and Graubard's interval covered 86.7% and the pivot 95.8%. With fewer
+spread widely, Korn and Graubard's interval covered 86.7% and the pivot 95.4%. With fewer
 answers a unit's logit is mostly its smoothing and the pivot covered worse, so the rule is
 the design's (seeds, questions, samples), never the answers'.
 """
@@ -411,7 +411,8 @@ def logit_normal_bounds(table: np.ndarray, per_cell: int,
     the rate toward 1/2, which is the skew the data cannot show.
 
     Each seed's and question's logit is that of its smoothed rate; their spreads less their
-    binomial parts are the model's variances."""
+    binomial parts are the model's variances. The interval holds the table's own mean (a
+    table of zeros, whose smoothed centre sits above 0, gets 0 as its lower bound)."""
     from scipy.special import expit
 
     table = np.asarray(table, dtype=np.float64)
@@ -438,7 +439,8 @@ def logit_normal_bounds(table: np.ndarray, per_cell: int,
     rates = expit(centres[:, None] + spreads[:, None] * _NODES[None, :]) @ _WEIGHTS
     tail = (1 - confidence) / 2
     low, high = np.quantile(rates, [tail, 1 - tail])
-    return float(low), float(high)
+    mean = float(table.mean())
+    return min(float(low), mean), max(float(high), mean)
 
 
 def population_rate(centre: float, sd: float) -> float:
