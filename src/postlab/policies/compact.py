@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 
 from postlab.registry import Registry
 
@@ -153,8 +154,6 @@ def checkpointed(layer: Callable[[torch.Tensor], Block], x: torch.Tensor) -> Blo
     ways). A plain call under no-grad (decoding, the reference)."""
     if not torch.is_grad_enabled():
         return layer(x)
-    from torch.utils.checkpoint import checkpoint
-
     return checkpoint(layer, x, use_reentrant=False)
 
 
